@@ -1,0 +1,43 @@
+// Fd: a move-only owner of one file descriptor (ccache's util::Fd). Closes on
+// destruction. Not thread-safe; one owner at a time.
+#pragma once
+
+#include <string_view>
+#include <utility>
+
+namespace ddplaunch::posix {
+
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : m_fd(fd) {}
+  Fd(Fd&& other) noexcept : m_fd(std::exchange(other.m_fd, -1)) {}
+  Fd& operator=(Fd&& other) noexcept;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { close(); }
+
+  int get() const { return m_fd; }
+  bool valid() const { return m_fd >= 0; }
+  explicit operator bool() const { return valid(); }
+  int release() { return std::exchange(m_fd, -1); }
+  void close();
+
+ private:
+  int m_fd = -1;
+};
+
+// A pipe whose both ends are close-on-exec.
+struct Pipe {
+  Fd read;
+  Fd write;
+};
+Pipe make_pipe();
+
+void set_nonblocking(int fd);
+
+// Writes all of `data`, retrying on EINTR and short writes. Returns false on
+// any other error (EPIPE, EBADF...), leaving errno set.
+bool write_all(int fd, std::string_view data);
+
+}  // namespace ddplaunch::posix

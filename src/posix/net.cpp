@@ -1,0 +1,201 @@
+#include "posix/net.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <memory>
+
+#include "posix/error.hpp"
+
+namespace ddplaunch::posix {
+
+namespace {
+
+struct AddrInfoDeleter {
+  void operator()(addrinfo* ai) const { freeaddrinfo(ai); }
+};
+using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
+
+AddrInfoPtr resolve(const std::string& host, int port, bool passive) {
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : AI_ADDRCONFIG;
+  addrinfo* res = nullptr;
+  std::string service = std::to_string(port);
+  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) {
+    throw std::system_error(EHOSTUNREACH, std::generic_category(),
+                            "cannot resolve '" + host + "': " + gai_strerror(rc));
+  }
+  return AddrInfoPtr(res);
+}
+
+// IPv4 first: loopback tests and most clusters advertise IPv4.
+template <typename F>
+void for_each_addr(addrinfo* list, F&& f) {
+  for (int pass = 0; pass < 2; ++pass) {
+    for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
+      if ((pass == 0) == (ai->ai_family == AF_INET)) {
+        if (f(ai)) {
+          return;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Fd listen_tcp(const std::string& host, int port, int backlog) {
+  auto list = resolve(host, port, true);
+  int last_errno = EADDRNOTAVAIL;
+  Fd result;
+  for_each_addr(list.get(), [&](addrinfo* ai) {
+    Fd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd) {
+      last_errno = errno;
+      return false;
+    }
+    int one = 1;
+    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd.get(), backlog) != 0) {
+      last_errno = errno;
+      return false;
+    }
+    result = std::move(fd);
+    return true;
+  });
+  if (!result) {
+    errno = last_errno;
+    throw_errno("cannot listen on " + host + ":" + std::to_string(port));
+  }
+  return result;
+}
+
+int local_port(int fd) {
+  sockaddr_storage ss = {};
+  socklen_t len = sizeof(ss);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    throw_errno("getsockname");
+  }
+  if (ss.ss_family == AF_INET6) {
+    return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  }
+  return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+}
+
+int pick_free_port() {
+  Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) {
+    throw_errno("socket");
+  }
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    throw_errno("bind to pick a free port");
+  }
+  return local_port(fd.get());
+}
+
+std::optional<Fd> try_connect_tcp(const std::string& host, int port,
+                                  std::chrono::milliseconds timeout) {
+  AddrInfoPtr list;
+  try {
+    list = resolve(host, port, false);
+  } catch (const std::system_error&) {
+    errno = EHOSTUNREACH;
+    return std::nullopt;
+  }
+  std::optional<Fd> result;
+  int last_errno = ECONNREFUSED;
+  for_each_addr(list.get(), [&](addrinfo* ai) {
+    Fd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd) {
+      last_errno = errno;
+      return false;
+    }
+    if (connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      if (errno != EINPROGRESS) {
+        last_errno = errno;
+        return false;
+      }
+      pollfd p = {fd.get(), POLLOUT, 0};
+      int rc = poll(&p, 1, static_cast<int>(timeout.count()));
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (rc <= 0) {
+        last_errno = rc == 0 ? ETIMEDOUT : errno;
+        return false;
+      }
+      getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        last_errno = err;
+        return false;
+      }
+    }
+    int flags = 1;
+    setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &flags, sizeof(flags));
+    int fl = fcntl(fd.get(), F_GETFL);
+    fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK);
+    result = std::move(fd);
+    return true;
+  });
+  if (!result) {
+    errno = last_errno;
+  }
+  return result;
+}
+
+bool is_local_address(const std::string& host) {
+  AddrInfoPtr list;
+  try {
+    list = resolve(host, 0, false);
+  } catch (const std::system_error&) {
+    return false;
+  }
+  bool local = false;
+  for_each_addr(list.get(), [&](addrinfo* ai) {
+    Fd fd(socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (fd && bind(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0) {
+      local = true;
+    }
+    return local;
+  });
+  return local;
+}
+
+std::string resolve_numeric(const std::string& host) {
+  AddrInfoPtr list;
+  try {
+    list = resolve(host, 0, false);
+  } catch (const std::system_error&) {
+    return host;
+  }
+  std::string out = host;
+  for_each_addr(list.get(), [&](addrinfo* ai) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    const void* src = ai->ai_family == AF_INET
+                          ? static_cast<const void*>(
+                                &reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr)
+                          : static_cast<const void*>(
+                                &reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr);
+    if (inet_ntop(ai->ai_family, src, buf, sizeof(buf)) != nullptr) {
+      out = buf;
+      return true;
+    }
+    return false;
+  });
+  return out;
+}
+
+}  // namespace ddplaunch::posix

@@ -1,0 +1,35 @@
+// TCP helpers over getaddrinfo/socket: listening, connecting with a deadline,
+// picking a free port, and telling whether an address belongs to this host.
+// Stateless; thread-compatible.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "posix/fd.hpp"
+
+namespace ddplaunch::posix {
+
+// Binds and listens on host:port (port 0 = any free port), non-blocking,
+// close-on-exec, SO_REUSEADDR. Throws std::system_error naming the address.
+Fd listen_tcp(const std::string& host, int port, int backlog = 1024);
+
+// The port a bound socket listens on.
+int local_port(int fd);
+
+// A port that was free on this host a moment ago (bind to port 0, read it, close).
+int pick_free_port();
+
+// One connect attempt with a deadline; nullopt (errno set) on refusal or timeout.
+// The returned socket is blocking, close-on-exec, with TCP_NODELAY.
+std::optional<Fd> try_connect_tcp(const std::string& host, int port,
+                                  std::chrono::milliseconds timeout);
+
+// True when `host` resolves to an address this machine can bind (so it is ours).
+bool is_local_address(const std::string& host);
+
+// The first IPv4 (else IPv6) address of `host`, numeric; `host` itself on failure.
+std::string resolve_numeric(const std::string& host);
+
+}  // namespace ddplaunch::posix

@@ -1,0 +1,59 @@
+#include "posix/signals.hpp"
+
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "posix/error.hpp"
+
+namespace ddplaunch::posix {
+
+SignalFd::SignalFd(std::initializer_list<int> signals) {
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int s : signals) {
+    sigaddset(&mask, s);
+  }
+  if (sigprocmask(SIG_BLOCK, &mask, &m_old_mask) != 0) {
+    throw_errno("sigprocmask");
+  }
+  int fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (fd < 0) {
+    throw_errno("signalfd");
+  }
+  m_fd = Fd(fd);
+}
+
+SignalFd::~SignalFd() { sigprocmask(SIG_SETMASK, &m_old_mask, nullptr); }
+
+std::optional<int> SignalFd::read_one() {
+  signalfd_siginfo info;
+  while (true) {
+    ssize_t n = ::read(m_fd.get(), &info, sizeof(info));
+    if (n == static_cast<ssize_t>(sizeof(info))) {
+      return static_cast<int>(info.ssi_signo);
+    }
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    return std::nullopt;
+  }
+}
+
+void reset_signals_for_child() {
+  // Async-signal-safe: only sigaction/sigprocmask. Handlers are reset by exec
+  // anyway; ignored signals (SIGPIPE) would be inherited, so reset them all.
+  struct sigaction dfl = {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s = 1; s < NSIG; ++s) {
+    if (s != SIGKILL && s != SIGSTOP) {
+      sigaction(s, &dfl, nullptr);
+    }
+  }
+  sigset_t empty;
+  sigemptyset(&empty);
+  sigprocmask(SIG_SETMASK, &empty, nullptr);
+}
+
+}  // namespace ddplaunch::posix

@@ -1,0 +1,35 @@
+// SignalFd: the launcher's signals as a readable fd (ninja's approach with
+// signalfd). Construction blocks the given signals in the calling thread;
+// destruction restores the previous mask. Exactly one should exist at a time.
+#pragma once
+
+#include <signal.h>
+
+#include <initializer_list>
+#include <optional>
+
+#include "posix/fd.hpp"
+
+namespace ddplaunch::posix {
+
+class SignalFd {
+ public:
+  explicit SignalFd(std::initializer_list<int> signals);
+  ~SignalFd();
+  SignalFd(const SignalFd&) = delete;
+  SignalFd& operator=(const SignalFd&) = delete;
+
+  int fd() const { return m_fd.get(); }
+  // The next pending signal, or nullopt when none is pending.
+  std::optional<int> read_one();
+
+ private:
+  Fd m_fd;
+  sigset_t m_old_mask;
+};
+
+// The signal mask that was in force before any SignalFd blocked signals;
+// children start with an empty mask and default dispositions.
+void reset_signals_for_child();
+
+}  // namespace ddplaunch::posix

@@ -1,0 +1,226 @@
+#include "ddplaunch/process.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+
+#include "posix/error.hpp"
+#include "posix/fd.hpp"
+#include "posix/signals.hpp"
+
+namespace ddplaunch {
+
+namespace {
+
+struct Prepared {
+  std::string path;
+  std::vector<std::string> env_strings;
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+};
+
+Prepared prepare(const WorkerSpec& spec) {
+  Prepared p;
+  auto path = find_program(spec.argv.at(0), spec.env);
+  if (!path) {
+    throw SpawnError("cannot execute '" + spec.argv[0] +
+                     "': not found (no such file, or not in PATH); check the program name");
+  }
+  p.path = *path;
+  for (const auto& [k, v] : spec.env) {
+    p.env_strings.push_back(k + "=" + v);
+  }
+  for (const auto& a : spec.argv) {
+    p.argv.push_back(const_cast<char*>(a.c_str()));
+  }
+  p.argv.push_back(nullptr);
+  for (auto& e : p.env_strings) {
+    p.envp.push_back(e.data());
+  }
+  p.envp.push_back(nullptr);
+  return p;
+}
+
+// Runs in the forked child: only async-signal-safe calls, then exec.
+[[noreturn]] void exec_child(const Prepared& p, pid_t parent, int stdin_fd, int out_fd,
+                             int err_fd, int report_fd) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) {
+    _exit(127);  // the launcher died before prctl took effect
+  }
+  int err = 0;
+  if ((stdin_fd != 0 && dup2(stdin_fd, 0) < 0) || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) {
+    err = errno;
+  } else {
+    // Everything above 2 closes on exec, including fds the launcher inherited.
+    syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+    posix::reset_signals_for_child();
+    execve(p.path.c_str(), p.argv.data(), p.envp.data());
+    err = errno;
+  }
+  ssize_t ignored = write(report_fd, &err, sizeof(err));
+  (void)ignored;
+  _exit(127);
+}
+
+void kill_and_reap(const std::vector<SpawnedWorker>& started) {
+  for (const auto& w : started) {
+    signal_group(w.pid, SIGKILL);
+  }
+  for (const auto& w : started) {
+    int status = 0;
+    while (waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    ::close(w.out_fd);
+    ::close(w.err_fd);
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> find_program(const std::string& program, const EnvMap& env) {
+  if (program.empty()) {
+    return std::nullopt;
+  }
+  if (program.find('/') != std::string::npos) {
+    return access(program.c_str(), F_OK) == 0 ? std::optional(program) : std::nullopt;
+  }
+  auto it = env.find("PATH");
+  std::string path = it != env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin";
+  std::optional<std::string> first_existing;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) {
+      end = path.size();
+    }
+    std::string dir = path.substr(start, end - start);
+    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
+    if (access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+    if (!first_existing && access(candidate.c_str(), F_OK) == 0) {
+      first_existing = candidate;  // exists but not executable: exec reports EACCES
+    }
+    start = end + 1;
+  }
+  return first_existing;
+}
+
+std::vector<SpawnedWorker> spawn_workers(const std::vector<WorkerSpec>& workers) {
+  std::vector<Prepared> prepared;
+  prepared.reserve(workers.size());
+  for (const auto& spec : workers) {
+    prepared.push_back(prepare(spec));
+  }
+  posix::Fd devnull(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!devnull) {
+    posix::throw_errno("open /dev/null");
+  }
+  const pid_t self = getpid();
+  std::vector<SpawnedWorker> started;
+  std::vector<posix::Fd> reports;
+  started.reserve(workers.size());
+  try {
+    for (size_t i = 0; i < workers.size(); ++i) {
+      auto out = posix::make_pipe();
+      auto err = posix::make_pipe();
+      auto report = posix::make_pipe();
+      int stdin_fd = workers[i].inherit_stdin ? 0 : devnull.get();
+      pid_t pid = fork();
+      if (pid < 0) {
+        posix::throw_errno("fork");
+      }
+      if (pid == 0) {
+        exec_child(prepared[i], self, stdin_fd, out.write.get(), err.write.get(),
+                   report.write.get());
+      }
+      setpgid(pid, pid);  // also in the parent, so a kill(-pid) right away finds the group
+      posix::set_nonblocking(out.read.get());
+      posix::set_nonblocking(err.read.get());
+      started.push_back(SpawnedWorker{pid, out.read.release(), err.read.release()});
+      reports.push_back(std::move(report.read));
+    }
+    // All forked; now learn which exec calls failed (EOF = exec succeeded).
+    for (size_t i = 0; i < reports.size(); ++i) {
+      int child_errno = 0;
+      ssize_t n;
+      do {
+        n = read(reports[i].get(), &child_errno, sizeof(child_errno));
+      } while (n < 0 && errno == EINTR);
+      if (n == static_cast<ssize_t>(sizeof(child_errno))) {
+        std::string program = workers[i].argv.at(0);
+        throw SpawnError("cannot execute '" + program + "': " + std::strerror(child_errno));
+      }
+    }
+  } catch (...) {
+    kill_and_reap(started);
+    throw;
+  }
+  return started;
+}
+
+void signal_group(pid_t pgid, int sig) {
+  if (pgid > 0) {
+    kill(-pgid, sig);
+  }
+}
+
+std::optional<std::pair<pid_t, ExitInfo>> reap_any() {
+  while (true) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      return std::make_pair(pid, ExitInfo::from_wait_status(status));
+    }
+    if (pid < 0 && errno == EINTR) {
+      continue;
+    }
+    return std::nullopt;
+  }
+}
+
+void become_subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
+
+int kill_stray_children() {
+  const pid_t self = getpid();
+  int killed = 0;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) {
+    return 0;
+  }
+  while (dirent* ent = readdir(dir)) {
+    char* end = nullptr;
+    long pid = std::strtol(ent->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') {
+      continue;
+    }
+    std::ifstream stat("/proc/" + std::string(ent->d_name) + "/stat");
+    std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    auto rparen = content.rfind(')');
+    if (rparen == std::string::npos || rparen + 4 > content.size()) {
+      continue;
+    }
+    // After "pid (comm) " come: state, ppid.
+    long ppid = std::strtol(content.c_str() + rparen + 4, nullptr, 10);
+    if (ppid == self) {
+      kill(static_cast<pid_t>(pid), SIGKILL);
+      ++killed;
+    }
+  }
+  closedir(dir);
+  return killed;
+}
+
+}  // namespace ddplaunch
