@@ -13,6 +13,7 @@
 //   pidfile=DIR    create DIR/<pid> (tests check every such pid is gone afterwards)
 //   ready=DIR      create DIR/ready.<rank>      waitfile=PATH  wait until PATH exists
 //   cat            copy stdin to stdout
+//   trap=SIG       on SIG, print "caught SIGNAME" and go on   fds  print open fds: "fds 0 1 2"
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -39,6 +40,13 @@ void write_str(int fd, const std::string& s) {
     }
     off += static_cast<size_t>(n);
   }
+}
+
+void on_trapped(int sig) {
+  char msg[64];
+  int n = std::snprintf(msg, sizeof(msg), "caught SIG%s\n", sigabbrev_np(sig));
+  ssize_t ignored = write(1, msg, static_cast<size_t>(n));
+  (void)ignored;
 }
 
 std::string json_escape(const char* s) {
@@ -199,6 +207,19 @@ int main(int argc, char** argv) {
       while (stat(value.c_str(), &st) != 0) {
         sleep_seconds(0.01);
       }
+    } else if (action == "trap") {
+      struct sigaction sa = {};
+      sa.sa_handler = on_trapped;
+      sa.sa_flags = SA_RESTART;
+      sigaction(parse_signal(value), &sa, nullptr);
+    } else if (action == "fds") {
+      std::string out = "fds";
+      for (int fd = 0; fd < 1024; ++fd) {
+        if (fcntl(fd, F_GETFD) >= 0) {
+          out += " " + std::to_string(fd);
+        }
+      }
+      write_str(1, out + "\n");
     } else if (action == "cat") {
       char buf[4096];
       ssize_t n;

@@ -1,0 +1,119 @@
+"""Shared fixtures: the built binaries, a job runner, and a leak check.
+
+Every job a test starts carries DDPLAUNCH_TEST_MARKER=<unique id> in its
+environment; workers and their descendants inherit it. After each test,
+any live process still carrying the marker is a leak: the test fails and
+the process is killed.
+"""
+import os
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+
+BIN = os.path.abspath(os.environ.get("DDPLAUNCH_BIN", os.path.join(os.path.dirname(__file__), "../../build/ddplaunch")))
+WORKER = os.path.abspath(os.environ.get(
+    "DDPLAUNCH_WORKER", os.path.join(os.path.dirname(__file__), "../../build/tests/ddplaunch_worker")))
+SOURCE_DIR = os.environ.get("DDPLAUNCH_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "../.."))
+TORCH_PYTHON = "/usr/bin/python3"
+
+
+def processes_with_marker(marker):
+    found = []
+    needle = ("DDPLAUNCH_TEST_MARKER=" + marker).encode()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and needle in env.split(b"\0"):
+            found.append(int(pid))
+    return found
+
+
+def read_until(stream, fragment, limit=1000):
+    """Reads lines from `stream` until one contains `fragment`; returns the lines read."""
+    lines = []
+    for _ in range(limit):
+        line = stream.readline()
+        if not line:
+            break
+        lines.append(line)
+        if fragment in line:
+            break
+    return lines
+
+
+def wait_until(predicate, timeout=30.0, interval=0.01):
+    """Polls `predicate` until true; for conditions with no event to wait on."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()
+
+
+class Jobs:
+    def __init__(self, tmp_path):
+        self.marker = uuid.uuid4().hex
+        self.tmp_path = tmp_path
+        self.procs = []
+
+    def env(self, extra=None):
+        env = dict(os.environ)
+        env["DDPLAUNCH_TEST_MARKER"] = self.marker
+        env.pop("OMP_NUM_THREADS", None)
+        if extra:
+            env.update(extra)
+        return env
+
+    def start(self, args, env=None, **kwargs):
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        p = subprocess.Popen([BIN] + [str(a) for a in args], env=self.env(env), text=True, **kwargs)
+        self.procs.append(p)
+        return p
+
+    def run(self, args, env=None, timeout=120, input=None, **kwargs):
+        if input is not None:
+            kwargs["stdin"] = subprocess.PIPE
+        p = self.start(args, env=env, **kwargs)
+        out, err = p.communicate(input=input, timeout=timeout)
+        return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+    def cleanup(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        # Give PR_SET_PDEATHSIG'd workers a moment to be reaped by init.
+        leaked = wait_until(lambda: not processes_with_marker(self.marker), timeout=5) or []
+        leaked = processes_with_marker(self.marker)
+        for pid in leaked:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return leaked
+
+
+@pytest.fixture
+def jobs(tmp_path):
+    j = Jobs(tmp_path)
+    yield j
+    leaked = j.cleanup()
+    assert not leaked, f"processes left running after the test: {leaked}"
+
+
+def worker(*steps):
+    return [WORKER] + list(steps)

@@ -1,0 +1,102 @@
+"""Worker output: whole lines, prefixes, no loss, files, filters."""
+import collections
+import json
+import os
+import re
+
+from conftest import worker
+
+
+def test_no_line_is_lost_and_lines_never_interleave(jobs):
+    r = jobs.run(["--nproc-per-node", 4, "--", *worker("chunked=3000", "lines=20000")])
+    assert r.returncode == 0
+    counts = collections.Counter()
+    for line in r.stdout.splitlines():
+        m = re.fullmatch(r"\[rank (\d)\]: (?:rank(\d)-line\d+-end|line \d+)", line)
+        assert m, f"mangled line: {line!r}"
+        if m.group(2) is not None:
+            assert m.group(1) == m.group(2), f"line of another rank: {line!r}"
+        counts[m.group(1)] += 1
+    assert counts == {str(r): 23000 for r in range(4)}
+
+
+def test_final_line_without_newline_is_flushed(jobs):
+    r = jobs.run(["--nproc-per-node", 2, "--", *worker("out=first", "partial=no newline")])
+    assert sorted(r.stdout.splitlines()) == sorted(
+        ["[rank 0]: first", "[rank 0]: no newline", "[rank 1]: first", "[rank 1]: no newline"])
+    assert r.stdout.endswith("\n")
+
+
+def test_long_lines_are_flushed_in_pieces_and_nothing_is_lost(jobs):
+    r = jobs.run(["--", *worker("long=200000", "out=after")])
+    assert r.returncode == 0
+    lines = r.stdout.splitlines()
+    assert lines[-1] == "[rank 0]: after"
+    pieces = [l[len("[rank 0]: "):] for l in lines[:-1]]
+    assert all(len(p) <= 64 * 1024 for p in pieces)
+    assert "".join(pieces) == "x" * 200000
+
+
+def test_stderr_stays_stderr(jobs):
+    r = jobs.run(["--nproc-per-node", 2, "--", *worker("out=to-out", "err=to-err")])
+    assert sorted(r.stdout.splitlines()) == ["[rank 0]: to-out", "[rank 1]: to-out"]
+    assert "[rank 0]: to-err" in r.stderr and "[rank 1]: to-err" in r.stderr
+    assert "to-out" not in r.stderr
+
+
+def test_prefix_template_and_no_prefix(jobs):
+    r = jobs.run(["--nproc-per-node", 2, "--prefix", "<{local_rank}/{rank}@{host}> ", "--", *worker("out=x")])
+    host = os.uname().nodename
+    assert sorted(r.stdout.splitlines()) == [f"<0/0@{host}> x", f"<1/1@{host}> x"]
+    r = jobs.run(["--nproc-per-node", 2, "--no-prefix", "--", *worker("out=x")])
+    assert r.stdout == "x\nx\n"
+    r = jobs.run(["--prefix", "{time} ", "--", *worker("out=x")])
+    assert re.fullmatch(r"\d\d:\d\d:\d\d x\n", r.stdout)
+
+
+def test_log_dir_gets_every_stream_raw(jobs, tmp_path):
+    r = jobs.run(["--nproc-per-node", 2, "--log-dir", tmp_path, "--", *worker("out=hello", "err=oops", "partial=tail")])
+    assert r.returncode == 0
+    for rank in (0, 1):
+        assert (tmp_path / str(rank) / "stdout.log").read_text() == "hello\ntail"
+        assert (tmp_path / str(rank) / "stderr.log").read_text() == "oops\n"
+    assert "[rank 1]: hello" in r.stdout, "the console still gets everything"
+
+
+def test_redirects_send_streams_to_files_only(jobs, tmp_path):
+    r = jobs.run(["--nproc-per-node", 2, "--log-dir", tmp_path, "--redirects", "0:1,1:3", "--",
+                  *worker("out=o", "err=e")])
+    assert r.stdout.splitlines() == [], "rank 0 stdout and rank 1 both streams are redirected"
+    assert "[rank 0]: e" in r.stderr and "[rank 1]: e" not in r.stderr
+    assert (tmp_path / "1" / "stderr.log").read_text() == "e\n"
+    assert (tmp_path / "0" / "stdout.log").read_text() == "o\n"
+
+
+def test_tee_without_log_dir_makes_one(jobs):
+    r = jobs.run(["--tee", "3", "--rdzv-id", "teejob", "--", *worker("out=o")])
+    assert r.stdout == "[rank 0]: o\n"
+    m = re.search(r"writing worker logs under (\S+)", r.stderr)
+    assert m, r.stderr
+    assert open(os.path.join(m.group(1), "0", "stdout.log")).read() == "o\n"
+
+
+def test_ranks_filter_limits_the_console_but_not_the_files(jobs, tmp_path):
+    r = jobs.run(["--nproc-per-node", 4, "--ranks-filter", "0,3", "--log-dir", tmp_path, "--",
+                  *worker("out=o", "err=e")])
+    assert sorted(r.stdout.splitlines()) == ["[rank 0]: o", "[rank 3]: o"]
+    assert "[rank 1]" not in r.stderr
+    assert (tmp_path / "2" / "stdout.log").read_text() == "o\n"
+
+
+def test_failure_report_keeps_the_last_stderr_lines_even_if_filtered(jobs):
+    r = jobs.run(["--nproc-per-node", 2, "--ranks-filter", "0", "--",
+                  *worker("@1:err=first", "@1:err=last words", "@1:exit=4", "sleep=60")])
+    assert r.returncode == 4
+    assert "  | last words" in r.stderr and "[rank 1]: last words" not in r.stderr
+
+
+def test_bad_log_dir_is_a_clear_error(jobs, tmp_path):
+    (tmp_path / "file").write_text("")
+    r = jobs.run(["--log-dir", tmp_path / "file" / "sub", "--", *worker()])
+    assert r.returncode == 2
+    assert "--log-dir" in r.stderr and r.stderr.count("\n") == 1

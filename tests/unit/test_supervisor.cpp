@@ -1,0 +1,127 @@
+#include "ddplaunch/supervisor.hpp"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+namespace ddplaunch {
+namespace {
+
+using namespace std::chrono_literals;
+using SA = Supervisor::SignalAction;
+const Supervisor::TimePoint t0{};
+
+std::vector<SA> all(int n, int sig, int except = -1) {
+  std::vector<SA> v;
+  for (int i = 0; i < n; ++i) {
+    if (i != except) {
+      v.push_back({i, sig});
+    }
+  }
+  return v;
+}
+
+TEST(Supervisor, AllSucceed) {
+  Supervisor s(3, 30s);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(s.on_worker_exit(i, ExitInfo::exited(0), t0).signals.empty());
+  }
+  EXPECT_TRUE(s.finished());
+  EXPECT_FALSE(s.stopping());
+  EXPECT_EQ(s.exit_code(), 0);
+}
+
+TEST(Supervisor, FirstFailureIsTheRootCauseAndStopsTheOthers) {
+  Supervisor s(4, 30s);
+  auto a = s.on_worker_exit(2, ExitInfo::exited(7), t0);
+  EXPECT_TRUE(a.local_failure);
+  EXPECT_EQ(a.signals, all(4, SIGTERM, 2));
+  EXPECT_EQ(s.deadline(), t0 + 30s);
+  // Later failures caused by the teardown do not change the verdict.
+  auto b = s.on_worker_exit(0, ExitInfo::signaled(SIGTERM), t0 + 1ms);
+  EXPECT_FALSE(b.local_failure);
+  EXPECT_TRUE(b.signals.empty());
+  s.on_worker_exit(1, ExitInfo::exited(1), t0 + 2ms);
+  EXPECT_EQ(s.root_cause(), 2);
+  EXPECT_EQ(s.exit_code(), 7);
+  EXPECT_TRUE(s.stopped_by_launcher(0));
+  EXPECT_FALSE(s.stopped_by_launcher(2));
+  // Rank 3 ignores SIGTERM: the deadline brings SIGKILL.
+  EXPECT_TRUE(s.on_deadline(t0 + 29s).signals.empty());
+  EXPECT_EQ(s.on_deadline(t0 + 30s).signals, (std::vector<SA>{{3, SIGKILL}}));
+  s.on_worker_exit(3, ExitInfo::signaled(SIGKILL), t0 + 30s);
+  EXPECT_TRUE(s.finished());
+  EXPECT_FALSE(s.deadline());
+  EXPECT_EQ(s.exit_code(), 7);
+}
+
+TEST(Supervisor, DeathBySignalMapsTo128PlusN) {
+  Supervisor s(2, 30s);
+  s.on_worker_exit(1, ExitInfo::signaled(SIGSEGV), t0);
+  EXPECT_EQ(s.exit_code(), 128 + SIGSEGV);
+  EXPECT_EQ(s.reason(), StopReason::k_worker_failed);
+}
+
+TEST(Supervisor, ZeroGraceKillsAtOnce) {
+  Supervisor s(3, 0ms);
+  EXPECT_EQ(s.on_worker_exit(0, ExitInfo::exited(1), t0).signals, all(3, SIGKILL, 0));
+  EXPECT_FALSE(s.deadline());
+}
+
+TEST(Supervisor, LauncherSignalsAreForwardedAndDecideTheExitCode) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    Supervisor s(2, 10s);
+    EXPECT_EQ(s.on_launcher_signal(sig, t0).signals, all(2, sig));
+    EXPECT_EQ(s.reason(), StopReason::k_signal);
+    s.on_worker_exit(0, ExitInfo::exited(1), t0);  // not a root cause: we stopped it
+    s.on_worker_exit(1, ExitInfo::signaled(sig), t0);
+    EXPECT_FALSE(s.root_cause());
+    EXPECT_EQ(s.exit_code(), 128 + sig);
+  }
+}
+
+TEST(Supervisor, SecondInterruptKillsAtOnce) {
+  Supervisor s(2, 30s);
+  s.on_launcher_signal(SIGINT, t0);
+  EXPECT_EQ(s.on_launcher_signal(SIGINT, t0 + 1s).signals, all(2, SIGKILL));
+  EXPECT_FALSE(s.deadline());
+  EXPECT_EQ(s.exit_code(), 130);
+}
+
+TEST(Supervisor, UserSignalsAreForwardedAndTheJobGoesOn) {
+  Supervisor s(2, 30s);
+  s.on_worker_exit(0, ExitInfo::exited(0), t0);
+  EXPECT_EQ(s.on_launcher_signal(SIGUSR1, t0).signals, (std::vector<SA>{{1, SIGUSR1}}));
+  EXPECT_FALSE(s.stopping());
+  EXPECT_EQ(s.on_launcher_signal(SIGUSR2, t0).signals, (std::vector<SA>{{1, SIGUSR2}}));
+  s.on_worker_exit(1, ExitInfo::exited(0), t0);
+  EXPECT_EQ(s.exit_code(), 0);
+}
+
+TEST(Supervisor, RemoteStopTakesTheRemoteExitCode) {
+  Supervisor s(2, 5s);
+  EXPECT_EQ(s.on_remote_stop(7, t0).signals, all(2, SIGTERM));
+  EXPECT_EQ(s.reason(), StopReason::k_remote);
+  s.on_worker_exit(0, ExitInfo::signaled(SIGTERM), t0);
+  s.on_worker_exit(1, ExitInfo::signaled(SIGTERM), t0);
+  EXPECT_EQ(s.exit_code(), 7);
+  EXPECT_FALSE(s.root_cause());
+  // A stop that arrives after a local failure changes nothing.
+  Supervisor t(2, 5s);
+  t.on_worker_exit(1, ExitInfo::exited(3), t0);
+  EXPECT_TRUE(t.on_remote_stop(9, t0).signals.empty());
+  EXPECT_EQ(t.exit_code(), 3);
+}
+
+TEST(Supervisor, SuccessThenFailureStillFails) {
+  Supervisor s(2, 5s);
+  s.on_worker_exit(0, ExitInfo::exited(0), t0);
+  auto a = s.on_worker_exit(1, ExitInfo::exited(2), t0);
+  EXPECT_TRUE(a.local_failure);
+  EXPECT_TRUE(a.signals.empty()) << "nobody left to stop";
+  EXPECT_TRUE(s.finished());
+  EXPECT_EQ(s.exit_code(), 2);
+}
+
+}  // namespace
+}  // namespace ddplaunch
