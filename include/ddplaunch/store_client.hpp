@@ -1,0 +1,64 @@
+// StoreClient: one connection to a StoreServer. Blocking calls with a
+// deadline on every exchange, so a store that stops answering is an error,
+// not a hang. Also usable asynchronously: send_get() parks a GET on the
+// server and fd() becomes readable when the answer arrives. Not thread-safe:
+// one thread per client (open several clients for concurrency).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddplaunch {
+
+// The store could not be reached, stopped answering, or refused a request.
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class StoreClient {
+ public:
+  using Duration = std::chrono::milliseconds;
+
+  // Connects to host:port, retrying with back-off (10 ms doubling to 1 s)
+  // until `connect_timeout` passes, then says HELLO. Throws StoreError.
+  // `io_timeout` bounds every later exchange (on top of a call's own timeout).
+  StoreClient(const std::string& host, int port, Duration connect_timeout,
+              Duration io_timeout = std::chrono::seconds(30));
+  ~StoreClient();
+  StoreClient(StoreClient&&) noexcept;
+  StoreClient& operator=(StoreClient&&) noexcept;
+
+  void set(const std::string& key, const std::string& value);
+  // The value once the key exists; nullopt when `timeout` passes first (0 = no limit).
+  std::optional<std::string> get(const std::string& key, Duration timeout = Duration(0));
+  int64_t add(const std::string& key, int64_t delta);
+  // Sets `desired` if the key holds `expected` (nullopt: if the key is absent).
+  // Returns the value the key holds afterwards.
+  std::string compare_set(const std::string& key, const std::optional<std::string>& expected,
+                          const std::string& desired);
+  bool remove(const std::string& key);
+  // True once every key exists; false when `timeout` passes first (0 = no limit).
+  bool wait(const std::vector<std::string>& keys, Duration timeout = Duration(0));
+  bool check(const std::vector<std::string>& keys);
+  uint64_t num_keys();
+  std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys);
+  void ping();
+
+  // Asynchronous GET without a time limit: send now, read the answer with
+  // read_get() once fd() is readable. No other call may be made in between.
+  void send_get(const std::string& key);
+  std::string read_get();
+  int fd() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace ddplaunch
