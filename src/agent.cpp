@@ -291,8 +291,8 @@ void Agent::Impl::handle_exit(pid_t pid, const ExitInfo& info) {
     const auto& tail = workers[static_cast<size_t>(index)].stderr_tail.lines();
     root.last_stderr.assign(tail.begin(), tail.end());
     log::debug("rank {} failed first: {}", root.rank, info.describe());
-    if (link != nullptr) {
-      link->publish_stop(JobVerdict{info.shell_code(), "", root});
+    if (link != nullptr && !verdict) {
+      verdict = link->publish_stop(JobVerdict{info.shell_code(), "", root});
     }
   }
 }
@@ -319,7 +319,7 @@ JobSummary Agent::Impl::run() {
   try {
     start_workers();
   } catch (const SpawnError& e) {
-    if (link != nullptr) {
+    if (link != nullptr && !verdict) {
       link->publish_stop(JobVerdict{k_exit_cannot_execute,
                                     "node " + std::to_string(plan.layout.node_rank) + ": " +
                                         e.what(),
@@ -395,8 +395,8 @@ JobSummary Agent::Impl::run() {
                     : was_stopping ? "killing the workers now"
                                    : "stopping the workers");
           apply(supervisor->on_launcher_signal(*sig, now));
-          if (!was_stopping && supervisor->stopping() && link != nullptr) {
-            link->publish_stop(JobVerdict{128 + *sig,
+          if (!was_stopping && supervisor->stopping() && link != nullptr && !verdict) {
+            verdict = link->publish_stop(JobVerdict{128 + *sig,
                                           "node " + std::to_string(plan.layout.node_rank) +
                                               " (" + plan.layout.hostname + ") received " +
                                               signal_name(*sig),
@@ -445,7 +445,16 @@ JobSummary Agent::Impl::run() {
   for (size_t i = 0; i < workers.size(); ++i) {
     local.push_back(outcome(static_cast<int>(i)));
   }
-  if (auto root = supervisor->root_cause()) {
+  if (link != nullptr && verdict && !verdict->success()) {
+    // Multi-node: the job's verdict (the first stop published) decides, on every node.
+    summary.exit_code = verdict->exit_code;
+    summary.root_cause = verdict->root_cause;
+    summary.remote_message = verdict->root_cause ? "" : verdict->message;
+    summary.reason = supervisor->root_cause() && verdict->root_cause &&
+                             verdict->root_cause->node_rank == plan.layout.node_rank
+                         ? StopReason::k_worker_failed
+                         : StopReason::k_remote;
+  } else if (auto root = supervisor->root_cause()) {
     summary.root_cause = outcome(*root);
     const auto& tail = workers[static_cast<size_t>(*root)].stderr_tail.lines();
     summary.root_cause->last_stderr.assign(tail.begin(), tail.end());

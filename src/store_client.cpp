@@ -198,7 +198,8 @@ std::string StoreClient::compare_set(const std::string& key,
                                      const std::string& desired) {
   auto e = request(Op::k_cas);
   e.bytes(key).u8(expected ? 0 : 1).bytes(expected.value_or("")).bytes(desired);
-  protocol::Decoder d(*m_impl->call(e, Duration(0)));
+  const std::string body = *m_impl->call(e, Duration(0));  // the Decoder views it
+  protocol::Decoder d(body);
   d.u8();
   return d.bytes(protocol::k_max_value);
 }

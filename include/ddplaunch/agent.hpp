@@ -40,7 +40,8 @@ class JobLink {
   virtual TimePoint next_tick() const = 0;
   virtual std::optional<JobVerdict> on_tick(TimePoint now) = 0;
   // This node decided the job is over: a local root cause, or a stop signal.
-  virtual void publish_stop(const JobVerdict& verdict) = 0;
+  // Returns the verdict in force: ours, or an earlier one from another node.
+  virtual JobVerdict publish_stop(const JobVerdict& verdict) = 0;
   // Every local worker succeeded; the verdict will arrive through on_readable().
   virtual void publish_local_success() = 0;
   // The job is over here: report this node's outcomes; the store host also
