@@ -379,12 +379,18 @@ json make_plan(const Config& config, StoreClient& client, const json& self,
                 missing);
     }
   }
-  // Assign automatic node ranks: the lowest free ranks, in order of arrival
-  // (the store host joined first, so it is node 0 unless 0 was claimed).
+  // Assign automatic node ranks: the store host is node 0 unless 0 was
+  // claimed; the others take the lowest free ranks in order of arrival.
   std::set<int> taken;
   for (const auto& i : infos) {
     if (i.at("node_rank").get<int>() >= 0) {
       taken.insert(i.at("node_rank").get<int>());
+    }
+  }
+  for (auto& i : infos) {
+    if (i.at("store_host").get<bool>() && i.at("node_rank").get<int>() < 0 && !taken.contains(0)) {
+      i["node_rank"] = 0;
+      taken.insert(0);
     }
   }
   int next_free = 0;
@@ -450,29 +456,29 @@ RendezvousResult rendezvous(const Config& config, const JobLayout& local) {
                {"nproc", local.local_world_size},
                {"node_rank", config.node_rank.value_or(-1)},
                {"host", local.hostname},
-               {"addr", addr}};
+               {"addr", addr},
+               {"store_host", is_host}};
   json plan;
   int arrival = 0;
   try {
     arrival = static_cast<int>(client->add("rdzv/arrivals", 1) - 1);
     client->set(node_key(arrival), self.dump());
     if (is_host) {
-      if (arrival != 0) {
-        fail("the store on " + config.master_addr + ":" + std::to_string(config.master_port) +
-             " was already in use by another job");
-      }
       plan = make_plan(config, *client, self, deadline);
       client->set(k_plan_key, plan.dump());
     } else {
+      // A little past our own deadline, so the store host's verdict (which
+      // names the missing nodes) reaches us first.
+      const auto plan_deadline = deadline + std::chrono::seconds(5);
       auto next_progress = Clock::now();
       while (true) {
         auto now = Clock::now();
-        if (now >= deadline) {
+        if (now >= plan_deadline) {
           fail("rendezvous timed out after " + std::to_string(static_cast<int>(config.rdzv_timeout_s)) +
                " s: node 0 never published the job's plan; check that every node was started");
         }
         auto got = client->get(k_plan_key, std::max(Ms(1), std::chrono::ceil<Ms>(
-                                                              std::min(deadline, now + k_progress_every) - now)));
+                                                              std::min(plan_deadline, now + k_progress_every) - now)));
         if (got) {
           plan = json::parse(*got);
           break;

@@ -1,0 +1,222 @@
+"""Several agents on loopback forming one job: rendezvous, one verdict, one teardown."""
+import json
+import os
+import random
+import re
+import signal
+import socket
+
+import pytest
+
+from conftest import TORCH_PYTHON, SOURCE_DIR, processes_with_marker, read_until, wait_until, worker
+
+FAST = ["--heartbeat-interval", "0.2", "--heartbeat-timeout", "2", "--term-timeout", "5"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def agent_args(port, nnodes, nproc=2, node_rank=None, extra=(), rdzv_timeout=30):
+    args = ["--nnodes", nnodes, "--nproc-per-node", nproc, "--master-port", port,
+            "--rdzv-timeout", rdzv_timeout, *FAST]
+    if node_rank is not None:
+        args += ["--node-rank", node_rank]
+    return args + list(extra)
+
+
+def start_agents(jobs, port, nnodes, steps, nprocs=None, explicit=False, order=None, extra=()):
+    order = order or list(range(nnodes))
+    procs = {}
+    for n in order:
+        nproc = nprocs[n] if nprocs else 2
+        procs[n] = jobs.start(agent_args(port, nnodes, nproc, n if explicit else None, extra) + ["--", *worker(*steps)])
+    return [procs[n] for n in range(nnodes)]
+
+
+def finish(procs, timeout=120):
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout)
+        results.append((p.returncode, out, err))
+    return results
+
+
+def envs(out):
+    found = {}
+    for line in out.splitlines():
+        m = re.match(r"^\[rank (\d+)\]: (\{.*\})$", line)
+        if m:
+            found[int(m.group(1))] = json.loads(m.group(2))
+    return found
+
+
+@pytest.mark.parametrize("explicit", [True, False])
+def test_one_rank_space_across_nodes(jobs, explicit):
+    port = free_port()
+    order = [2, 1, 0] if explicit else None  # the store host starts last
+    results = finish(start_agents(jobs, port, 3, ["env"], explicit=explicit, order=order))
+    all_envs = {}
+    for rc, out, err in results:
+        assert rc == 0, err
+        all_envs.update(envs(out))
+    assert sorted(all_envs) == list(range(6))
+    assert {e["WORLD_SIZE"] for e in all_envs.values()} == {"6"}
+    assert len({e["MASTER_PORT"] for e in all_envs.values()}) == 1
+    assert {e["MASTER_ADDR"] for e in all_envs.values()} == {"127.0.0.1"}
+    for rank, e in all_envs.items():
+        assert int(e["NODE_RANK"]) == rank // 2 and int(e["LOCAL_RANK"]) == rank % 2
+        assert e["GROUP_WORLD_SIZE"] == "3"
+    if explicit:
+        for n, (rc, out, err) in enumerate(results):
+            assert {int(e["NODE_RANK"]) for e in envs(out).values()} == {n}
+
+
+def test_heterogeneous_workers_per_node(jobs):
+    port = free_port()
+    results = finish(start_agents(jobs, port, 3, ["env"], nprocs=[1, 3, 2], explicit=True))
+    ranks = {}
+    for n, (rc, out, err) in enumerate(results):
+        assert rc == 0, err
+        ranks[n] = sorted(envs(out))
+        assert {e["WORLD_SIZE"] for e in envs(out).values()} == {"6"}
+    assert ranks == {0: [0], 1: [1, 2, 3], 2: [4, 5]}
+
+
+def test_random_start_order_with_automatic_ranks(jobs):
+    port = free_port()
+    order = list(range(4))
+    random.shuffle(order)
+    results = finish(start_agents(jobs, port, 4, ["env"], order=order))
+    seen = set()
+    for rc, out, err in results:
+        assert rc == 0, err
+        seen |= set(envs(out))
+    assert seen == set(range(8))
+
+
+@pytest.mark.parametrize("nnodes,extra,fragment", [
+    (3, [], "has --nnodes 3 but node 0 has --nnodes 2"),
+    (2, ["--rdzv-id", "other"], "has --rdzv-id other but node 0 has none"),
+])
+def test_disagreement_ends_rendezvous_on_every_node(jobs, nnodes, extra, fragment):
+    port = free_port()
+    good = jobs.start(agent_args(port, 2, node_rank=0) + ["--", *worker("sleep=60")])
+    args = agent_args(port, nnodes, node_rank=1, extra=extra) + ["--", *worker("sleep=60")]
+    other = jobs.start(args)
+    for rc, out, err in finish([good, other]):
+        assert rc == 3, err
+        assert fragment in err, err
+        assert len([l for l in err.splitlines() if "error" in l]) == 1
+
+
+def test_duplicate_node_rank(jobs):
+    port = free_port()
+    a = jobs.start(agent_args(port, 3, node_rank=0) + ["--", *worker()])
+    b = jobs.start(agent_args(port, 3, node_rank=1) + ["--", *worker()])
+    c = jobs.start(agent_args(port, 3, node_rank=1) + ["--", *worker()])
+    for rc, out, err in finish([a, b, c]):
+        assert rc == 3
+        assert "node rank 1 is claimed twice" in err, err
+
+
+def test_rendezvous_timeout_names_the_missing_node(jobs):
+    port = free_port()
+    a = jobs.start(agent_args(port, 3, node_rank=0, rdzv_timeout=1) + ["--", *worker()])
+    b = jobs.start(agent_args(port, 3, node_rank=1, rdzv_timeout=1) + ["--", *worker()])
+    for rc, out, err in finish([a, b]):
+        assert rc == 3, err
+        assert "rendezvous timed out after 1 s: 2/3 joined (missing: node 2)" in err, err
+
+
+def test_failure_on_a_non_master_node_ends_the_job_everywhere(jobs):
+    port = free_port()
+    procs = start_agents(jobs, port, 3, ["@3:err=rank three failed", "@3:exit=7", "sleep=300"], explicit=True)
+    results = finish(procs)
+    for rc, out, err in results:
+        assert rc == 7, err
+        assert "job failed: rank 3 (node 1, local rank 1" in err
+        assert "  | rank three failed" in err
+    node0_err = results[0][2]
+    for rank in (0, 1, 2, 4, 5):
+        assert f"ddplaunch:   rank {rank} (node {rank // 2}" in node0_err, node0_err
+
+
+def ready(tmp_path, n):
+    return lambda: len([p for p in os.listdir(tmp_path) if p.startswith("ready.")]) >= n
+
+
+def test_killed_agent_takes_its_workers_and_the_job_ends(jobs, tmp_path):
+    port = free_port()
+    procs = start_agents(jobs, port, 3, [f"ready={tmp_path}", "sleep=300"], explicit=True)
+    assert wait_until(ready(tmp_path, 6), timeout=60)
+    procs[2].kill()
+    procs[2].wait()
+    for rc, out, err in finish(procs[:2]):
+        assert rc == 4, err
+        assert "node 2 (" in err and "was lost: no heartbeat" in err
+
+
+def test_killed_master_ends_the_job_everywhere(jobs, tmp_path):
+    port = free_port()
+    procs = start_agents(jobs, port, 3, [f"ready={tmp_path}", "sleep=300"], explicit=True)
+    assert wait_until(ready(tmp_path, 6), timeout=60)
+    procs[0].kill()
+    procs[0].wait()
+    for rc, out, err in finish(procs[1:]):
+        assert rc == 4, err
+        assert "lost contact with the store" in err
+
+
+def test_stopped_agent_is_lost_by_heartbeat(jobs, tmp_path):
+    port = free_port()
+    procs = start_agents(jobs, port, 2, [f"ready={tmp_path}", "sleep=300"], explicit=True)
+    assert wait_until(ready(tmp_path, 4), timeout=60)
+    procs[1].send_signal(signal.SIGSTOP)
+    rc, out, err = finish([procs[0]])[0]
+    assert rc == 4 and "node 1 (" in err and "was lost" in err, err
+    procs[1].send_signal(signal.SIGCONT)  # on waking it learns the verdict and stops too
+    rc, out, err = finish([procs[1]])[0]
+    assert rc == 4, err
+
+
+def test_interrupt_on_one_agent_ends_the_job_everywhere(jobs, tmp_path):
+    port = free_port()
+    procs = start_agents(jobs, port, 3, [f"ready={tmp_path}", "sleep=300"], explicit=True)
+    assert wait_until(ready(tmp_path, 6), timeout=60)
+    procs[1].send_signal(signal.SIGINT)
+    for rc, out, err in finish(procs):
+        assert rc == 130, err
+        assert "node 1 (" in err and "received SIGINT" in err or "ddplaunch received SIGINT" in err
+
+
+def test_success_waits_for_the_slowest_node(jobs):
+    port = free_port()
+    procs = start_agents(jobs, port, 2, ["@3:sleep=1", "out=done"], explicit=True)
+    results = finish(procs)
+    for rc, out, err in results:
+        assert rc == 0, err
+    assert "[rank 3]: done" in results[1][1]
+
+
+def torch_ok():
+    return os.path.exists(TORCH_PYTHON) and os.system(f"{TORCH_PYTHON} -c 'import torch' 2>/dev/null") == 0
+
+
+@pytest.mark.skipif(not torch_ok(), reason="python3-torch is not installed")
+@pytest.mark.parametrize("nprocs", [[2, 2], [1, 2, 3]])
+def test_pytorch_gloo_across_nodes(jobs, nprocs):
+    port = free_port()
+    world = sum(nprocs)
+    example = os.path.join(SOURCE_DIR, "examples", "ddp_gloo.py")
+    procs = [jobs.start(agent_args(port, len(nprocs), nproc, n) + ["--python", TORCH_PYTHON, "--", example, "2"])
+             for n, nproc in enumerate(nprocs)]
+    lines = []
+    for rc, out, err in finish(procs, timeout=300):
+        assert rc == 0, err
+        lines += [l for l in out.splitlines() if "replicas" in l]
+    assert len(lines) == world
+    total = world * (world + 1) // 2
+    assert all(f"/{world}: all-reduce {total}," in l and l.endswith("replicas agree") for l in lines), lines
