@@ -28,7 +28,20 @@ cmake --build "$BUILD_DIR" -j "$JOBS"
 
 case "$mode" in
   demo)
-    exec "$BUILD_DIR/ddplaunch" --nproc-per-node 2 --python /usr/bin/python3 -- examples/ddp_gloo.py
+    # Two nodes on loopback, each with two workers: one PyTorch gloo job of 4 ranks.
+    port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    run_node() {
+      "$BUILD_DIR/ddplaunch" --nnodes 2 --node-rank "$1" --nproc-per-node 2 --master-port "$port" \
+        --prefix "[node $1 rank {rank}]: " --python /usr/bin/python3 -- examples/ddp_gloo.py 5
+    }
+    run_node 1 &
+    node1=$!
+    run_node 0
+    rc0=$?
+    wait "$node1"
+    rc1=$?
+    echo "quickstart: node 0 exited $rc0, node 1 exited $rc1"
+    exit $((rc0 || rc1))
     ;;
   test)
     cd "$BUILD_DIR"
