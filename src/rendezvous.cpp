@@ -466,6 +466,17 @@ RendezvousResult rendezvous(const Config& config, const JobLayout& local) {
     if (is_host) {
       plan = make_plan(config, *client, self, deadline);
       client->set(k_plan_key, plan.dump());
+      if (!plan.at("ok").get<bool>()) {
+        // Keep the store up until every joined node has read why (bounded).
+        std::vector<std::string> acks;
+        const auto joined = client->add("rdzv/arrivals", 0);
+        for (int64_t a = 0; a < joined; ++a) {
+          if (a != arrival) {
+            acks.push_back("rdzv/ack/" + std::to_string(a));
+          }
+        }
+        client->wait(acks, Ms(5000));
+      }
     } else {
       // A little past our own deadline, so the store host's verdict (which
       // names the missing nodes) reaches us first.
@@ -481,6 +492,7 @@ RendezvousResult rendezvous(const Config& config, const JobLayout& local) {
                                                               std::min(plan_deadline, now + k_progress_every) - now)));
         if (got) {
           plan = json::parse(*got);
+          client->set("rdzv/ack/" + std::to_string(arrival), "1");
           break;
         }
         if (Clock::now() >= next_progress) {
