@@ -108,12 +108,9 @@ constexpr uint64_t k_tag_link = 1ULL << 41;
 void Agent::Impl::setup_log_dir() {
   log_dir = config.log_dir;
   if (log_dir.empty() && (config.redirects.any() || config.tee.any())) {
-    std::string tmpl = "/tmp/ddplaunch-" + plan.layout.run_id + "-XXXXXX";
-    for (auto& ch : tmpl) {
-      if (ch == '/' && &ch != &tmpl[0] && &ch != &tmpl[4]) {
-        ch = '_';
-      }
-    }
+    std::string run_id = plan.layout.run_id;
+    std::replace(run_id.begin(), run_id.end(), '/', '_');
+    std::string tmpl = "/tmp/ddplaunch-" + run_id + "-XXXXXX";
     if (mkdtemp(tmpl.data()) == nullptr) {
       posix::throw_errno("mkdtemp " + tmpl);
     }

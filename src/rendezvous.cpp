@@ -291,6 +291,29 @@ std::string describe_node(const json& info, int arrival) {
          info.at("addr").get<std::string>() + ")";
 }
 
+// Who has not joined yet: the unclaimed node ranks when every node that joined
+// gave its rank, else how many (automatic ranks are assigned only at the end).
+std::string missing_nodes(const std::vector<json>& infos, int nnodes) {
+  std::set<int> claimed;
+  bool any_automatic = false;
+  for (const auto& i : infos) {
+    const int rank = i.at("node_rank").get<int>();
+    any_automatic = any_automatic || rank < 0;
+    claimed.insert(rank);
+  }
+  const int count = nnodes - static_cast<int>(infos.size());
+  if (any_automatic) {
+    return std::to_string(count) + (count == 1 ? " node" : " nodes");
+  }
+  std::string names;
+  for (int n = 0; n < nnodes; ++n) {
+    if (!claimed.contains(n)) {
+      names += (names.empty() ? "node " : ", node ") + std::to_string(n);
+    }
+  }
+  return names;
+}
+
 // The store host collects every node's join record, checks that they agree,
 // and publishes the plan (or the reason there is none).
 json make_plan(const Config& config, StoreClient& client, const json& self,
@@ -303,21 +326,8 @@ json make_plan(const Config& config, StoreClient& client, const json& self,
     if (now >= deadline || client.wait({node_key(k)}, std::max(Ms(1), std::chrono::ceil<Ms>(
                                                            std::min(deadline, next_progress) - now)))) {
       if (!client.check({node_key(k)})) {
-        // Timed out: name who is missing.
-        std::set<int> seen;
-        for (const auto& i : infos) {
-          seen.insert(i.at("node_rank").get<int>());
-        }
-        std::string missing;
-        int unnamed = 0;
-        for (int n = 0; n < config.nnodes; ++n) {
-          if (!seen.contains(n)) {
-            missing += (missing.empty() ? "node " : ", node ") + std::to_string(n);
-          }
-        }
-        (void)unnamed;
         std::string status = std::to_string(infos.size()) + "/" + std::to_string(config.nnodes) +
-                             " joined (missing: " + missing + ")";
+                             " joined (missing: " + missing_nodes(infos, config.nnodes) + ")";
         return json{{"ok", false},
                     {"error", "rendezvous timed out after " +
                                   std::to_string(static_cast<int>(config.rdzv_timeout_s)) +
@@ -363,20 +373,8 @@ json make_plan(const Config& config, StoreClient& client, const json& self,
     now = Clock::now();
     if (now >= next_progress) {
       next_progress = now + k_progress_every;
-      std::set<int> seen;
-      for (const auto& i : infos) {
-        seen.insert(i.at("node_rank").get<int>());
-      }
-      std::string missing;
-      int auto_missing = 0;
-      for (int n = 0; n < config.nnodes; ++n) {
-        if (!seen.contains(n)) {
-          missing += (missing.empty() ? "node " : ", node ") + std::to_string(n);
-        }
-      }
-      (void)auto_missing;
       log::info("waiting for nodes: {}/{} joined (missing: {})", infos.size(), config.nnodes,
-                missing);
+                missing_nodes(infos, config.nnodes));
     }
   }
   // Assign automatic node ranks: the store host is node 0 unless 0 was

@@ -4,6 +4,7 @@
 
 #include "ddplaunch/config.hpp"
 #include "ddplaunch/env_detect.hpp"
+#include "ddplaunch/plan.hpp"
 
 namespace ddplaunch {
 
@@ -13,6 +14,6 @@ int run_launcher(const Config& config, const EnvMap& env);
 
 // The --dry-run document: the resolved configuration and every local rank's
 // argv and environment, as JSON.
-std::string dry_run_json(const Config& config, const struct Plan& plan);
+std::string dry_run_json(const Config& config, const Plan& plan);
 
 }  // namespace ddplaunch

@@ -5,7 +5,9 @@ environment; workers and their descendants inherit it. After each test,
 any live process still carrying the marker is a leak: the test fails and
 the process is killed.
 """
+import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -113,6 +115,16 @@ def jobs(tmp_path):
     yield j
     leaked = j.cleanup()
     assert not leaked, f"processes left running after the test: {leaked}"
+
+
+def env_lines(stdout):
+    """{rank: environment} from the JSON lines the helper's `env` step prints."""
+    by_rank = {}
+    for line in stdout.splitlines():
+        m = re.match(r"^\[rank (\d+)\]: (\{.*\})$", line)
+        if m:
+            by_rank[int(m.group(1))] = json.loads(m.group(2))
+    return by_rank
 
 
 def worker(*steps):

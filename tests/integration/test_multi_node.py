@@ -1,14 +1,12 @@
 """Several agents on loopback forming one job: rendezvous, one verdict, one teardown."""
-import json
 import os
 import random
-import re
 import signal
 import socket
 
 import pytest
 
-from conftest import TORCH_PYTHON, SOURCE_DIR, processes_with_marker, read_until, wait_until, worker
+from conftest import TORCH_PYTHON, SOURCE_DIR, env_lines, wait_until, worker
 
 FAST = ["--heartbeat-interval", "0.2", "--heartbeat-timeout", "2", "--term-timeout", "5"]
 
@@ -44,15 +42,6 @@ def finish(procs, timeout=120):
     return results
 
 
-def envs(out):
-    found = {}
-    for line in out.splitlines():
-        m = re.match(r"^\[rank (\d+)\]: (\{.*\})$", line)
-        if m:
-            found[int(m.group(1))] = json.loads(m.group(2))
-    return found
-
-
 @pytest.mark.parametrize("explicit", [True, False])
 def test_one_rank_space_across_nodes(jobs, explicit):
     port = free_port()
@@ -61,7 +50,7 @@ def test_one_rank_space_across_nodes(jobs, explicit):
     all_envs = {}
     for rc, out, err in results:
         assert rc == 0, err
-        all_envs.update(envs(out))
+        all_envs.update(env_lines(out))
     assert sorted(all_envs) == list(range(6))
     assert {e["WORLD_SIZE"] for e in all_envs.values()} == {"6"}
     assert len({e["MASTER_PORT"] for e in all_envs.values()}) == 1
@@ -71,7 +60,7 @@ def test_one_rank_space_across_nodes(jobs, explicit):
         assert e["GROUP_WORLD_SIZE"] == "3"
     if explicit:
         for n, (rc, out, err) in enumerate(results):
-            assert {int(e["NODE_RANK"]) for e in envs(out).values()} == {n}
+            assert {int(e["NODE_RANK"]) for e in env_lines(out).values()} == {n}
 
 
 def test_heterogeneous_workers_per_node(jobs):
@@ -80,8 +69,8 @@ def test_heterogeneous_workers_per_node(jobs):
     ranks = {}
     for n, (rc, out, err) in enumerate(results):
         assert rc == 0, err
-        ranks[n] = sorted(envs(out))
-        assert {e["WORLD_SIZE"] for e in envs(out).values()} == {"6"}
+        ranks[n] = sorted(env_lines(out))
+        assert {e["WORLD_SIZE"] for e in env_lines(out).values()} == {"6"}
     assert ranks == {0: [0], 1: [1, 2, 3], 2: [4, 5]}
 
 
@@ -93,7 +82,7 @@ def test_random_start_order_with_automatic_ranks(jobs):
     seen = set()
     for rc, out, err in results:
         assert rc == 0, err
-        seen |= set(envs(out))
+        seen |= set(env_lines(out))
     assert seen == set(range(8))
 
 
@@ -129,6 +118,15 @@ def test_rendezvous_timeout_names_the_missing_node(jobs):
     for rc, out, err in finish([a, b]):
         assert rc == 3, err
         assert "rendezvous timed out after 1 s: 2/3 joined (missing: node 2)" in err, err
+
+
+def test_rendezvous_timeout_with_automatic_ranks_counts_the_missing(jobs):
+    port = free_port()
+    a = jobs.start(agent_args(port, 3, rdzv_timeout=1) + ["--", *worker()])
+    b = jobs.start(agent_args(port, 3, rdzv_timeout=1) + ["--", *worker()])
+    for rc, out, err in finish([a, b]):
+        assert rc == 3, err
+        assert "rendezvous timed out after 1 s: 2/3 joined (missing: 1 node)" in err, err
 
 
 def test_failure_on_a_non_master_node_ends_the_job_everywhere(jobs):
@@ -189,7 +187,7 @@ def test_interrupt_on_one_agent_ends_the_job_everywhere(jobs, tmp_path):
     procs[1].send_signal(signal.SIGINT)
     for rc, out, err in finish(procs):
         assert rc == 130, err
-        assert "node 1 (" in err and "received SIGINT" in err or "ddplaunch received SIGINT" in err
+        assert ("node 1 (" in err and "received SIGINT" in err) or "ddplaunch received SIGINT" in err
 
 
 def test_success_waits_for_the_slowest_node(jobs):

@@ -1,6 +1,5 @@
 """Worker output: whole lines, prefixes, no loss, files, filters."""
 import collections
-import json
 import os
 import re
 

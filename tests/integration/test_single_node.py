@@ -1,23 +1,12 @@
 """The single-node launcher, driven as a user would: the built binary and real processes."""
 import json
 import os
-import re
 import signal
-import subprocess
 import sys
 
 import pytest
 
-from conftest import WORKER, processes_with_marker, read_until, wait_until, worker
-
-
-def env_lines(stdout):
-    by_rank = {}
-    for line in stdout.splitlines():
-        m = re.match(r"^\[rank (\d+)\]: (\{.*\})$", line)
-        if m:
-            by_rank[int(m.group(1))] = json.loads(m.group(2))
-    return by_rank
+from conftest import WORKER, env_lines, processes_with_marker, read_until, wait_until, worker
 
 
 def test_every_rank_gets_torch_environment(jobs):
