@@ -30,6 +30,24 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 constexpr size_t k_read_chunk = 64 * 1024;
+
+// This program image's peak resident set (VmHWM). getrusage's ru_maxrss is not
+// it: that also keeps the peak of the image before execve, which for a
+// launcher started by Python is Python's whole RSS, shared by the fork.
+long peak_rss_kib() {
+  char buf[4096];
+  posix::Fd fd(open("/proc/self/status", O_RDONLY | O_CLOEXEC));
+  ssize_t n = fd ? read(fd.get(), buf, sizeof(buf) - 1) : -1;
+  if (n > 0) {
+    buf[n] = '\0';
+    if (const char* hwm = std::strstr(buf, "VmHWM:")) {
+      return std::strtol(hwm + 6, nullptr, 10);
+    }
+  }
+  rusage usage = {};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
 // How long to wait for output pipes to close after every worker has ended.
 constexpr auto k_drain_timeout = std::chrono::seconds(2);
 
@@ -72,7 +90,8 @@ struct Agent::Impl {
   std::optional<JobVerdict> verdict;
   posix::Fd epoll;
   std::array<char, k_read_chunk> buffer;
-  std::string console_out;
+  std::string prefix_text;  // the prefix for the lines of the chunk being written
+  LineBatch batch;
   bool console_ok[3] = {true, true, true};
   double start_time = 0;
   std::string log_dir;
@@ -93,7 +112,8 @@ struct Agent::Impl {
   enum class ReadResult { k_data, k_empty, k_eof };
   ReadResult read_stream(size_t index);
   void close_stream(size_t index);
-  void write_console(int fd, std::string_view data);
+  // Writes the batched lines to the console fd 1 or 2, and empties the batch.
+  void flush_console(int fd);
   void drain_worker(int worker);
   void apply(const Supervisor::Actions& actions);
   void handle_exit(pid_t pid, const ExitInfo& info);
@@ -171,13 +191,12 @@ void Agent::Impl::start_workers() {
   }
 }
 
-void Agent::Impl::write_console(int fd, std::string_view data) {
-  if (data.empty() || !console_ok[fd]) {
-    return;
-  }
-  if (!posix::write_all(fd, data)) {
+void Agent::Impl::flush_console(int fd) {
+  if (!batch.empty() && console_ok[fd] &&
+      !posix::write_all(fd, batch.data())) {
     console_ok[fd] = false;  // e.g. `ddplaunch ... | head`: keep running, stop printing
   }
+  batch.clear();
 }
 
 // Reads one chunk: k_data, k_empty (nothing to read now) or k_eof.
@@ -200,19 +219,21 @@ Agent::Impl::ReadResult Agent::Impl::read_stream(size_t index) {
   }
   Worker& w = workers[static_cast<size_t>(s.worker)];
   if (s.to_console || s.is_err) {
-    const std::time_t now = std::time(nullptr);
-    console_out.clear();
+    const int out_fd = s.is_err ? 2 : 1;
+    prefix_text.clear();
+    w.prefix.append_to(prefix_text, std::time(nullptr));
     s.splitter.feed(data, [&](std::string_view line) {
       if (s.is_err) {
         w.stderr_tail.push(line);
       }
       if (s.to_console) {
-        w.prefix.append_to(console_out, now);
-        console_out.append(line);
-        console_out.push_back('\n');
+        batch.add(prefix_text, line);
+        if (batch.must_flush()) {
+          flush_console(out_fd);
+        }
       }
     });
-    write_console(s.is_err ? 2 : 1, console_out);
+    flush_console(out_fd);
   }
   return ReadResult::k_data;
 }
@@ -223,18 +244,18 @@ void Agent::Impl::close_stream(size_t index) {
     return;
   }
   Worker& w = workers[static_cast<size_t>(s.worker)];
-  console_out.clear();
+  const int out_fd = s.is_err ? 2 : 1;
   s.splitter.finish([&](std::string_view line) {
     if (s.is_err) {
       w.stderr_tail.push(line);
     }
     if (s.to_console) {
-      w.prefix.append_to(console_out, std::time(nullptr));
-      console_out.append(line);
-      console_out.push_back('\n');
+      prefix_text.clear();
+      w.prefix.append_to(prefix_text, std::time(nullptr));
+      batch.add(prefix_text, line);
+      flush_console(out_fd);
     }
   });
-  write_console(s.is_err ? 2 : 1, console_out);
   epoll_ctl(epoll.get(), EPOLL_CTL_DEL, s.fd.get(), nullptr);
   s.fd.close();
   s.file.close();
@@ -462,9 +483,7 @@ JobSummary Agent::Impl::run() {
     summary.reason = StopReason::k_remote;
   }
   summary.ranks = link != nullptr ? link->finish(local) : local;
-  rusage usage = {};
-  getrusage(RUSAGE_SELF, &usage);
-  summary.launcher_max_rss_kib = usage.ru_maxrss;
+  summary.launcher_max_rss_kib = peak_rss_kib();
   return summary;
 }
 

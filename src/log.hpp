@@ -1,31 +1,44 @@
 // The launcher's own messages, on stderr, through spdlog. Private to src/:
-// public headers never include spdlog.
+// public headers never include spdlog, and only log.cpp does, so the
+// header-only build of spdlog is compiled once.
 #pragma once
 
-#include <spdlog/spdlog.h>
+#include <fmt/format.h>
 
 #include <string_view>
 
 namespace ddplaunch::log {
 
+enum class Level { debug, info, warn, error };
+
 // Sets the level (trace|debug|info|warn|error|off) and the "ddplaunch: " format.
 void setup(std::string_view level);
 
+bool enabled(Level level);
+void write(Level level, std::string_view message);
+
 template <typename... Args>
-void debug(spdlog::format_string_t<Args...> fmt, Args&&... args) {
-  spdlog::debug(fmt, std::forward<Args>(args)...);
+void emit(Level level, fmt::format_string<Args...> format, Args&&... args) {
+  if (enabled(level)) {
+    write(level, fmt::format(format, std::forward<Args>(args)...));
+  }
+}
+
+template <typename... Args>
+void debug(fmt::format_string<Args...> format, Args&&... args) {
+  emit(Level::debug, format, std::forward<Args>(args)...);
 }
 template <typename... Args>
-void info(spdlog::format_string_t<Args...> fmt, Args&&... args) {
-  spdlog::info(fmt, std::forward<Args>(args)...);
+void info(fmt::format_string<Args...> format, Args&&... args) {
+  emit(Level::info, format, std::forward<Args>(args)...);
 }
 template <typename... Args>
-void warn(spdlog::format_string_t<Args...> fmt, Args&&... args) {
-  spdlog::warn(fmt, std::forward<Args>(args)...);
+void warn(fmt::format_string<Args...> format, Args&&... args) {
+  emit(Level::warn, format, std::forward<Args>(args)...);
 }
 template <typename... Args>
-void error(spdlog::format_string_t<Args...> fmt, Args&&... args) {
-  spdlog::error(fmt, std::forward<Args>(args)...);
+void error(fmt::format_string<Args...> format, Args&&... args) {
+  emit(Level::error, format, std::forward<Args>(args)...);
 }
 
 }  // namespace ddplaunch::log

@@ -1,5 +1,8 @@
 #include "ddplaunch/output.hpp"
 
+#include <cstring>
+#include <algorithm>
+#include <memory>
 #include <string>
 
 namespace ddplaunch {
@@ -50,14 +53,36 @@ void LinePrefix::append_to(std::string& out, std::time_t now) const {
   }
 }
 
+void LineBatch::add(std::string_view prefix, std::string_view line) {
+  const size_t need = prefix.size() + line.size() + 1;
+  if (m_size + need > m_capacity) {
+    size_t cap = std::max(m_capacity * 2, m_size + need);
+    auto bigger = std::make_unique_for_overwrite<char[]>(cap);
+    std::memcpy(bigger.get(), m_buf.get(), m_size);
+    m_buf = std::move(bigger);
+    m_capacity = cap;
+  }
+  char* p = m_buf.get() + m_size;
+  std::memcpy(p, prefix.data(), prefix.size());
+  std::memcpy(p + prefix.size(), line.data(), line.size());
+  p[prefix.size() + line.size()] = '\n';
+  m_size += need;
+}
+
 void TailBuffer::push(std::string_view line) {
   if (m_max_lines == 0) {
     return;
   }
+  line = line.substr(0, m_max_line_bytes);
   if (m_lines.size() == m_max_lines) {
+    // Reuse the oldest line's storage: no allocation per line of a stderr flood.
+    std::string oldest = std::move(m_lines.front());
     m_lines.pop_front();
+    oldest.assign(line);
+    m_lines.push_back(std::move(oldest));
+  } else {
+    m_lines.emplace_back(line);
   }
-  m_lines.emplace_back(line.substr(0, m_max_line_bytes));
 }
 
 }  // namespace ddplaunch

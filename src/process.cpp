@@ -51,27 +51,50 @@ Prepared prepare(const WorkerSpec& spec) {
   return p;
 }
 
-// Runs in the forked child: only async-signal-safe calls, then exec.
+// Runs in the vfork()ed child, which shares the launcher's memory and stack
+// until it calls execve or _exit: only async-signal-safe calls, no
+// allocation, and nothing written to memory except *child_errno.
 [[noreturn]] void exec_child(const Prepared& p, pid_t parent, int stdin_fd, int out_fd,
-                             int err_fd, int report_fd) {
+                             int err_fd, volatile int* child_errno) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) {
     _exit(127);  // the launcher died before prctl took effect
   }
-  int err = 0;
   if ((stdin_fd != 0 && dup2(stdin_fd, 0) < 0) || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) {
-    err = errno;
-  } else {
-    // Everything above 2 closes on exec, including fds the launcher inherited.
-    syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
-    posix::reset_signals_for_child();
-    execve(p.path.c_str(), p.argv.data(), p.envp.data());
-    err = errno;
+    *child_errno = errno;
+    _exit(127);
   }
-  ssize_t ignored = write(report_fd, &err, sizeof(err));
-  (void)ignored;
+  // Everything above 2 closes on exec, including fds the launcher inherited.
+  syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+  posix::reset_signals_for_child();
+  execve(p.path.c_str(), p.argv.data(), p.envp.data());
+  *child_errno = errno;
   _exit(127);
+}
+
+// vfork(): the parent sleeps until the child has exec'd (or failed to), so the
+// exec error is known on return, and no page tables are copied: launching is
+// as cheap as posix_spawn, which cannot set PR_SET_PDEATHSIG. Returns the pid,
+// or -1 with the child's errno in *exec_errno (the child is reaped).
+pid_t vfork_exec(const Prepared& p, pid_t parent, int stdin_fd, int out_fd, int err_fd,
+                 int* exec_errno) {
+  volatile int child_errno = 0;
+  pid_t pid = vfork();
+  if (pid == 0) {
+    exec_child(p, parent, stdin_fd, out_fd, err_fd, &child_errno);
+  }
+  if (pid < 0) {
+    posix::throw_errno("vfork");
+  }
+  if (child_errno != 0) {
+    *exec_errno = child_errno;
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return -1;
+  }
+  return pid;
 }
 
 void kill_and_reap(const std::vector<SpawnedWorker>& started) {
@@ -130,39 +153,22 @@ std::vector<SpawnedWorker> spawn_workers(const std::vector<WorkerSpec>& workers)
   }
   const pid_t self = getpid();
   std::vector<SpawnedWorker> started;
-  std::vector<posix::Fd> reports;
   started.reserve(workers.size());
   try {
     for (size_t i = 0; i < workers.size(); ++i) {
       auto out = posix::make_pipe();
       auto err = posix::make_pipe();
-      auto report = posix::make_pipe();
       int stdin_fd = workers[i].inherit_stdin ? 0 : devnull.get();
-      pid_t pid = fork();
+      int exec_errno = 0;
+      pid_t pid = vfork_exec(prepared[i], self, stdin_fd, out.write.get(), err.write.get(),
+                             &exec_errno);
       if (pid < 0) {
-        posix::throw_errno("fork");
+        throw SpawnError("cannot execute '" + workers[i].argv.at(0) +
+                         "': " + std::strerror(exec_errno));
       }
-      if (pid == 0) {
-        exec_child(prepared[i], self, stdin_fd, out.write.get(), err.write.get(),
-                   report.write.get());
-      }
-      setpgid(pid, pid);  // also in the parent, so a kill(-pid) right away finds the group
       posix::set_nonblocking(out.read.get());
       posix::set_nonblocking(err.read.get());
       started.push_back(SpawnedWorker{pid, out.read.release(), err.read.release()});
-      reports.push_back(std::move(report.read));
-    }
-    // All forked; now learn which exec calls failed (EOF = exec succeeded).
-    for (size_t i = 0; i < reports.size(); ++i) {
-      int child_errno = 0;
-      ssize_t n;
-      do {
-        n = read(reports[i].get(), &child_errno, sizeof(child_errno));
-      } while (n < 0 && errno == EINTR);
-      if (n == static_cast<ssize_t>(sizeof(child_errno))) {
-        std::string program = workers[i].argv.at(0);
-        throw SpawnError("cannot execute '" + program + "': " + std::strerror(child_errno));
-      }
     }
   } catch (...) {
     kill_and_reap(started);
@@ -194,6 +200,11 @@ std::optional<std::pair<pid_t, ExitInfo>> reap_any() {
 void become_subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
 
 int kill_stray_children() {
+  // No child at all (the usual case): skip the /proc scan.
+  siginfo_t info = {};
+  if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD) {
+    return 0;
+  }
   const pid_t self = getpid();
   int killed = 0;
   DIR* dir = opendir("/proc");

@@ -190,7 +190,8 @@ std::optional<std::string> StoreClient::get(const std::string& key, Duration tim
 int64_t StoreClient::add(const std::string& key, int64_t delta) {
   auto e = request(Op::k_add);
   e.bytes(key).i64(delta);
-  return protocol::Decoder(*m_impl->call(e, Duration(0))).i64();
+  const std::string body = *m_impl->call(e, Duration(0));
+  return protocol::Decoder(body).i64();
 }
 
 std::string StoreClient::compare_set(const std::string& key,
@@ -207,7 +208,8 @@ std::string StoreClient::compare_set(const std::string& key,
 bool StoreClient::remove(const std::string& key) {
   auto e = request(Op::k_delete);
   e.bytes(key);
-  return protocol::Decoder(*m_impl->call(e, Duration(0))).u8() != 0;
+  const std::string body = *m_impl->call(e, Duration(0));
+  return protocol::Decoder(body).u8() != 0;
 }
 
 bool StoreClient::wait(const std::vector<std::string>& keys, Duration timeout) {
@@ -220,12 +222,14 @@ bool StoreClient::wait(const std::vector<std::string>& keys, Duration timeout) {
 bool StoreClient::check(const std::vector<std::string>& keys) {
   auto e = request(Op::k_check);
   put_keys(e, keys);
-  return protocol::Decoder(*m_impl->call(e, Duration(0))).u8() != 0;
+  const std::string body = *m_impl->call(e, Duration(0));
+  return protocol::Decoder(body).u8() != 0;
 }
 
 uint64_t StoreClient::num_keys() {
   auto e = request(Op::k_num_keys);
-  return protocol::Decoder(*m_impl->call(e, Duration(0))).u64();
+  const std::string body = *m_impl->call(e, Duration(0));
+  return protocol::Decoder(body).u64();
 }
 
 std::vector<std::optional<std::string>> StoreClient::multi_get(

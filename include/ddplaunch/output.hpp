@@ -7,6 +7,7 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -54,6 +55,26 @@ class LinePrefix {
  private:
   // Fixed text between {time} fields: text, time, text, time, ..., text.
   std::deque<std::string> m_parts;
+};
+
+// Prefixed lines gathered for one write: the console gets one write() per
+// batch rather than one per line. Grows as needed (a line is at most the
+// LineSplitter's bound plus its prefix); flush when must_flush() says so.
+class LineBatch {
+ public:
+  static constexpr size_t k_flush_bytes = 128 * 1024;
+
+  // Appends prefix + line + "\n".
+  void add(std::string_view prefix, std::string_view line);
+  bool must_flush() const { return m_size >= k_flush_bytes; }
+  bool empty() const { return m_size == 0; }
+  std::string_view data() const { return {m_buf.get(), m_size}; }
+  void clear() { m_size = 0; }
+
+ private:
+  std::unique_ptr<char[]> m_buf;
+  size_t m_size = 0;
+  size_t m_capacity = 0;
 };
 
 // The last few lines of a stream (for failure reports), bounded in count

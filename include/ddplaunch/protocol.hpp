@@ -68,7 +68,9 @@ class Encoder {
 // Reads one frame body; every getter throws ProtocolError past the end.
 class Decoder {
  public:
+  // Decoder keeps a view: the body must outlive it (a temporary cannot).
   explicit Decoder(std::string_view body) : m_rest(body) {}
+  explicit Decoder(std::string&& body) = delete;
   uint8_t u8();
   uint16_t u16();
   uint32_t u32();

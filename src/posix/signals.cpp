@@ -42,15 +42,14 @@ std::optional<int> SignalFd::read_one() {
 }
 
 void reset_signals_for_child() {
-  // Async-signal-safe: only sigaction/sigprocmask. Handlers are reset by exec
-  // anyway; ignored signals (SIGPIPE) would be inherited, so reset them all.
+  // Async-signal-safe. Caught signals are reset by exec itself; ignored ones
+  // stay ignored (what nohup relies on), except those the launcher ignores for
+  // itself: SIGPIPE, and SIGXFSZ for symmetry with Python's subprocess, which
+  // torchrun uses. Then the mask: empty, as if no SignalFd had blocked anything.
   struct sigaction dfl = {};
   dfl.sa_handler = SIG_DFL;
-  for (int s = 1; s < NSIG; ++s) {
-    if (s != SIGKILL && s != SIGSTOP) {
-      sigaction(s, &dfl, nullptr);
-    }
-  }
+  sigaction(SIGPIPE, &dfl, nullptr);
+  sigaction(SIGXFSZ, &dfl, nullptr);
   sigset_t empty;
   sigemptyset(&empty);
   sigprocmask(SIG_SETMASK, &empty, nullptr);

@@ -28,8 +28,9 @@ class SignalFd {
   sigset_t m_old_mask;
 };
 
-// The signal mask that was in force before any SignalFd blocked signals;
-// children start with an empty mask and default dispositions.
+// For a child between fork and exec: an empty signal mask, and SIGPIPE and
+// SIGXFSZ back to their default actions (the launcher ignores SIGPIPE).
+// Other dispositions are inherited, as exec would have them.
 void reset_signals_for_child();
 
 }  // namespace ddplaunch::posix

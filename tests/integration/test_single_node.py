@@ -176,6 +176,22 @@ def test_workers_inherit_only_stdio(jobs):
     assert sorted(r.stdout.splitlines()) == ["[rank 0]: fds 0 1 2", "[rank 1]: fds 0 1 2"]
 
 
+def test_workers_get_default_sigpipe_and_keep_inherited_ignores(jobs):
+    # The launcher ignores SIGPIPE for itself; workers must not inherit that, or a
+    # worker piping into `head` would never die. A SIGHUP ignored by the user's
+    # shell (nohup) stays ignored, as exec would leave it.
+    def ignore_hup():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    r = jobs.run(["--nproc-per-node", 2, "--no-prefix", "--", "grep", "^SigIgn", "/proc/self/status"],
+                 preexec_fn=ignore_hup)
+    assert r.returncode == 0, r.stderr
+    masks = [int(line.split()[1], 16) for line in r.stdout.splitlines()]
+    assert len(masks) == 2
+    for mask in masks:
+        assert mask & (1 << (signal.SIGHUP - 1)), "inherited SIG_IGN for SIGHUP was reset"
+        assert not mask & (1 << (signal.SIGPIPE - 1)), "the launcher's SIG_IGN for SIGPIPE leaked"
+
+
 def test_stdin_goes_to_local_rank_zero_only(jobs):
     r = jobs.run(["--nproc-per-node", 2, "--", *worker("cat", "out=eof")], input="hello\nworld\n")
     assert r.returncode == 0

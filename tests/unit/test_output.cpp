@@ -105,5 +105,44 @@ TEST(TailBuffer, KeepsTheLastLinesBounded) {
   EXPECT_EQ(t.lines()[2], "four-");
 }
 
+TEST(TailBuffer, KeepsOnlyTheNewestAfterManyLines) {
+  TailBuffer t(2, 100);
+  for (int i = 0; i < 1000; ++i) {
+    t.push("line " + std::to_string(i));
+  }
+  ASSERT_EQ(t.lines().size(), 2u);
+  EXPECT_EQ(t.lines()[0], "line 998");
+  EXPECT_EQ(t.lines()[1], "line 999");
+}
+
+TEST(LineBatch, GathersPrefixedLinesInOrder) {
+  LineBatch b;
+  EXPECT_TRUE(b.empty());
+  b.add("[rank 0]: ", "hello");
+  b.add("", "");
+  b.add("[rank 1]: ", "world");
+  EXPECT_EQ(b.data(), "[rank 0]: hello\n\n[rank 1]: world\n");
+  b.clear();
+  EXPECT_TRUE(b.empty());
+  b.add("p ", "again");
+  EXPECT_EQ(b.data(), "p again\n");
+}
+
+TEST(LineBatch, AsksForAFlushOnceBigAndKeepsEverythingWhenGrowing) {
+  LineBatch b;
+  const std::string line(1000, 'x');
+  size_t lines = 0;
+  while (!b.must_flush()) {
+    b.add("r: ", line);
+    ++lines;
+  }
+  EXPECT_EQ(lines, LineBatch::k_flush_bytes / 1004 + 1);
+  const std::string big(LineSplitter::k_default_max_line, 'y');  // longer than what is left
+  b.add("r: ", big);
+  EXPECT_EQ(b.data().size(), lines * 1004 + big.size() + 4);
+  EXPECT_EQ(b.data().substr(b.data().size() - 5), "yyyy\n");
+  EXPECT_EQ(b.data().substr(0, 4), "r: x");
+}
+
 }  // namespace
 }  // namespace ddplaunch
