@@ -36,10 +36,9 @@ case "$mode" in
     }
     run_node 1 &
     node1=$!
-    run_node 0
-    rc0=$?
-    wait "$node1"
-    rc1=$?
+    rc0=0 rc1=0
+    run_node 0 || rc0=$?
+    wait "$node1" || rc1=$?
     echo "quickstart: node 0 exited $rc0, node 1 exited $rc1"
     exit $((rc0 || rc1))
     ;;

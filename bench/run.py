@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
 """Side-by-side benchmarks for ddplaunch (results go in docs/PERFORMANCE.md).
 
-    /usr/bin/python3 bench/run.py [--build build] [--repeat 5] [--quick]
+    /usr/bin/python3 bench/run.py [--build build] [--repeat 7] [--quick]
 
 1. Launch: N workers of /bin/true: spawn floor (posix_spawn + wait), ddplaunch,
    mpirun --oversubscribe, torchrun (via torchrun_fixed.py).
-2. ddplaunch's own peak RSS (from --summary-json) for that launch.
+2. Peak RSS of each launcher for that launch (bench/peak_rss), and ddplaunch's
+   own VmHWM from --summary-json.
 3. Output throughput: 4 workers each writing BYTES of lines, straight to
-   /dev/null vs through ddplaunch (prefixing every line) to /dev/null.
-4. Multi-node: rendezvous + launch + exit for A agents x 4 workers on loopback,
+   /dev/null, each into its own `cat`, through ddplaunch (prefixed and not),
+   mpirun and torchrun --tee 3.
+4. Store throughput: set/get/add ops per second with 1, 16 and 256 clients,
+   ddplaunch's store vs PyTorch's TCPStore.
+5. Multi-node: rendezvous + launch + exit for A agents x 4 workers on loopback,
    ddplaunch vs torchrun (static rendezvous, one torchrun per node).
-5. Failure propagation: rank on node 1 exits 7, all others sleep; time until
-   every launcher has exited, and their exit codes.
+6. Failure propagation: rank on node 1 exits 7, all others sleep; time from
+   that exit until every launcher has exited, and their exit codes.
 """
 import argparse
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -33,76 +38,196 @@ def free_port():
         return s.getsockname()[1]
 
 
-def timed(cmd, repeat, **kw):
-    times = []
+def timed(cmd, repeat, timeout=60, **kw):
+    """Median wall time of `repeat` runs; None if any run fails. Runs that
+    exceed `timeout` are killed and counted as hangs, not as times."""
+    times, hangs = [], 0
     for _ in range(repeat):
         t = time.perf_counter()
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True, **kw)
         try:
-            r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, **kw)
+            code = p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            return None
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            hangs += 1
+            continue
         times.append(time.perf_counter() - t)
-        if r.returncode != 0:
-            return None
-    return statistics.median(times)
+        if code != 0:
+            return None, hangs
+    return (statistics.median(times) if times else None), hangs
 
 
-def row(name, value, base, unit="s"):
+def row(name, result, base):
+    value, hangs = result
+    note = f" ({hangs} of the runs hung and were killed)" if hangs else ""
     if value is None:
-        print(f"| {name} | failed | |")
+        print(f"| {name} | failed{note} | |")
     else:
-        print(f"| {name} | {value:.4f} {unit} | {value / base:.2f}x |")
+        print(f"| {name} | {value:.4f} s{note} | {value / base:.2f}x |")
+
+
+def peak_rss_mib(args, cmd, tries=3):
+    """Peak RSS (MiB) of the largest process of `cmd`'s tree, via bench/peak_rss.
+    A run that hangs (mpirun, see bench_launch) is killed with its whole session
+    and tried again."""
+    tool = os.path.join(args.build, "bench", "peak_rss")
+    for _ in range(tries):
+        with tempfile.NamedTemporaryFile(mode="r", suffix=".rss") as out:
+            p = subprocess.Popen([tool, out.name, *cmd], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                continue
+            text = out.read().strip()
+            if text:
+                return int(text) / 1024
+    return None
 
 
 def bench_launch(args, ddp, floor):
     n = args.nproc
     print(f"\n### Launch {n} x /bin/true (median of {args.repeat})\n")
     print("| launcher | wall time | vs floor |\n|---|---|---|")
-    base = timed([floor, str(n), "/bin/true"], args.repeat)
-    row("posix_spawn floor", base, base)
-    row("ddplaunch", timed([ddp, "--nproc-per-node", str(n), "--", "/bin/true"], args.repeat), base)
-    row("mpirun --oversubscribe", timed(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n),
-                                         "/bin/true"], args.repeat), base)
-    row("torchrun", timed([TORCH_PY, os.path.join(HERE, "torchrun_fixed.py"), "--nproc_per_node", str(n),
-                           "--no_python", "/bin/true"], max(1, args.repeat // 2)), base)
+    base, _ = timed([floor, str(n), "/bin/true"], args.repeat)
+    row("posix_spawn floor", (base, 0), base)
+    launchers = {
+        "ddplaunch": [ddp, "--nproc-per-node", str(n), "--", "/bin/true"],
+        "mpirun --oversubscribe": ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n),
+                                   "/bin/true"],
+        "torchrun": [TORCH_PY, os.path.join(HERE, "torchrun_fixed.py"), "--nproc_per_node", str(n),
+                     "--no_python", "/bin/true"],
+    }
+    row("ddplaunch", timed(launchers["ddplaunch"], args.repeat), base)
+    # Open MPI 4.1 sometimes hangs after fast-exiting non-MPI programs
+    # (open-mpi/ompi#10586 and friends): such runs are killed and counted.
+    row("mpirun --oversubscribe", timed(launchers["mpirun --oversubscribe"], args.repeat, timeout=10), base)
+    row("torchrun", timed(launchers["torchrun"], max(1, args.repeat // 2)), base)
+
+    print(f"\n### Peak RSS launching {n} x /bin/true\n")
+    print("| launcher | peak RSS (largest process of the tree, wait4) |\n|---|---|")
+    for name, cmd in launchers.items():
+        mib = peak_rss_mib(args, cmd)
+        print(f"| {name} | {'failed' if mib is None else f'{mib:.1f} MiB'} |")
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         subprocess.run([ddp, "--nproc-per-node", str(n), "--summary-json", f.name, "--", "/bin/true"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         rss = json.load(open(f.name))["launcher_max_rss_kib"]
-    print(f"\nddplaunch peak RSS (getrusage, launching {n}): {rss / 1024:.2f} MiB (target <= 8 MiB)")
+    print(f"\nddplaunch's own VmHWM (--summary-json launcher_max_rss_kib): {rss / 1024:.2f} MiB "
+          f"(target <= 8 MiB)")
 
 
 def bench_throughput(args, ddp, worker):
     size = args.bytes
-    print(f"\n### Output throughput: 4 workers x {size / 1e6:.0f} MB of 100-byte lines\n")
-    t = time.perf_counter()
-    procs = [subprocess.Popen([worker, f"flood={size}"], stdout=subprocess.DEVNULL,
-                              env={**os.environ, "RANK": str(i)}) for i in range(4)]
-    for p in procs:
-        p.wait()
-    direct = time.perf_counter() - t
-    t = time.perf_counter()
-    subprocess.run([ddp, "--nproc-per-node", "4", "--", worker, f"flood={size}"],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    through = time.perf_counter() - t
     total = 4 * size / 1e6
-    print("| path | time | MB/s | vs direct |\n|---|---|---|---|")
-    print(f"| workers -> /dev/null | {direct:.3f} s | {total / direct:.0f} | 100% |")
-    print(f"| workers -> ddplaunch (prefixed) -> /dev/null | {through:.3f} s | {total / through:.0f} | "
-          f"{100 * direct / through:.0f}% |")
+    print(f"\n### Output throughput: 4 workers x {size / 1e6:.0f} MB of 100-byte lines "
+          f"(median of {args.tp_repeat})\n")
+    w = f"{worker} flood={size}"
+    rows = [
+        ("workers -> /dev/null (the issue's baseline)",
+         ["bash", "-c", f"for i in 0 1 2 3; do {w} > /dev/null & done; wait"]),
+        ("each worker -> its own pipe -> cat -> /dev/null (pipe floor)",
+         ["bash", "-c", f"for i in 0 1 2 3; do {w} | cat > /dev/null & done; wait"]),
+        ("ddplaunch (prefixed, the default)", [ddp, "--nproc-per-node", "4", "--", worker, f"flood={size}"]),
+        ("ddplaunch --no-prefix", [ddp, "--nproc-per-node", "4", "--no-prefix", "--", worker, f"flood={size}"]),
+        ("mpirun (I/O forwarding)", ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4",
+                                     worker, f"flood={size}"]),
+        ("mpirun --tag-output (prefixed)", ["mpirun", "--allow-run-as-root", "--oversubscribe",
+                                            "--tag-output", "-np", "4", worker, f"flood={size}"]),
+        ("torchrun --tee 3 (prefixed)", [TORCH_PY, os.path.join(HERE, "torchrun_fixed.py"),
+                                         "--nproc_per_node", "4", "--tee", "3", "--no_python",
+                                         worker, f"flood={size}"]),
+    ]
+    print("| path | time | MB/s | vs /dev/null | vs pipe floor |\n|---|---|---|---|---|")
+    results = {}
+    for name, cmd in rows:
+        slow = not name.startswith(("workers", "each", "ddplaunch"))
+        value, hangs = timed(cmd, 1 if slow else args.tp_repeat, timeout=600)
+        results[name] = value
+        direct, floor_ = results[rows[0][0]], results.get(rows[1][0]) or value
+        if value is None:
+            print(f"| {name} | failed | | | |")
+        else:
+            print(f"| {name} | {value:.3f} s | {total / value:.0f} | {100 * direct / value:.0f}% | "
+                  f"{100 * floor_ / value:.0f}% |")
+
+
+def bench_store(args):
+    print(f"\n### Store throughput: operations per second, {args.store_seconds:.1f} s per cell\n")
+    print("Every ddplaunch operation waits for the server's answer. TCPStore's set()\n"
+          "does not (it is sent and forgotten), and its clients run in Python threads.\n")
+    ours = [os.path.join(args.build, "bench", "store_bench")]
+    theirs = [TORCH_PY, os.path.join(HERE, "store_torch.py")]
+    print("| op | clients | ddplaunch store | TCPStore (torch 1.13) | ratio |\n|---|---|---|---|---|")
+    servers = {}
+    try:
+        for name, cmd in (("ours", ours), ("torch", theirs)):
+            p = subprocess.Popen([*cmd, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            servers[name] = (p, int(p.stdout.readline()))
+        for op in ("set", "get", "add"):
+            for clients in args.store_clients:
+                got = {}
+                for name, cmd in (("ours", ours), ("torch", theirs)):
+                    r = subprocess.run([*cmd, "run", str(servers[name][1]), str(clients),
+                                        str(args.store_seconds), op],
+                                       capture_output=True, text=True, timeout=300)
+                    got[name] = float(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
+                o, t = got["ours"], got["torch"]
+                ratio = f"{o / t:.1f}x" if o and t else ""
+                fmt = lambda v: "failed" if v is None else f"{v:,.0f}"
+                print(f"| {op} | {clients} | {fmt(o)} | {fmt(t)} | {ratio} |")
+    finally:
+        for p, _ in servers.values():
+            p.stdin.close()
+            p.wait(timeout=30)
+
+
+def alarm(*_):
+    raise TimeoutError  # ends the os.wait() in run_agents (PEP 475 would retry it)
 
 
 def run_agents(cmds, timeout=600):
+    """Starts every agent at once, each in its own session; waits for all.
+    Returns (seconds until the last exited, exit codes, wall-clock exit times).
+    Whatever an agent left running in its session (or all of it, on timeout)
+    is killed afterwards."""
     t = time.perf_counter()
-    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in cmds]
-    codes = []
+    deadline = time.monotonic() + timeout
+    procs = [subprocess.Popen(c, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True) for c in cmds]
+    index = {p.pid: i for i, p in enumerate(procs)}
+    codes, ends = ["timeout"] * len(procs), [float("nan")] * len(procs)
+    pending = set(index)
+    while pending and time.monotonic() < deadline:
+        # Blocking wait for any of them: exact exit times, no polling interval.
+        signal.setitimer(signal.ITIMER_REAL, max(0.001, deadline - time.monotonic()))
+        try:
+            pid, status = os.wait()
+        except TimeoutError:
+            break
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        if pid in pending:
+            pending.discard(pid)
+            codes[index[pid]] = os.waitstatus_to_exitcode(status)
+            ends[index[pid]] = time.time()
+            procs[index[pid]].returncode = codes[index[pid]]
+    elapsed = time.perf_counter() - t
     for p in procs:
         try:
-            codes.append(p.wait(timeout=timeout))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            codes.append("timeout")
-    return time.perf_counter() - t, codes
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if p.pid in pending:
+            try:
+                os.waitpid(p.pid, 0)
+            except ChildProcessError:
+                pass
+    return elapsed, codes, ends
 
 
 def ddp_agents(ddp, nodes, nproc, program):
@@ -122,23 +247,34 @@ def bench_multinode(args, ddp, worker):
     print("\n### Multi-node: rendezvous + launch + exit, A agents x 4 workers of /bin/true on loopback\n")
     print("| agents | ddplaunch | torchrun (static) | ratio |\n|---|---|---|---|")
     for nodes in args.agents:
-        d, dc = run_agents(ddp_agents(ddp, nodes, 4, ["/bin/true"]))
+        d, dc, _ = run_agents(ddp_agents(ddp, nodes, 4, ["/bin/true"]))
         if nodes <= args.torch_max_agents:
-            t, tc = run_agents(torch_agents(nodes, 4, ["/bin/true"]))
+            t, tc, _ = run_agents(torch_agents(nodes, 4, ["/bin/true"]))
             tt = f"{t:.2f} s (exit codes {sorted(set(map(str, tc)))})"
             ratio = f"{t / d:.1f}x faster"
         else:
             tt, ratio = "not run (memory: ~235 MiB per torchrun)", ""
         print(f"| {nodes} | {d:.2f} s (exit codes {sorted(set(map(str, dc)))}) | {tt} | {ratio} |")
 
-    print("\n### Failure propagation: 2 nodes x 2 workers, rank 3 (node 1) exits 7, others sleep 300 s\n")
-    prog = [worker, "@3:sleep=1", "@3:exit=7", "sleep=300"]
-    d, dc = run_agents(ddp_agents(ddp, 2, 2, prog))
-    print("| launcher | time until every launcher exited | exit codes (node 0, node 1) |\n|---|---|---|")
-    print(f"| ddplaunch | {d - 1:.3f} s after the failure | {dc} |")
-    if not args.quick:
-        t, tc = run_agents(torch_agents(2, 2, prog), timeout=120)
-        print(f"| torchrun (static) | {t - 1:.1f} s after the failure | {tc} |")
+    print("\n### Failure propagation: 2 nodes x 2 workers, rank 3 (node 1) exits 7, others sleep 60 s\n")
+    print("Measured from the failing worker's exit (the mtime of a file it creates just\n"
+          "before exiting) to each launcher's exit.\n")
+    print("| launcher | node 0 exited after | node 1 exited after | exit codes (node 0, node 1) |\n"
+          "|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as marks:
+        prog = [worker, "@3:sleep=1", f"@3:ready={marks}", "@3:exit=7", "sleep=60"]
+        launches = [("ddplaunch", lambda: ddp_agents(ddp, 2, 2, prog), 60)]
+        if not args.quick:
+            launches.append(("torchrun (static)", lambda: torch_agents(2, 2, prog), 150))
+        for name, make, timeout in launches:
+            mark = os.path.join(marks, "ready.3")
+            if os.path.exists(mark):
+                os.unlink(mark)
+            _, codes, ends = run_agents(make(), timeout=timeout)
+            failed_at = os.stat(mark).st_mtime if os.path.exists(mark) else float("nan")
+            after = [f"{end - failed_at:.3f} s" if code != "timeout" else f"still running at {timeout} s"
+                     for code, end in zip(codes, ends)]
+            print(f"| {name} | {after[0]} | {after[1]} | {codes} |")
 
 
 def main():
@@ -149,14 +285,20 @@ def main():
     ap.add_argument("--bytes", type=int, default=200_000_000)
     ap.add_argument("--agents", type=int, nargs="*", default=[2, 16, 64])
     ap.add_argument("--torch-max-agents", type=int, default=16)
+    ap.add_argument("--tp-repeat", type=int, default=5)
+    ap.add_argument("--store-clients", type=int, nargs="*", default=[1, 16, 256])
+    ap.add_argument("--store-seconds", type=float, default=2.0)
     ap.add_argument("--quick", action="store_true", help="skip the slow torchrun failure run")
     args = ap.parse_args()
+    signal.signal(signal.SIGALRM, alarm)
+    args.build = os.path.abspath(args.build)
     ddp = os.path.abspath(os.path.join(args.build, "ddplaunch"))
     floor = os.path.abspath(os.path.join(args.build, "bench", "spawn_floor"))
     worker = os.path.abspath(os.path.join(args.build, "tests", "ddplaunch_worker"))
     print(f"machine: {os.cpu_count()} CPUs, {os.uname().sysname} {os.uname().release}")
     bench_launch(args, ddp, floor)
     bench_throughput(args, ddp, worker)
+    bench_store(args)
     bench_multinode(args, ddp, worker)
 
 

@@ -101,14 +101,33 @@ def test_disagreement_ends_rendezvous_on_every_node(jobs, nnodes, extra, fragmen
         assert len([l for l in err.splitlines() if "error" in l]) == 1
 
 
-def test_duplicate_node_rank(jobs):
+def test_duplicate_node_rank_names_both_nodes_by_their_address(jobs):
     port = free_port()
     a = jobs.start(agent_args(port, 3, node_rank=0) + ["--", *worker()])
-    b = jobs.start(agent_args(port, 3, node_rank=1) + ["--", *worker()])
-    c = jobs.start(agent_args(port, 3, node_rank=1) + ["--", *worker()])
+    b = jobs.start(agent_args(port, 3, node_rank=1, extra=["--local-addr", "127.0.0.2"]) + ["--", *worker()])
+    c = jobs.start(agent_args(port, 3, node_rank=1, extra=["--local-addr", "127.0.0.3"]) + ["--", *worker()])
     for rc, out, err in finish([a, b, c]):
         assert rc == 3
         assert "node rank 1 is claimed twice" in err, err
+        assert "127.0.0.2" in err and "127.0.0.3" in err, err
+
+
+def test_eight_agents_master_last_with_distinct_node_addresses(jobs):
+    port = free_port()
+    order = list(range(1, 8))
+    random.shuffle(order)
+    procs = {}
+    for n in order + [0]:  # the store host starts last: the others retry until it is up
+        procs[n] = jobs.start(agent_args(port, 8, 1, n, extra=["--local-addr", f"127.0.0.{n + 1}"])
+                              + ["--", *worker("env")])
+    ranks = {}
+    for n, (rc, out, err) in enumerate(finish([procs[n] for n in range(8)])):
+        assert rc == 0, err
+        envs = env_lines(out)
+        assert list(envs) == [n]
+        ranks.update(envs)
+    assert {e["WORLD_SIZE"] for e in ranks.values()} == {"8"}
+    assert len({e["MASTER_PORT"] for e in ranks.values()}) == 1
 
 
 def test_rendezvous_timeout_names_the_missing_node(jobs):
