@@ -289,6 +289,8 @@ def main():
     ap.add_argument("--store-clients", type=int, nargs="*", default=[1, 16, 256])
     ap.add_argument("--store-seconds", type=float, default=2.0)
     ap.add_argument("--quick", action="store_true", help="skip the slow torchrun failure run")
+    ap.add_argument("--only", nargs="*", choices=["launch", "throughput", "store", "multinode"],
+                    help="run only these sections (default: all)")
     args = ap.parse_args()
     signal.signal(signal.SIGALRM, alarm)
     args.build = os.path.abspath(args.build)
@@ -296,10 +298,14 @@ def main():
     floor = os.path.abspath(os.path.join(args.build, "bench", "spawn_floor"))
     worker = os.path.abspath(os.path.join(args.build, "tests", "ddplaunch_worker"))
     print(f"machine: {os.cpu_count()} CPUs, {os.uname().sysname} {os.uname().release}")
-    bench_launch(args, ddp, floor)
-    bench_throughput(args, ddp, worker)
-    bench_store(args)
-    bench_multinode(args, ddp, worker)
+    sections = {
+        "launch": lambda: bench_launch(args, ddp, floor),
+        "throughput": lambda: bench_throughput(args, ddp, worker),
+        "store": lambda: bench_store(args),
+        "multinode": lambda: bench_multinode(args, ddp, worker),
+    }
+    for name in args.only or sections:
+        sections[name]()
 
 
 if __name__ == "__main__":
