@@ -1,15 +1,72 @@
 #include "ddplaunch/cli.hpp"
 
 #include <CLI/CLI.hpp>
-
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 
 #include "ddplaunch/error.hpp"
 
 namespace ddplaunch {
 
 namespace {
+
+// torchrun reads these environment variables as defaults for its options (it
+// names them PET_<DEST>); Kubeflow's PyTorchJob, for one, sets PET_NNODES,
+// PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR and PET_MASTER_PORT.
+// A flag on the command line wins over its variable.
+struct PetEnv {
+  const char* flag;
+  const char* env;
+};
+constexpr PetEnv k_pet_env[] = {
+    {"--nproc-per-node", "PET_NPROC_PER_NODE"},
+    {"--max-restarts", "PET_MAX_RESTARTS"},
+    {"--nnodes", "PET_NNODES"},
+    {"--node-rank", "PET_NODE_RANK"},
+    {"--master-addr", "PET_MASTER_ADDR"},
+    {"--master-port", "PET_MASTER_PORT"},
+    {"--rdzv-endpoint", "PET_RDZV_ENDPOINT"},
+    {"--rdzv-id", "PET_RDZV_ID"},
+    {"--rdzv-backend", "PET_RDZV_BACKEND"},
+    {"--rdzv-conf", "PET_RDZV_CONF"},
+    {"--monitor-interval", "PET_MONITOR_INTERVAL"},
+    {"--start-method", "PET_START_METHOD"},
+    {"--log-dir", "PET_LOG_DIR"},
+    {"--redirects", "PET_REDIRECTS"},
+    {"--tee", "PET_TEE"},
+    {"--role", "PET_ROLE"},
+    {"--standalone", "PET_STANDALONE"},
+};
+
+std::string pet_env(std::string_view flag) {
+  for (const auto& p : k_pet_env) {
+    if (flag == p.flag) {
+      return p.env;
+    }
+  }
+  return {};
+}
+
+// Appends which variable a bad value came from, when the message is about a
+// flag that was not given on the command line but set through PET_*.
+std::string name_the_variable(std::string message, const std::vector<std::string>& args) {
+  std::string from;
+  for (const auto& p : k_pet_env) {
+    const std::string flag = p.flag;
+    std::string underscored = flag;
+    std::replace(underscored.begin() + 2, underscored.end(), '-', '_');
+    const bool on_command_line = std::any_of(args.begin(), args.end(), [&](const std::string& a) {
+      return a.starts_with(flag) || a.starts_with(underscored);
+    });
+    if (!on_command_line && std::getenv(p.env) != nullptr &&
+        message.find(flag) != std::string::npos) {
+      from += (from.empty() ? "$" : ", $") + std::string(p.env);
+    }
+  }
+  return from.empty() ? message : message + " (set by " + from + "; fix or unset it)";
+}
 
 constexpr int k_max_nproc = 4096;
 constexpr int k_max_nodes = 65536;
@@ -148,7 +205,9 @@ void validate_prefix_template(std::string_view tmpl) {
   }
 }
 
-CliResult parse_command_line(const std::vector<std::string>& args) {
+namespace {
+
+CliResult parse_arguments(const std::vector<std::string>& args) {
   CliResult result;
   Config& c = result.config;
 
@@ -172,6 +231,7 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
   const char* g_work = "Workers";
   app.add_option("--nproc-per-node,--nproc_per_node", nproc,
                  "Workers on this node: N, auto (GPUs if any, else CPUs), cpu or gpu [1]")
+      ->envname(pet_env("--nproc-per-node"))
       ->group(g_work);
   app.add_flag("-m,--module", c.module, "Run the program as a Python module: python -m program")
       ->group(g_work);
@@ -180,32 +240,44 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
       ->group(g_work);
   app.add_option("--python", c.python, "Python for .py programs [$PYTHON_EXEC, else python3]")
       ->group(g_work);
-  app.add_option("--role", c.role, "ROLE_NAME given to the workers [default]")->group(g_work);
+  app.add_option("--role", c.role, "ROLE_NAME given to the workers [default]")
+      ->envname(pet_env("--role"))
+      ->group(g_work);
   app.add_option("--max-restarts,--max_restarts", c.max_restarts,
                  "Passed to workers as TORCHELASTIC_MAX_RESTARTS; workers are not restarted [0]")
       ->check(CLI::Range(0, 1000000))
+      ->envname(pet_env("--max-restarts"))
       ->group(g_work);
 
   const char* g_nodes = "Nodes and rendezvous";
-  app.add_option("--nnodes", nnodes, "Number of nodes in the job [1]")->group(g_nodes);
+  app.add_option("--nnodes", nnodes, "Number of nodes in the job [1]")
+      ->envname(pet_env("--nnodes"))
+      ->group(g_nodes);
   app.add_option("--node-rank,--node_rank", node_rank,
                  "This node's rank, or auto (the store host is 0, others by arrival) [auto]")
+      ->envname(pet_env("--node-rank"))
       ->group(g_nodes);
   app.add_option("--master-addr,--master_addr", c.master_addr,
                  "Address of node 0, where the store runs [127.0.0.1]")
+      ->envname(pet_env("--master-addr"))
       ->group(g_nodes);
   app.add_option("--master-port,--master_port", c.master_port, "Port of the store [29500]")
       ->check(CLI::Range(1, 65535))
+      ->envname(pet_env("--master-port"))
       ->group(g_nodes);
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", rdzv_endpoint,
                  "HOST:PORT, the same as --master-addr HOST --master-port PORT")
+      ->envname(pet_env("--rdzv-endpoint"))
       ->group(g_nodes);
   app.add_option("--rdzv-id,--rdzv_id", c.rdzv_id, "Job id every node must agree on [none]")
+      ->envname(pet_env("--rdzv-id"))
       ->group(g_nodes);
   app.add_option("--rdzv-backend,--rdzv_backend", rdzv_backend,
                  "Accepted for torchrun scripts: static or c10d (both use ddplaunch's store)")
+      ->envname(pet_env("--rdzv-backend"))
       ->group(g_nodes);
   app.add_option("--rdzv-conf,--rdzv_conf", unused_str, "Accepted for torchrun scripts; ignored")
+      ->envname(pet_env("--rdzv-conf"))
       ->group(g_nodes);
   app.add_option("--rdzv-timeout,--rdzv_timeout", c.rdzv_timeout_s,
                  "Seconds to wait for every node to join [600]")
@@ -223,7 +295,9 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
   app.add_option("--heartbeat-timeout", c.heartbeat_timeout_s,
                  "Seconds of silence after which a node is declared lost [15]")
       ->group(g_nodes);
-  app.add_flag("--standalone", standalone, "One node; the same as --nnodes 1")->group(g_nodes);
+  app.add_flag("--standalone", standalone, "One node; the same as --nnodes 1")
+      ->envname(pet_env("--standalone"))
+      ->group(g_nodes);
 
   const char* g_sup = "Supervision";
   app.add_option("--term-timeout,--term_timeout", c.term_timeout_s,
@@ -234,9 +308,11 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
       ->group(g_sup);
   app.add_option("--monitor-interval,--monitor_interval", unused_str,
                  "Accepted for torchrun scripts; ignored (ddplaunch is event-driven)")
+      ->envname(pet_env("--monitor-interval"))
       ->group(g_sup);
   app.add_option("--start-method,--start_method", unused_str,
                  "Accepted for torchrun scripts; ignored")
+      ->envname(pet_env("--start-method"))
       ->group(g_sup);
 
   const char* g_out = "Output";
@@ -247,12 +323,15 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
   app.add_flag("--no-prefix", no_prefix, "Print workers' lines without a prefix")->group(g_out);
   app.add_option("--log-dir,--log_dir", c.log_dir,
                  "Also write each rank's stdout and stderr to DIR/RANK/{stdout,stderr}.log")
+      ->envname(pet_env("--log-dir"))
       ->group(g_out);
   app.add_option("-r,--redirects", redirects,
                  "Send these streams to the log files only: 0 none, 1 out, 2 err, 3 both, "
                  "or 0:1,1:2")
+      ->envname(pet_env("--redirects"))
       ->group(g_out);
   app.add_option("-t,--tee", tee, "Send these streams to the log files and the console")
+      ->envname(pet_env("--tee"))
       ->group(g_out);
   app.add_option("--ranks-filter,--ranks_filter", ranks_filter,
                  "Only these global ranks reach the console, e.g. 0,3 (files get all)")
@@ -309,8 +388,8 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
       throw UsageError("--rdzv-endpoint must be HOST:PORT, got '" + rdzv_endpoint + "'");
     }
     c.master_addr = rdzv_endpoint.substr(0, colon);
-    c.master_port = parse_int_in(rdzv_endpoint.substr(colon + 1), "--rdzv-endpoint port", 1,
-                                 65535, "a port from 1 to 65535");
+    c.master_port = parse_int_in(rdzv_endpoint.substr(colon + 1), "--rdzv-endpoint port", 1, 65535,
+                                 "a port from 1 to 65535");
   }
   if (!rdzv_backend.empty() && rdzv_backend != "static" && rdzv_backend != "c10d") {
     throw UsageError("--rdzv-backend must be static or c10d (ddplaunch uses its own store), got '" +
@@ -359,12 +438,21 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
                      "with '-')");
   }
   if (rest.empty()) {
-    throw UsageError(
-        "no program given; usage: ddplaunch [options] [--] program [args...]");
+    throw UsageError("no program given; usage: ddplaunch [options] [--] program [args...]");
   }
   c.program = rest.front();
   c.program_args.assign(rest.begin() + 1, rest.end());
   return result;
+}
+
+}  // namespace
+
+CliResult parse_command_line(const std::vector<std::string>& args) {
+  try {
+    return parse_arguments(args);
+  } catch (const UsageError& e) {
+    throw UsageError(name_the_variable(e.what(), args));
+  }
 }
 
 }  // namespace ddplaunch

@@ -74,6 +74,8 @@ class Jobs:
         env = dict(os.environ)
         env["DDPLAUNCH_TEST_MARKER"] = self.marker
         env.pop("OMP_NUM_THREADS", None)
+        for name in [n for n in env if n.startswith("PET_")]:
+            del env[name]  # torchrun-style option defaults from the caller's environment
         if extra:
             env.update(extra)
         return env

@@ -152,6 +152,32 @@ def test_dry_run_prints_json_and_launches_nothing(jobs, tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.isdigit()], "nothing was launched"
 
 
+def test_torchrun_pet_variables_are_option_defaults(jobs):
+    # What Kubeflow's PyTorchJob sets for torchrun; a flag on the command line wins.
+    pet = {"PET_NPROC_PER_NODE": "3", "PET_NNODES": "2", "PET_NODE_RANK": "1",
+           "PET_MASTER_ADDR": "10.1.2.3", "PET_MASTER_PORT": "23456", "PET_RDZV_ID": "job7"}
+    r = jobs.run(["--dry-run", "--", "true"], env=pet)
+    assert r.returncode == 0, r.stderr
+    config = json.loads(r.stdout)["config"]
+    assert (config["nproc_per_node"], config["nnodes"], config["node_rank"]) == (3, 2, 1)
+    assert (config["master_addr"], config["master_port"], config["rdzv_id"]) == ("10.1.2.3", 23456, "job7")
+    r = jobs.run(["--nproc-per-node", 1, "--master_port", 30000, "--dry-run", "--", "true"], env=pet)
+    config = json.loads(r.stdout)["config"]
+    assert (config["nproc_per_node"], config["master_port"], config["nnodes"]) == (1, 30000, 2)
+
+
+@pytest.mark.parametrize("env,fragment", [
+    ({"PET_NNODES": "many"}, "got 'many' (set by $PET_NNODES; fix or unset it)"),
+    ({"PET_NNODES": "2", "PET_NODE_RANK": "5"}, "(set by $PET_NNODES, $PET_NODE_RANK; fix or unset it)"),
+    ({"PET_MASTER_PORT": "0"}, "--master-port"),
+])
+def test_bad_pet_variable_is_named_in_the_usage_error(jobs, env, fragment):
+    r = jobs.run(["--", "true"], env=env)
+    assert r.returncode == 2
+    assert fragment in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "$PET_" in r.stderr
+
+
 def test_python_scripts_and_modules(jobs, tmp_path):
     script = tmp_path / "hello.py"
     script.write_text("import os, sys\nprint('py', os.environ['RANK'], sys.argv[1:], flush=True)\n")
