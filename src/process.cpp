@@ -51,50 +51,74 @@ Prepared prepare(const WorkerSpec& spec) {
   return p;
 }
 
+// What the vfork()ed child tells the parent through the memory they share.
+struct ChildReport {
+  volatile int shared = 0;  // set first thing: the memory really is shared
+  volatile int error = 0;   // errno of the failed step
+};
+
 // Runs in the vfork()ed child, which shares the launcher's memory and stack
 // until it calls execve or _exit: only async-signal-safe calls, no
-// allocation, and nothing written to memory except *child_errno.
+// allocation, and no writes to memory except *report.
 [[noreturn]] void exec_child(const Prepared& p, pid_t parent, int stdin_fd, int out_fd,
-                             int err_fd, volatile int* child_errno) {
+                             int err_fd, int report_fd, ChildReport* report) {
+  report->shared = 1;
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) {
     _exit(127);  // the launcher died before prctl took effect
   }
-  if ((stdin_fd != 0 && dup2(stdin_fd, 0) < 0) || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) {
-    *child_errno = errno;
-    _exit(127);
+  if ((stdin_fd == 0 || dup2(stdin_fd, 0) >= 0) && dup2(out_fd, 1) >= 0 && dup2(err_fd, 2) >= 0) {
+    // Everything above 2 closes on exec, including fds the launcher inherited.
+    syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+    posix::reset_signals_for_child();
+    execve(p.path.c_str(), p.argv.data(), p.envp.data());
   }
-  // Everything above 2 closes on exec, including fds the launcher inherited.
-  syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
-  posix::reset_signals_for_child();
-  execve(p.path.c_str(), p.argv.data(), p.envp.data());
-  *child_errno = errno;
+  const int err = errno;
+  report->error = err;
+  ssize_t ignored = write(report_fd, &err, sizeof(err));
+  (void)ignored;
   _exit(127);
 }
 
-// vfork(): the parent sleeps until the child has exec'd (or failed to), so the
-// exec error is known on return, and no page tables are copied: launching is
-// as cheap as posix_spawn, which cannot set PR_SET_PDEATHSIG. Returns the pid,
-// or -1 with the child's errno in *exec_errno (the child is reaped).
+// vfork(): the parent sleeps until the child has exec'd (or failed to), and no
+// page tables are copied, so launching costs what posix_spawn costs (which
+// cannot set PR_SET_PDEATHSIG). The child reports an exec error in shared
+// memory. Where vfork is really a fork (ThreadSanitizer makes it one) nothing
+// is shared, and the error comes through a close-on-exec pipe instead; only
+// then does the parent wait on that pipe. Returns the pid, or -1 with the
+// child's errno in *exec_errno (the child is reaped).
 pid_t vfork_exec(const Prepared& p, pid_t parent, int stdin_fd, int out_fd, int err_fd,
                  int* exec_errno) {
-  volatile int child_errno = 0;
+  auto pipe = posix::make_pipe();
+  const int report_fd = pipe.write.get();
+  ChildReport report;
   pid_t pid = vfork();
   if (pid == 0) {
-    exec_child(p, parent, stdin_fd, out_fd, err_fd, &child_errno);
+    exec_child(p, parent, stdin_fd, out_fd, err_fd, report_fd, &report);
   }
   if (pid < 0) {
     posix::throw_errno("vfork");
   }
-  if (child_errno != 0) {
-    *exec_errno = child_errno;
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  pipe.write.close();
+  int child_errno = report.error;
+  if (report.shared == 0) {
+    ssize_t n;
+    do {
+      n = read(pipe.read.get(), &child_errno, sizeof(child_errno));
+    } while (n < 0 && errno == EINTR);
+    if (n != static_cast<ssize_t>(sizeof(child_errno))) {
+      child_errno = 0;  // EOF: exec succeeded
     }
-    return -1;
   }
-  return pid;
+  if (child_errno == 0) {
+    return pid;
+  }
+  *exec_errno = child_errno;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return -1;
 }
 
 void kill_and_reap(const std::vector<SpawnedWorker>& started) {

@@ -1,7 +1,7 @@
 // Starting and stopping worker processes (ninja's subprocess-posix and folly's
 // Subprocess habits). Every worker gets its own process group, dies with the
 // launcher (PR_SET_PDEATHSIG), inherits only fds 0, 1 and 2, and receives an
-// envp built by the launcher. Workers start with vfork(), so an exec failure is
+// envp built by the launcher. Workers start with vfork(); an exec failure is
 // known before the next worker starts: a missing program is a spawn error,
 // never a mystery exit 127.
 // Functions here are called from the launcher's one thread.
