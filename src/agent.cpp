@@ -48,6 +48,7 @@ long peak_rss_kib() {
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_maxrss;
 }
+
 // How long to wait for output pipes to close after every worker has ended.
 constexpr auto k_drain_timeout = std::chrono::seconds(2);
 
@@ -90,7 +91,7 @@ struct Agent::Impl {
   std::optional<JobVerdict> verdict;
   posix::Fd epoll;
   std::array<char, k_read_chunk> buffer;
-  std::string prefix_text;  // the prefix for the lines of the chunk being written
+  std::string prefix_text;  // the prefix for the lines being taken
   LineBatch batch;
   bool console_ok[3] = {true, true, true};
   double start_time = 0;
@@ -112,7 +113,11 @@ struct Agent::Impl {
   enum class ReadResult { k_data, k_empty, k_eof };
   ReadResult read_stream(size_t index);
   void close_stream(size_t index);
-  // Writes the batched lines to the console fd 1 or 2, and empties the batch.
+  // One stream's complete lines: start_lines() sets the prefix (its {time} is
+  // now); take_line() keeps a stderr line for the failure report and batches
+  // it for the console; flush_console() writes the batch to fd 1 or 2.
+  void start_lines(const Stream& s);
+  void take_line(const Stream& s, std::string_view line);
   void flush_console(int fd);
   void drain_worker(int worker);
   void apply(const Supervisor::Actions& actions);
@@ -199,6 +204,23 @@ void Agent::Impl::flush_console(int fd) {
   batch.clear();
 }
 
+void Agent::Impl::start_lines(const Stream& s) {
+  prefix_text.clear();
+  workers[static_cast<size_t>(s.worker)].prefix.append_to(prefix_text, std::time(nullptr));
+}
+
+void Agent::Impl::take_line(const Stream& s, std::string_view line) {
+  if (s.is_err) {
+    workers[static_cast<size_t>(s.worker)].stderr_tail.push(line);
+  }
+  if (s.to_console) {
+    batch.add(prefix_text, line);
+    if (batch.must_flush()) {
+      flush_console(s.is_err ? 2 : 1);
+    }
+  }
+}
+
 // Reads one chunk: k_data, k_empty (nothing to read now) or k_eof.
 Agent::Impl::ReadResult Agent::Impl::read_stream(size_t index) {
   Stream& s = streams[index];
@@ -217,23 +239,10 @@ Agent::Impl::ReadResult Agent::Impl::read_stream(size_t index) {
   if (s.file) {
     posix::write_all(s.file.get(), data);
   }
-  Worker& w = workers[static_cast<size_t>(s.worker)];
   if (s.to_console || s.is_err) {
-    const int out_fd = s.is_err ? 2 : 1;
-    prefix_text.clear();
-    w.prefix.append_to(prefix_text, std::time(nullptr));
-    s.splitter.feed(data, [&](std::string_view line) {
-      if (s.is_err) {
-        w.stderr_tail.push(line);
-      }
-      if (s.to_console) {
-        batch.add(prefix_text, line);
-        if (batch.must_flush()) {
-          flush_console(out_fd);
-        }
-      }
-    });
-    flush_console(out_fd);
+    start_lines(s);
+    s.splitter.feed(data, [&](std::string_view line) { take_line(s, line); });
+    flush_console(s.is_err ? 2 : 1);
   }
   return ReadResult::k_data;
 }
@@ -243,19 +252,9 @@ void Agent::Impl::close_stream(size_t index) {
   if (!s.fd) {
     return;
   }
-  Worker& w = workers[static_cast<size_t>(s.worker)];
-  const int out_fd = s.is_err ? 2 : 1;
-  s.splitter.finish([&](std::string_view line) {
-    if (s.is_err) {
-      w.stderr_tail.push(line);
-    }
-    if (s.to_console) {
-      prefix_text.clear();
-      w.prefix.append_to(prefix_text, std::time(nullptr));
-      batch.add(prefix_text, line);
-      flush_console(out_fd);
-    }
-  });
+  start_lines(s);
+  s.splitter.finish([&](std::string_view line) { take_line(s, line); });
+  flush_console(s.is_err ? 2 : 1);
   epoll_ctl(epoll.get(), EPOLL_CTL_DEL, s.fd.get(), nullptr);
   s.fd.close();
   s.file.close();

@@ -40,24 +40,17 @@ constexpr PetEnv k_pet_env[] = {
     {"--standalone", "PET_STANDALONE"},
 };
 
-std::string pet_env(std::string_view flag) {
-  for (const auto& p : k_pet_env) {
-    if (flag == p.flag) {
-      return p.env;
-    }
-  }
-  return {};
-}
-
 // Appends which variable a bad value came from, when the message is about a
 // flag that was not given on the command line but set through PET_*.
 std::string name_the_variable(std::string message, const std::vector<std::string>& args) {
+  // The launcher's own arguments: what follows "--" belongs to the program.
+  const auto own_end = std::find(args.begin(), args.end(), "--");
   std::string from;
   for (const auto& p : k_pet_env) {
     const std::string flag = p.flag;
     std::string underscored = flag;
     std::replace(underscored.begin() + 2, underscored.end(), '-', '_');
-    const bool on_command_line = std::any_of(args.begin(), args.end(), [&](const std::string& a) {
+    const bool on_command_line = std::any_of(args.begin(), own_end, [&](const std::string& a) {
       return a.starts_with(flag) || a.starts_with(underscored);
     });
     if (!on_command_line && std::getenv(p.env) != nullptr &&
@@ -231,7 +224,6 @@ CliResult parse_arguments(const std::vector<std::string>& args) {
   const char* g_work = "Workers";
   app.add_option("--nproc-per-node,--nproc_per_node", nproc,
                  "Workers on this node: N, auto (GPUs if any, else CPUs), cpu or gpu [1]")
-      ->envname(pet_env("--nproc-per-node"))
       ->group(g_work);
   app.add_flag("-m,--module", c.module, "Run the program as a Python module: python -m program")
       ->group(g_work);
@@ -240,44 +232,32 @@ CliResult parse_arguments(const std::vector<std::string>& args) {
       ->group(g_work);
   app.add_option("--python", c.python, "Python for .py programs [$PYTHON_EXEC, else python3]")
       ->group(g_work);
-  app.add_option("--role", c.role, "ROLE_NAME given to the workers [default]")
-      ->envname(pet_env("--role"))
-      ->group(g_work);
+  app.add_option("--role", c.role, "ROLE_NAME given to the workers [default]")->group(g_work);
   app.add_option("--max-restarts,--max_restarts", c.max_restarts,
                  "Passed to workers as TORCHELASTIC_MAX_RESTARTS; workers are not restarted [0]")
       ->check(CLI::Range(0, 1000000))
-      ->envname(pet_env("--max-restarts"))
       ->group(g_work);
 
   const char* g_nodes = "Nodes and rendezvous";
-  app.add_option("--nnodes", nnodes, "Number of nodes in the job [1]")
-      ->envname(pet_env("--nnodes"))
-      ->group(g_nodes);
+  app.add_option("--nnodes", nnodes, "Number of nodes in the job [1]")->group(g_nodes);
   app.add_option("--node-rank,--node_rank", node_rank,
                  "This node's rank, or auto (the store host is 0, others by arrival) [auto]")
-      ->envname(pet_env("--node-rank"))
       ->group(g_nodes);
   app.add_option("--master-addr,--master_addr", c.master_addr,
                  "Address of node 0, where the store runs [127.0.0.1]")
-      ->envname(pet_env("--master-addr"))
       ->group(g_nodes);
   app.add_option("--master-port,--master_port", c.master_port, "Port of the store [29500]")
       ->check(CLI::Range(1, 65535))
-      ->envname(pet_env("--master-port"))
       ->group(g_nodes);
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", rdzv_endpoint,
                  "HOST:PORT, the same as --master-addr HOST --master-port PORT")
-      ->envname(pet_env("--rdzv-endpoint"))
       ->group(g_nodes);
   app.add_option("--rdzv-id,--rdzv_id", c.rdzv_id, "Job id every node must agree on [none]")
-      ->envname(pet_env("--rdzv-id"))
       ->group(g_nodes);
   app.add_option("--rdzv-backend,--rdzv_backend", rdzv_backend,
                  "Accepted for torchrun scripts: static or c10d (both use ddplaunch's store)")
-      ->envname(pet_env("--rdzv-backend"))
       ->group(g_nodes);
   app.add_option("--rdzv-conf,--rdzv_conf", unused_str, "Accepted for torchrun scripts; ignored")
-      ->envname(pet_env("--rdzv-conf"))
       ->group(g_nodes);
   app.add_option("--rdzv-timeout,--rdzv_timeout", c.rdzv_timeout_s,
                  "Seconds to wait for every node to join [600]")
@@ -295,9 +275,7 @@ CliResult parse_arguments(const std::vector<std::string>& args) {
   app.add_option("--heartbeat-timeout", c.heartbeat_timeout_s,
                  "Seconds of silence after which a node is declared lost [15]")
       ->group(g_nodes);
-  app.add_flag("--standalone", standalone, "One node; the same as --nnodes 1")
-      ->envname(pet_env("--standalone"))
-      ->group(g_nodes);
+  app.add_flag("--standalone", standalone, "One node; the same as --nnodes 1")->group(g_nodes);
 
   const char* g_sup = "Supervision";
   app.add_option("--term-timeout,--term_timeout", c.term_timeout_s,
@@ -308,11 +286,9 @@ CliResult parse_arguments(const std::vector<std::string>& args) {
       ->group(g_sup);
   app.add_option("--monitor-interval,--monitor_interval", unused_str,
                  "Accepted for torchrun scripts; ignored (ddplaunch is event-driven)")
-      ->envname(pet_env("--monitor-interval"))
       ->group(g_sup);
   app.add_option("--start-method,--start_method", unused_str,
                  "Accepted for torchrun scripts; ignored")
-      ->envname(pet_env("--start-method"))
       ->group(g_sup);
 
   const char* g_out = "Output";
@@ -323,15 +299,12 @@ CliResult parse_arguments(const std::vector<std::string>& args) {
   app.add_flag("--no-prefix", no_prefix, "Print workers' lines without a prefix")->group(g_out);
   app.add_option("--log-dir,--log_dir", c.log_dir,
                  "Also write each rank's stdout and stderr to DIR/RANK/{stdout,stderr}.log")
-      ->envname(pet_env("--log-dir"))
       ->group(g_out);
   app.add_option("-r,--redirects", redirects,
                  "Send these streams to the log files only: 0 none, 1 out, 2 err, 3 both, "
                  "or 0:1,1:2")
-      ->envname(pet_env("--redirects"))
       ->group(g_out);
   app.add_option("-t,--tee", tee, "Send these streams to the log files and the console")
-      ->envname(pet_env("--tee"))
       ->group(g_out);
   app.add_option("--ranks-filter,--ranks_filter", ranks_filter,
                  "Only these global ranks reach the console, e.g. 0,3 (files get all)")
@@ -348,6 +321,10 @@ CliResult parse_arguments(const std::vector<std::string>& args) {
   app.add_option("--log-level", c.log_level, "trace, debug, info, warn, error or off [info]")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->group(g_launch);
+
+  for (const auto& p : k_pet_env) {
+    app.get_option(p.flag)->envname(p.env);
+  }
 
   std::vector<std::string> argv_rev(args.rbegin(), args.rend());
   try {

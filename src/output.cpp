@@ -1,7 +1,7 @@
 #include "ddplaunch/output.hpp"
 
-#include <cstring>
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 
