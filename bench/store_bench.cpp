@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "ddplaunch/store_client.hpp"
-#include "ddplaunch/store_server.hpp"
+#include "store/server.hpp"
 
 namespace {
 

@@ -1,5 +1,6 @@
-// ddplaunch: the edge. Parses the command line, runs the launcher, and turns
-// any error that ends the run into one line on stderr and an exit code.
+// ddplaunch: the edge. Reads the command line and the environment, runs the
+// launch, and turns any error that ends the run into one line on stderr and
+// an exit code.
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,23 +9,25 @@
 #include <system_error>
 #include <vector>
 
-#include "ddplaunch/cli.hpp"
-#include "ddplaunch/env_detect.hpp"
+#include "agent/launch.hpp"
+#include "cli/cli.hpp"
+#include "cluster/precedence.hpp"
 #include "ddplaunch/error.hpp"
-#include "ddplaunch/launcher.hpp"
+#include "env/env_map.hpp"
 #include "log.hpp"
 
 int main(int argc, char** argv) {
   using namespace ddplaunch;
   try {
-    std::vector<std::string> args(argv + 1, argv + argc);
-    CliResult cli = parse_command_line(args);
-    if (cli.print_and_exit) {
-      std::fputs(cli.print_and_exit->c_str(), stdout);
+    const EnvMap env = capture_environment(environ);
+    const CommandLine command_line = parse_command_line({argv + 1, argv + argc});
+    if (command_line.print_and_exit) {
+      std::fputs(command_line.print_and_exit->c_str(), stdout);
       return k_exit_ok;
     }
-    log::setup(cli.config.log_level);
-    return run_launcher(cli.config, capture_environment(environ));
+    const Config config = configure(command_line, env);
+    log::setup(config.log_level);
+    return run_launch(config, env);
   } catch (const LaunchError& e) {
     std::fprintf(stderr, "ddplaunch: error: %s\n", e.what());
     return e.exit_code();

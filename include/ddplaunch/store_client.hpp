@@ -1,8 +1,9 @@
-// StoreClient: one connection to a StoreServer. Blocking calls with a
-// deadline on every exchange, so a store that stops answering is an error,
-// not a hang. Also usable asynchronously: send_get() parks a GET on the
-// server and fd() becomes readable when the answer arrives. Not thread-safe:
-// one thread per client (open several clients for concurrency).
+// StoreClient: one blocking connection to a ddplaunch store (the job's
+// key-value store that node 0's agent hosts), for programs and scripts of the
+// job. Every exchange has a deadline, so a store that stops answering is an
+// error, not a hang. The launcher itself uses the non-blocking AsyncClient
+// (src/store/async_client.hpp), which this class drives with its own poll().
+// Not thread-safe: one thread per client (open several for concurrency).
 #pragma once
 
 #include <chrono>
@@ -49,12 +50,6 @@ class StoreClient {
   uint64_t num_keys();
   std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys);
   void ping();
-
-  // Asynchronous GET without a time limit: send now, read the answer with
-  // read_get() once fd() is readable. No other call may be made in between.
-  void send_get(const std::string& key);
-  std::string read_get();
-  int fd() const;
 
  private:
   struct Impl;

@@ -156,6 +156,46 @@ std::optional<Fd> try_connect_tcp(const std::string& host, int port,
   return result;
 }
 
+std::optional<Fd> start_connect(const std::string& host, int port) {
+  AddrInfoPtr list;
+  try {
+    list = resolve(host, port, false);
+  } catch (const std::system_error&) {
+    errno = EHOSTUNREACH;
+    return std::nullopt;
+  }
+  std::optional<Fd> result;
+  int last_errno = ECONNREFUSED;
+  for_each_addr(list.get(), [&](addrinfo* ai) {
+    Fd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd) {
+      last_errno = errno;
+      return false;
+    }
+    int one = 1;
+    setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
+      last_errno = errno;
+      return false;
+    }
+    result = std::move(fd);
+    return true;
+  });
+  if (!result) {
+    errno = last_errno;
+  }
+  return result;
+}
+
+int connect_error(int fd) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+    return errno;
+  }
+  return err;
+}
+
 bool is_local_address(const std::string& host) {
   AddrInfoPtr list;
   try {

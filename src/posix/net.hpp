@@ -26,6 +26,14 @@ int pick_free_port();
 std::optional<Fd> try_connect_tcp(const std::string& host, int port,
                                   std::chrono::milliseconds timeout);
 
+// Starts a non-blocking connect to the first address of host:port (IPv4
+// first). The socket is non-blocking, close-on-exec, with TCP_NODELAY; it is
+// writable once the connect ends, and connect_error() then says how. nullopt
+// (errno set) when the host does not resolve or the connect fails at once.
+std::optional<Fd> start_connect(const std::string& host, int port);
+// The outcome of a connect started by start_connect: 0, or an errno value.
+int connect_error(int fd);
+
 // True when `host` resolves to an address this machine can bind (so it is ours).
 bool is_local_address(const std::string& host);
 

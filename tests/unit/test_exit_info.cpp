@@ -1,4 +1,4 @@
-#include "ddplaunch/exit_info.hpp"
+#include "supervise/exit_info.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>

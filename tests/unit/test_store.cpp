@@ -5,11 +5,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <poll.h>
+#include <sys/epoll.h>
+
+#include <algorithm>
+#include <functional>
 #include <thread>
 
-#include "ddplaunch/protocol.hpp"
+#include "store/async_client.hpp"
+#include "store/protocol.hpp"
 #include "ddplaunch/store_client.hpp"
-#include "ddplaunch/store_server.hpp"
+#include "store/server.hpp"
 
 namespace ddplaunch {
 namespace {
@@ -115,6 +121,37 @@ TEST(Store, TimeoutsAreReported) {
   EXPECT_EQ(c.get("k", Ms(50)), "v");
 }
 
+// Drives non-blocking clients with poll() until `done` says so (or 30 s pass).
+void drive(const std::vector<AsyncClient*>& clients, const std::function<bool()>& done) {
+  const auto end = AsyncClient::Clock::now() + 30s;
+  while (!done() && AsyncClient::Clock::now() < end) {
+    std::vector<pollfd> fds;
+    std::vector<AsyncClient*> owners;
+    for (auto* c : clients) {
+      if (c->fd() >= 0 && c->events() != 0) {
+        const uint32_t e = c->events();
+        fds.push_back({c->fd(), static_cast<short>(((e & EPOLLIN) ? POLLIN : 0) |
+                                                   ((e & EPOLLOUT) ? POLLOUT : 0)),
+                       0});
+        owners.push_back(c);
+      }
+    }
+    poll(fds.data(), fds.size(), 20);
+    const auto now = AsyncClient::Clock::now();
+    for (size_t i = 0; i < fds.size(); ++i) {
+      const short r = fds[i].revents;
+      if (r != 0) {
+        owners[i]->on_ready(((r & POLLIN) ? EPOLLIN : 0u) | ((r & POLLOUT) ? EPOLLOUT : 0u) |
+                                ((r & POLLHUP) ? EPOLLHUP : 0u) | ((r & POLLERR) ? EPOLLERR : 0u),
+                            now);
+      }
+    }
+    for (auto* c : clients) {
+      c->on_time(now);
+    }
+  }
+}
+
 TEST(Store, AThousandParkedClientsAreAllWoken) {
   rlimit lim;
   getrlimit(RLIMIT_NOFILE, &lim);
@@ -124,21 +161,33 @@ TEST(Store, AThousandParkedClientsAreAllWoken) {
     GTEST_SKIP() << "needs 2200 file descriptors";
   }
   StoreServer server("127.0.0.1", 0);
-  std::vector<StoreClient> clients;
+  std::vector<std::unique_ptr<AsyncClient>> clients;
+  std::vector<AsyncClient*> all;
+  int woken = 0;
+  int added = 0;
   for (int i = 0; i < 1000; ++i) {
-    clients.push_back(client(server));
-    clients.back().send_get("go");
+    clients.push_back(std::make_unique<AsyncClient>("127.0.0.1", server.port(), 10s, 30s));
+    all.push_back(clients.back().get());
+    clients.back()->get("go", Ms(0), [&](std::optional<std::string> v) {
+      EXPECT_EQ(v, "now");
+      ++woken;
+    });
   }
   auto c = client(server);
+  // Every client is connected (its GET sent) before the key is set.
+  drive(all, [&] {
+    return std::all_of(all.begin(), all.end(),
+                       [](auto* a) { return a->state() == AsyncClient::State::k_ready; });
+  });
   EXPECT_EQ(c.add("count", 1), 1);
   c.set("go", "now");
-  for (auto& w : clients) {
-    EXPECT_EQ(w.read_get(), "now");
-  }
+  drive(all, [&] { return woken == 1000; });
+  EXPECT_EQ(woken, 1000);
   // And they all still work.
-  for (auto& w : clients) {
-    w.add("count", 1);
+  for (auto* a : all) {
+    a->add("count", 1, [&](int64_t) { ++added; });
   }
+  drive(all, [&] { return added == 1000; });
   EXPECT_EQ(c.get("count"), "1001");
 }
 
@@ -252,10 +301,15 @@ TEST(Store, UnreachableStoreIsAClearError) {
 
 TEST(Store, StoppedServerIsNoticedByWaitingClients) {
   auto server = std::make_unique<StoreServer>("127.0.0.1", 0);
-  auto c = client(*server);
-  c.send_get("forever");
+  AsyncClient c("127.0.0.1", server->port(), 5s, 5s);
+  std::string failure;
+  c.set_failure_handler([&](const std::string& why) { failure = why; });
+  c.get("forever", Ms(0), [](std::optional<std::string>) { ADD_FAILURE() << "answered"; });
+  drive({&c}, [&] { return c.state() == AsyncClient::State::k_ready; });
   server.reset();
-  EXPECT_THROW(c.read_get(), StoreError);
+  drive({&c}, [&] { return !failure.empty(); });
+  EXPECT_NE(failure.find("connection closed by the store"), std::string::npos) << failure;
+  EXPECT_EQ(c.state(), AsyncClient::State::k_failed);
 }
 
 }  // namespace

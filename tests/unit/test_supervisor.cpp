@@ -1,4 +1,4 @@
-#include "ddplaunch/supervisor.hpp"
+#include "supervise/supervisor.hpp"
 
 #include <gtest/gtest.h>
 

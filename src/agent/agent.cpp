@@ -1,0 +1,411 @@
+#include "agent/agent.hpp"
+
+#include <csignal>
+
+#include "ddplaunch/error.hpp"
+#include "log.hpp"
+#include "proc/spawn.hpp"
+
+namespace ddplaunch {
+
+namespace {
+
+bool is_user_signal(int sig) { return sig == SIGUSR1 || sig == SIGUSR2; }
+
+std::chrono::milliseconds grace_of(double seconds) {
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
+}
+
+}  // namespace
+
+Agent::Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner& spawner,
+             const Clock& clock, JobLink* link, ConsoleSink& console)
+    : m_config(config),
+      m_env(env),
+      m_self(std::move(self)),
+      m_spawner(spawner),
+      m_clock(clock),
+      m_link(link),
+      m_router(config, console) {}
+
+std::string Agent::node_name() const {
+  if (m_plan) {
+    return "node " + std::to_string(m_plan->layout.node_rank) + " (" + m_self.host + ")";
+  }
+  if (m_config.node_rank) {
+    return "node " + std::to_string(*m_config.node_rank) + " (" + m_self.host + ")";
+  }
+  return "the node on " + m_self.host;
+}
+
+void Agent::start() {
+  m_start_time = m_clock.wall_now();
+  if (m_link == nullptr) {
+    const int port = m_config.worker_port.value_or(m_self.free_port);
+    begin(uniform_topology(1, m_self.nproc, 0, m_self.host, m_self.addr, m_config.master_addr,
+                           port),
+          0);
+    advance();
+    return;
+  }
+  JoinRecord self;
+  self.run_id = m_config.rdzv_id;
+  self.nnodes = m_config.nnodes;
+  self.nproc = m_self.nproc;
+  self.node_rank = m_config.node_rank.value_or(-1);
+  self.host = m_self.host;
+  self.addr = m_self.addr;
+  m_link->join(self);
+}
+
+void Agent::begin(const Topology& topology, int node_rank) {
+  m_topology = topology;
+  const JobLayout layout =
+      layout_of(topology, node_rank, m_config.rdzv_id, m_config.role, m_config.max_restarts);
+  m_plan = make_plan(m_config, layout, m_env);
+  for (const auto& notice : m_plan->notices) {
+    log::info("{}", notice);
+  }
+  log::debug("starting {} worker(s) for ranks {}..{} of {}", m_plan->workers.size(),
+             layout.rank_offset, layout.rank_offset + layout.local_world_size - 1,
+             layout.world_size);
+  try {
+    m_router.start(layout);
+    m_start_time = m_clock.wall_now();
+    m_pids = m_spawner.spawn(m_plan->workers);
+  } catch (const LaunchError& e) {
+    // A bad --log-dir (2) or a program that cannot be executed (127) here
+    // ends the job on every node.
+    m_phase = Phase::k_running;
+    m_pending_error = std::make_pair(e.exit_code(), std::string(e.what()));
+    if (m_link != nullptr) {
+      publish(JobVerdict{e.exit_code(), node_name() + ": " + e.what(), std::nullopt, node_rank});
+    }
+    return;
+  }
+  m_end_times.assign(m_pids.size(), 0);
+  m_supervisor.emplace(static_cast<int>(m_pids.size()), grace_of(m_config.term_timeout_s));
+  m_phase = Phase::k_running;
+}
+
+void Agent::apply(const Supervisor::Actions& actions) {
+  for (const auto& a : actions.signals) {
+    m_spawner.signal(a.local_rank, a.sig);
+  }
+}
+
+void Agent::publish(const JobVerdict& verdict) {
+  m_published_stop = true;
+  m_publish_deadline = m_clock.now() + k_publish_wait;
+  m_link->publish_stop(verdict);
+}
+
+RankOutcome Agent::outcome(int local_rank) const {
+  const auto i = static_cast<size_t>(local_rank);
+  RankOutcome o;
+  o.rank = m_plan->workers.at(i).rank;
+  o.local_rank = local_rank;
+  o.node_rank = m_plan->layout.node_rank;
+  o.host = m_plan->layout.hostname;
+  o.pid = m_pids.at(i);
+  o.exit = m_supervisor->exit_of(local_rank);
+  o.stopped_by_launcher = m_supervisor->stopped_by_launcher(local_rank);
+  o.start_time = m_start_time;
+  o.end_time = m_end_times.at(i);
+  return o;
+}
+
+void Agent::on_signal(int sig) {
+  const auto now = m_clock.now();
+  switch (m_phase) {
+    case Phase::k_joining:
+      if (is_user_signal(sig)) {
+        log::debug("received {} while joining: no worker to forward it to", signal_name(sig));
+        return;
+      }
+      if (m_join_signal || m_link == nullptr) {
+        m_join_signal = m_join_signal.value_or(sig);
+        end_early(128 + *m_join_signal, StopReason::k_signal, "", false);
+        return;
+      }
+      m_join_signal = sig;
+      log::info("received {}: leaving rendezvous and stopping the job on every node",
+                signal_name(sig));
+      publish(JobVerdict{128 + sig,
+                         node_name() + " received " + signal_name(sig) +
+                             " while waiting for the other nodes",
+                         std::nullopt, -1});
+      break;
+    case Phase::k_running: {
+      if (!m_supervisor) {
+        break;  // ending with an error already
+      }
+      const bool was_stopping = m_supervisor->stopping();
+      log::info("received {}: {}", signal_name(sig),
+                is_user_signal(sig) ? "forwarding it to the workers"
+                : was_stopping      ? "killing the workers now"
+                                    : "stopping the workers");
+      apply(m_supervisor->on_launcher_signal(sig, now));
+      if (!was_stopping && m_supervisor->stopping() && m_link != nullptr && !m_verdict) {
+        publish(JobVerdict{128 + sig, node_name() + " received " + signal_name(sig),
+                           std::nullopt, m_plan->layout.node_rank});
+      }
+      break;
+    }
+    case Phase::k_finishing:
+    case Phase::k_gathering:
+      if (is_user_signal(sig)) {
+        return;
+      }
+      log::info("received {} while the job was ending: exiting now", signal_name(sig));
+      m_late_signal = sig;
+      end_gathering(std::nullopt);
+      return;
+    case Phase::k_done:
+      return;
+  }
+  advance();
+}
+
+void Agent::on_worker_exit(int local_rank, const ExitInfo& info) {
+  if (!m_supervisor || m_phase == Phase::k_done) {
+    return;
+  }
+  m_end_times.at(static_cast<size_t>(local_rank)) = m_clock.wall_now();
+  auto actions = m_supervisor->on_worker_exit(local_rank, info, m_clock.now());
+  apply(actions);
+  if (actions.local_failure) {
+    RankOutcome root = outcome(local_rank);
+    root.last_stderr = m_router.stderr_tail(local_rank);
+    log::debug("rank {} failed first: {}", root.rank, info.describe());
+    if (m_link != nullptr && !m_verdict) {
+      publish(JobVerdict{info.shell_code(), "", root, m_plan->layout.node_rank});
+    }
+  }
+  advance();
+}
+
+void Agent::on_output(int local_rank, Stream stream, std::string_view data) {
+  m_router.on_data(local_rank, stream, data);
+}
+
+void Agent::on_output_closed(int local_rank, Stream stream) {
+  m_router.on_close(local_rank, stream);
+  advance();
+}
+
+void Agent::on_time() {
+  const auto now = m_clock.now();
+  if (m_supervisor && m_phase == Phase::k_running) {
+    if (auto d = m_supervisor->deadline(); d && now >= *d) {
+      log::warn("workers still running {} s after SIGTERM: sending SIGKILL",
+                m_config.term_timeout_s);
+      apply(m_supervisor->on_deadline(now));
+    }
+  }
+  advance();
+}
+
+std::optional<Agent::TimePoint> Agent::next_deadline() const {
+  const auto now = m_clock.now();
+  std::optional<TimePoint> first;
+  auto consider = [&](std::optional<TimePoint> t) {
+    if (t && (!first || *t < *first)) {
+      first = t;
+    }
+  };
+  if (m_phase == Phase::k_running && m_supervisor) {
+    consider(m_supervisor->deadline());
+  }
+  if (m_publish_deadline && !m_verdict && now < *m_publish_deadline) {
+    consider(m_publish_deadline);
+  }
+  if (m_phase == Phase::k_finishing) {
+    consider(m_drain_deadline);
+  }
+  return first;
+}
+
+void Agent::on_joined(const Topology& topology, int node_rank) {
+  if (m_phase != Phase::k_joining) {
+    return;
+  }
+  log::debug("joined as node {} of {}", node_rank, topology.nodes.size());
+  begin(topology, node_rank);
+  advance();
+}
+
+void Agent::on_join_failed(int exit_code, const std::string& message) {
+  if (m_phase == Phase::k_joining && !m_join_signal) {
+    end_early(exit_code, StopReason::k_none, message, true);
+  } else if (m_phase == Phase::k_joining) {
+    advance();
+  }
+}
+
+void Agent::on_verdict(const JobVerdict& verdict) {
+  if (m_verdict || m_phase == Phase::k_done) {
+    return;
+  }
+  m_verdict = verdict;
+  if (m_phase == Phase::k_joining && !m_join_signal) {
+    // Another node stopped the job before it started.
+    m_summary.root_cause = verdict.root_cause;
+    end_early(verdict.exit_code, StopReason::k_remote, verdict.message, false);
+    return;
+  }
+  if (m_phase == Phase::k_running && m_supervisor && !verdict.success()) {
+    apply(m_supervisor->on_remote_stop(verdict.exit_code, m_clock.now()));
+  }
+  advance();
+}
+
+void Agent::on_finished(std::vector<RankOutcome> ranks) {
+  m_gathered = std::move(ranks);
+  advance();
+}
+
+void Agent::advance() {
+  if (m_advancing) {
+    m_again = true;
+    return;
+  }
+  m_advancing = true;
+  do {
+    m_again = false;
+    const Phase before = m_phase;
+    step();
+    m_again = m_again || m_phase != before;
+  } while (m_again && m_phase != Phase::k_done);
+  m_advancing = false;
+}
+
+void Agent::step() {
+  const auto now = m_clock.now();
+  const bool confirmation_overdue = m_published_stop && !m_verdict && m_publish_deadline &&
+                                    now >= *m_publish_deadline;
+  if (m_pending_error) {
+    if (m_link == nullptr || m_verdict || confirmation_overdue) {
+      end_early(m_pending_error->first, StopReason::k_none, m_pending_error->second, true);
+    }
+    return;
+  }
+  switch (m_phase) {
+    case Phase::k_joining:
+      if (m_join_signal && (m_verdict || confirmation_overdue)) {
+        if (m_verdict && m_verdict->exit_code != 128 + *m_join_signal) {
+          m_summary.root_cause = m_verdict->root_cause;  // another node stopped it first
+          end_early(m_verdict->exit_code, StopReason::k_remote, m_verdict->message, false);
+        } else {
+          end_early(128 + *m_join_signal, StopReason::k_signal, "", false);
+        }
+      }
+      return;
+    case Phase::k_running: {
+      if (!m_supervisor->finished()) {
+        return;
+      }
+      if (m_link != nullptr && !m_supervisor->stopping() && !m_verdict && !m_published_success) {
+        m_published_success = true;
+        m_link->publish_success();
+      }
+      if (m_link == nullptr || m_verdict) {
+        start_finishing();
+      } else if (confirmation_overdue) {
+        log::warn("the store did not confirm this node's verdict within {} ms; ending with it",
+                  k_publish_wait.count());
+        start_finishing();
+      }
+      return;
+    }
+    case Phase::k_finishing:
+      if (m_router.all_closed() || now >= *m_drain_deadline) {
+        if (m_link != nullptr && m_verdict) {
+          m_phase = Phase::k_gathering;
+          std::vector<RankOutcome> local;
+          for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
+            local.push_back(outcome(lr));
+          }
+          m_link->finish(local);
+        } else {
+          end_gathering(std::nullopt);
+        }
+      }
+      return;
+    case Phase::k_gathering:
+      if (m_gathered) {
+        end_gathering(std::move(m_gathered));
+      }
+      return;
+    case Phase::k_done:
+      return;
+  }
+}
+
+void Agent::start_finishing() {
+  m_phase = Phase::k_finishing;
+  m_spawner.kill_all();
+  m_drain_deadline = m_clock.now() + k_drain_timeout;
+}
+
+void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
+  if (m_phase == Phase::k_done) {
+    return;
+  }
+  for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
+    m_router.on_close(lr, Stream::k_out);
+    m_router.on_close(lr, Stream::k_err);
+  }
+  LocalEnd local;
+  local.reason = m_supervisor->reason();
+  local.exit_code = m_supervisor->exit_code();
+  local.stop_signal = m_supervisor->stop_signal();
+  local.late_signal = m_late_signal;
+  if (auto root = m_supervisor->root_cause()) {
+    local.root_cause = outcome(*root);
+    local.root_cause->last_stderr = m_router.stderr_tail(*root);
+  }
+  const int node_rank = m_plan->layout.node_rank;
+  const Decision d =
+      merge_verdict(local, m_link != nullptr ? m_verdict : std::nullopt, node_rank);
+  m_summary.run_id = m_config.rdzv_id;
+  m_summary.exit_code = d.exit_code;
+  m_summary.reason = d.reason;
+  m_summary.stop_signal = d.stop_signal;
+  m_summary.root_cause = d.root_cause;
+  m_summary.message = d.message;
+  m_summary.start_time = m_start_time;
+  m_summary.end_time = m_clock.wall_now();
+  m_summary.topology = m_topology;
+  if (ranks) {
+    m_summary.ranks = std::move(*ranks);
+  } else {
+    m_summary.ranks.clear();
+    for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
+      m_summary.ranks.push_back(outcome(lr));
+    }
+  }
+  m_phase = Phase::k_done;
+}
+
+void Agent::end_early(int exit_code, StopReason reason, const std::string& message,
+                      bool is_error) {
+  m_summary.run_id = m_config.rdzv_id;
+  m_summary.exit_code = exit_code;
+  m_summary.reason = reason;
+  m_summary.message = message;
+  if (reason == StopReason::k_signal && m_join_signal) {
+    m_summary.stop_signal = m_join_signal;
+    m_summary.message = "ddplaunch received " + signal_name(*m_join_signal) +
+                        " while waiting for the other nodes";
+  }
+  m_summary.start_time = m_start_time;
+  m_summary.end_time = m_clock.wall_now();
+  m_summary.topology = m_topology;
+  if (is_error) {
+    m_error = message;
+  }
+  m_phase = Phase::k_done;
+}
+
+}  // namespace ddplaunch

@@ -1,0 +1,131 @@
+// Agent: one node's run as a state machine, from the first instruction to
+// the summary. Its phases: joining (rendezvous, multi-node only), running
+// (the workers), finishing (the last output of the workers drains), gathering
+// (every node's results), done. It is told what happened (a signal, a worker
+// exit, output, the link's answers, time passing) and acts through small
+// interfaces: a Spawner, a Clock, a JobLink and a ConsoleSink. It makes no
+// system call of its own, so it is unit-tested with fakes; agent/launch.cpp
+// drives the real one from an epoll loop. Not thread-safe.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/clock.hpp"
+#include "config/config.hpp"
+#include "env/env_map.hpp"
+#include "env/plan.hpp"
+#include "output/router.hpp"
+#include "proc/spawner.hpp"
+#include "rendezvous/job_link.hpp"
+#include "supervise/supervisor.hpp"
+#include "supervise/verdict.hpp"
+
+namespace ddplaunch {
+
+// This node as the agent presents it to the job.
+struct NodeIdentity {
+  std::string host;   // host name
+  std::string addr;   // advertised address
+  int nproc = 1;      // workers (--nproc-per-node resolved)
+  int free_port = 0;  // MASTER_PORT for a one-node job without --worker-port
+};
+
+// How long an agent that stopped the job waits for the store to confirm the
+// verdict before it ends with its own. Default: 500 ms.
+inline constexpr auto k_publish_wait = std::chrono::milliseconds(500);
+// How long to wait for output pipes to close after every worker has ended.
+inline constexpr auto k_drain_timeout = std::chrono::seconds(2);
+
+class Agent : public JobLink::Listener {
+ public:
+  using TimePoint = Clock::TimePoint;
+  using Stream = OutputRouter::Stream;
+
+  // Everything referenced must outlive the Agent; `link` is null for one node.
+  Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner& spawner,
+        const Clock& clock, JobLink* link, ConsoleSink& console);
+
+  // Joins the job (multi-node) or starts the workers (one node).
+  void start();
+
+  // --- events -------------------------------------------------------------------
+  void on_signal(int sig);
+  // Worker `local_rank` ended; its pipes were read up to now first.
+  void on_worker_exit(int local_rank, const ExitInfo& info);
+  void on_output(int local_rank, Stream stream, std::string_view data);
+  void on_output_closed(int local_rank, Stream stream);
+  // Call once now >= next_deadline().
+  void on_time();
+  std::optional<TimePoint> next_deadline() const;
+
+  // JobLink::Listener
+  void on_joined(const Topology& topology, int node_rank) override;
+  void on_join_failed(int exit_code, const std::string& message) override;
+  void on_verdict(const JobVerdict& verdict) override;
+  void on_finished(std::vector<RankOutcome> ranks) override;
+
+  // --- results --------------------------------------------------------------------
+  bool done() const { return m_phase == Phase::k_done; }
+  // The run's summary, once done() (launcher_max_rss_kib is the caller's to fill).
+  const JobSummary& summary() const { return m_summary; }
+  // Set when the run ended with an error rather than a job verdict (exit 2,
+  // 3, 4, 127): the one line main() prints.
+  const std::optional<std::string>& error() const { return m_error; }
+  // The plan, once joined (the driver reads its workers' pids through the spawner).
+  const Plan* plan() const { return m_plan ? &*m_plan : nullptr; }
+  bool running() const { return m_phase == Phase::k_running; }
+
+ private:
+  enum class Phase { k_joining, k_running, k_finishing, k_gathering, k_done };
+
+  void begin(const Topology& topology, int node_rank);
+  void apply(const Supervisor::Actions& actions);
+  void publish(const JobVerdict& verdict);
+  void advance();
+  void step();
+  void start_finishing();
+  // Every node's results are in (nullopt: only this node's are known).
+  void end_gathering(std::optional<std::vector<RankOutcome>> ranks);
+  void end_early(int exit_code, StopReason reason, const std::string& message,
+                 bool is_error);
+  RankOutcome outcome(int local_rank) const;
+  std::string node_name() const;
+
+  const Config& m_config;
+  const EnvMap& m_env;
+  NodeIdentity m_self;
+  Spawner& m_spawner;
+  const Clock& m_clock;
+  JobLink* m_link;
+  OutputRouter m_router;
+  Phase m_phase = Phase::k_joining;
+
+  std::optional<Topology> m_topology;
+  std::optional<Plan> m_plan;
+  std::optional<Supervisor> m_supervisor;
+  std::vector<pid_t> m_pids;
+  std::vector<double> m_end_times;
+  double m_start_time = 0;
+
+  std::optional<JobVerdict> m_verdict;         // the job's verdict, from the link
+  std::optional<TimePoint> m_publish_deadline;  // waiting for the store to confirm ours
+  bool m_published_stop = false;
+  bool m_published_success = false;
+  std::optional<int> m_join_signal;  // a stop signal received while joining
+  std::optional<int> m_late_signal;  // one received after the verdict was known
+  std::optional<TimePoint> m_drain_deadline;
+  std::optional<std::vector<RankOutcome>> m_gathered;
+  // The run cannot go on (exit code, message); it ends once the other nodes
+  // were told, or the store did not answer in time.
+  std::optional<std::pair<int, std::string>> m_pending_error;
+
+  bool m_advancing = false;
+  bool m_again = false;
+  JobSummary m_summary;
+  std::optional<std::string> m_error;
+};
+
+}  // namespace ddplaunch

@@ -1,0 +1,17 @@
+// The real run: wires the Agent to the real spawner, clock, store link and
+// console, and drives it from one epoll loop that owns the run from the first
+// instruction to exit: the signals (a signalfd, set up before anything else),
+// the workers' pipes and exits, the store connections and every timer.
+// Called once from main(); errors that end the run are thrown (error.hpp).
+#pragma once
+
+#include "config/config.hpp"
+#include "env/env_map.hpp"
+
+namespace ddplaunch {
+
+// Runs the job `config` describes, with the inherited environment `env`, and
+// returns ddplaunch's exit code. --dry-run prints the plan instead.
+int run_launch(const Config& config, const EnvMap& env);
+
+}  // namespace ddplaunch

@@ -1,0 +1,26 @@
+// The command line: argv -> the options given on it, and the program to run.
+// The only file that sees CLI11. It reads nothing but its argument (no
+// environment: the detectors in cluster/ do that), and throws UsageError with
+// one line naming the flag and what it accepts.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/options.hpp"
+
+namespace ddplaunch {
+
+struct CommandLine {
+  Settings flags;                    // every option given, each with source "flag"
+  std::vector<std::string> command;  // the program and its arguments
+  // Set for --help and --version: print this to stdout and exit 0.
+  std::optional<std::string> print_and_exit;
+};
+
+// Parses `args` (argv without argv[0]). Options are checked for shape only
+// here; their values are parsed when the Config is built (cluster/precedence).
+CommandLine parse_command_line(const std::vector<std::string>& args);
+
+}  // namespace ddplaunch

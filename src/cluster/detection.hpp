@@ -1,0 +1,20 @@
+// Detection: what one cluster detector found in the environment: option
+// values, each with the variable it came from, and notes to tell the user.
+// Detectors are pure functions of an EnvMap (cluster/pet.hpp is the first;
+// Slurm, Open MPI and the platforms sit beside it). Plain values.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/options.hpp"
+
+namespace ddplaunch {
+
+struct Detection {
+  std::string detector;             // "torchrun PET_*"
+  Settings values;                  // by option key; source = the variable's name
+  std::vector<std::string> notes;   // said once at start-up
+};
+
+}  // namespace ddplaunch

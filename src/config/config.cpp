@@ -1,0 +1,69 @@
+#include "config/config.hpp"
+
+#include <initializer_list>
+
+#include "ddplaunch/error.hpp"
+
+namespace ddplaunch {
+
+int StreamSelection::for_local_rank(int local_rank) const {
+  auto it = per_local_rank.find(local_rank);
+  return it == per_local_rank.end() ? all : it->second;
+}
+
+std::string Config::source_of(const std::string& key) const {
+  auto it = sources.find(key);
+  return it == sources.end() ? "default" : it->second;
+}
+
+bool Config::console_allows(int rank, int local_rank) const {
+  if (ranks_filter && !ranks_filter->contains(rank)) {
+    return false;
+  }
+  if (local_ranks_filter && !local_ranks_filter->contains(local_rank)) {
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+// A usage error about `keys`, naming the variables that set any of them.
+[[noreturn]] void fail(const Config& c, const std::string& message,
+                       std::initializer_list<const char*> keys) {
+  std::string from;
+  for (const char* key : keys) {
+    const std::string source = c.source_of(key);
+    if (source != "flag" && source != "default") {
+      from += (from.empty() ? "$" : ", $") + source;
+    }
+  }
+  throw UsageError(from.empty() ? message : message + " (set by " + from + "; fix or unset it)");
+}
+
+}  // namespace
+
+void validate(const Config& c) {
+  if (c.standalone && c.nnodes != 1) {
+    fail(c, "--standalone runs one node; drop --nnodes or --standalone", {"standalone", "nnodes"});
+  }
+  if (c.node_rank && *c.node_rank >= c.nnodes) {
+    fail(c,
+         "--node-rank " + std::to_string(*c.node_rank) + " is out of range for --nnodes " +
+             std::to_string(c.nnodes) + "; node ranks go from 0 to " + std::to_string(c.nnodes - 1),
+         {"nnodes", "node_rank"});
+  }
+  if (c.heartbeat_timeout_s <= c.heartbeat_interval_s) {
+    fail(c, "--heartbeat-timeout must be longer than --heartbeat-interval",
+         {"heartbeat_timeout", "heartbeat_interval"});
+  }
+  if (c.module && c.no_python) {
+    fail(c, "-m/--module runs a Python module and cannot be combined with --no-python",
+         {"module", "no_python"});
+  }
+  if (c.program.empty()) {
+    throw UsageError("no program given; usage: ddplaunch [options] [--] program [args...]");
+  }
+}
+
+}  // namespace ddplaunch

@@ -1,0 +1,93 @@
+// Config: every option of a ddplaunch run, as one plain value, with the
+// default of each written once, next to it (--help and --dry-run show these).
+// Built by cluster/precedence.hpp from the command line and the detected
+// environment, checked by validate(), and read by every later step; nothing
+// changes it afterwards. Pure: no system calls.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ddplaunch {
+
+enum class NprocMode {
+  k_fixed,  // a number given on the command line
+  k_auto,   // GPUs if any, else CPUs
+  k_cpu,    // online CPUs
+  k_gpu,    // GPUs this node may use; an error when there are none
+};
+
+// Which standard streams a torchrun-style --redirects/--tee value selects:
+// 0 none, 1 stdout, 2 stderr, 3 both; either one value for every local rank
+// or "LOCAL_RANK:VALUE,..." per local rank.
+struct StreamSelection {
+  int all = 0;                        // Default: 0 (no stream)
+  std::map<int, int> per_local_rank;  // overrides `all` for the listed local ranks
+
+  int for_local_rank(int local_rank) const;
+  bool selects_stdout(int local_rank) const { return (for_local_rank(local_rank) & 1) != 0; }
+  bool selects_stderr(int local_rank) const { return (for_local_rank(local_rank) & 2) != 0; }
+  bool any() const { return all != 0 || !per_local_rank.empty(); }
+};
+
+struct Config {
+  // --- Workers ---------------------------------------------------------------
+  NprocMode nproc_mode = NprocMode::k_fixed;  // Default: k_fixed
+  int nproc_per_node = 1;        // Default: 1. Resolved to a number for every mode before planning.
+  std::string program;           // Required: the program (or .py script, or module with -m)
+  std::vector<std::string> program_args;
+  bool no_python = false;        // Default: false. --no-python runs `program` as given.
+  bool module = false;           // Default: false. -m/--module runs `python -m program`.
+  std::string python;            // Default: empty = $PYTHON_EXEC, else python3 on PATH
+  std::string role = "default";  // Default: "default" (ROLE_NAME)
+  int max_restarts = 0;          // Default: 0. Passed to workers as TORCHELASTIC_MAX_RESTARTS.
+
+  // --- Nodes and rendezvous ----------------------------------------------------
+  int nnodes = 1;                         // Default: 1
+  std::optional<int> node_rank;           // Default: nullopt = automatic ("auto")
+  std::string master_addr = "127.0.0.1";  // Default: 127.0.0.1
+  int master_port = 29500;                // Default: 29500 (the store's port when nnodes > 1)
+  std::string rdzv_id = "none";           // Default: "none" (TORCHELASTIC_RUN_ID)
+  std::string rdzv_backend = "static";    // Default: "static" (c10d is accepted, same store)
+  bool standalone = false;                // Default: false. --standalone: one node
+  std::optional<int> worker_port;         // Default: nullopt = pick a free port on the master host
+  std::string local_addr;                 // Default: empty = this host's name's address
+  double rdzv_timeout_s = 600;            // Default: 600 seconds
+  double heartbeat_interval_s = 1;        // Default: 1 second
+  double heartbeat_timeout_s = 15;        // Default: 15 seconds
+
+  // --- Supervision -------------------------------------------------------------
+  double term_timeout_s = 30;  // Default: 30 seconds between SIGTERM and SIGKILL
+  std::string summary_json;    // Default: empty = no JSON summary file
+
+  // --- Output ------------------------------------------------------------------
+  std::string prefix = "[rank {rank}]: ";           // Default: "[rank {rank}]: "; empty = none
+  std::string log_dir;                              // Default: empty = no per-rank log files
+  StreamSelection redirects;                        // Default: none (torchrun -r/--redirects)
+  StreamSelection tee;                              // Default: none (torchrun -t/--tee)
+  std::optional<std::set<int>> ranks_filter;        // Default: every rank reaches the console
+  std::optional<std::set<int>> local_ranks_filter;  // Default: every local rank
+
+  // --- Launcher ----------------------------------------------------------------
+  bool dry_run = false;            // Default: false
+  std::string log_level = "info";  // Default: "info" (trace|debug|info|warn|error|off)
+
+  // Where each value came from, by option key ("nnodes" -> "flag" or
+  // "PET_NNODES"). A key that is absent has its default.
+  std::map<std::string, std::string> sources;
+
+  std::string source_of(const std::string& key) const;
+  // True when stream output of this rank should reach the console at all.
+  bool console_allows(int rank, int local_rank) const;
+};
+
+// Checks what no single option can check alone (a node rank within --nnodes,
+// a heartbeat timeout longer than its interval, ...). Throws UsageError with
+// one line that names the options and, where a value came from a variable,
+// the variable.
+void validate(const Config& config);
+
+}  // namespace ddplaunch

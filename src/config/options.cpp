@@ -1,0 +1,431 @@
+#include "config/options.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "ddplaunch/error.hpp"
+
+namespace ddplaunch {
+
+namespace {
+
+constexpr int k_max_nproc = 4096;
+constexpr int k_max_nodes = 65536;
+
+std::optional<long long> to_int(std::string_view s) {
+  long long v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+int parse_int_in(std::string_view value, std::string_view flag, long long lo, long long hi,
+                 std::string_view what) {
+  auto v = to_int(value);
+  if (!v || *v < lo || *v > hi) {
+    throw UsageError(std::string(flag) + " must be " + std::string(what) + ", got '" +
+                     std::string(value) + "'");
+  }
+  return static_cast<int>(*v);
+}
+
+double parse_seconds(const std::string& value, const std::string& flag, bool allow_zero) {
+  double v = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  const bool ok = ec == std::errc() && ptr == value.data() + value.size() && !value.empty() &&
+                  std::isfinite(v) && v >= 0 && (allow_zero || v > 0);
+  if (!ok) {
+    throw UsageError(flag + " must be a " + (allow_zero ? "non-negative" : "positive") +
+                     " number of seconds, got '" + value + "'");
+  }
+  return v;
+}
+
+bool parse_bool(const std::string& value, const std::string& flag) {
+  std::string v = value;
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "true" || v == "1" || v == "yes" || v == "on" || v.empty()) {
+    return true;
+  }
+  if (v == "false" || v == "0" || v == "no" || v == "off") {
+    return false;
+  }
+  throw UsageError(flag + " takes no value; as a variable it must be true or false, got '" +
+                   value + "'");
+}
+
+std::string show_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", s);
+  return buf;
+}
+
+std::string show_bool(bool b) { return b ? "true" : "false"; }
+
+std::string show_selection(const StreamSelection& s) {
+  if (s.per_local_rank.empty()) {
+    return std::to_string(s.all);
+  }
+  std::string out;
+  for (const auto& [rank, v] : s.per_local_rank) {
+    out += (out.empty() ? "" : ",") + std::to_string(rank) + ":" + std::to_string(v);
+  }
+  return out;
+}
+
+std::string show_ranks(const std::optional<std::set<int>>& ranks) {
+  if (!ranks) {
+    return "all";
+  }
+  std::string out;
+  for (int r : *ranks) {
+    out += (out.empty() ? "" : ",") + std::to_string(r);
+  }
+  return out;
+}
+
+void apply_nproc(Config& c, const std::string& value, const std::string& flag) {
+  if (value == "auto") {
+    c.nproc_mode = NprocMode::k_auto;
+  } else if (value == "cpu") {
+    c.nproc_mode = NprocMode::k_cpu;
+  } else if (value == "gpu") {
+    c.nproc_mode = NprocMode::k_gpu;
+  } else {
+    c.nproc_mode = NprocMode::k_fixed;
+    c.nproc_per_node = parse_int_in(value, flag, 1, k_max_nproc,
+                                    "a number from 1 to 4096, or auto, cpu or gpu");
+  }
+}
+
+std::string show_nproc(const Config& c) {
+  switch (c.nproc_mode) {
+    case NprocMode::k_auto: return "auto";
+    case NprocMode::k_cpu: return "cpu";
+    case NprocMode::k_gpu: return "gpu";
+    case NprocMode::k_fixed: break;
+  }
+  return std::to_string(c.nproc_per_node);
+}
+
+void apply_nnodes(Config& c, const std::string& value, const std::string& flag) {
+  const std::string_view what = "a number from 1 to 65536 (or MIN:MAX with MIN equal to MAX)";
+  auto colon = value.find(':');
+  if (colon == std::string::npos) {
+    c.nnodes = parse_int_in(value, flag, 1, k_max_nodes, what);
+    return;
+  }
+  int lo = parse_int_in(value.substr(0, colon), flag, 1, k_max_nodes, what);
+  int hi = parse_int_in(value.substr(colon + 1), flag, 1, k_max_nodes, what);
+  if (lo != hi) {
+    throw UsageError(flag + " " + value +
+                     ": elastic node ranges are not supported; give one number of nodes");
+  }
+  c.nnodes = lo;
+}
+
+void apply_node_rank(Config& c, const std::string& value, const std::string& flag) {
+  if (value == "auto") {
+    c.node_rank.reset();
+    return;
+  }
+  c.node_rank = parse_int_in(value, flag, 0, k_max_nodes - 1, "a number from 0 to nnodes-1, or auto");
+}
+
+void apply_endpoint(Config& c, const std::string& value, const std::string& flag) {
+  auto colon = value.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    throw UsageError(flag + " must be HOST:PORT, got '" + value + "'");
+  }
+  c.master_addr = value.substr(0, colon);
+  c.master_port = parse_int_in(value.substr(colon + 1), flag + " port", 1, 65535,
+                               "a port from 1 to 65535");
+}
+
+void apply_backend(Config& c, const std::string& value, const std::string& flag) {
+  if (value != "static" && value != "c10d") {
+    throw UsageError(flag + " must be static or c10d (ddplaunch uses its own store), got '" +
+                     value + "'");
+  }
+  c.rdzv_backend = value;
+}
+
+void apply_log_level(Config& c, const std::string& value, const std::string& flag) {
+  static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error", "off"};
+  if (!levels.contains(value)) {
+    throw UsageError(flag + " must be trace, debug, info, warn, error or off, got '" + value + "'");
+  }
+  c.log_level = value;
+}
+
+void apply_nothing(Config&, const std::string&, const std::string&) {}
+
+#define DDPLAUNCH_STRING(field)                                                    \
+  [](Config& c, const std::string& v, const std::string&) { c.field = v; },        \
+      [](const Config& c) { return c.field; }
+#define DDPLAUNCH_SECONDS(field, allow_zero)                                       \
+  [](Config& c, const std::string& v, const std::string& f) {                      \
+    c.field = parse_seconds(v, f, allow_zero);                                     \
+  },                                                                               \
+      [](const Config& c) { return show_seconds(c.field); }
+#define DDPLAUNCH_FLAG(field)                                                      \
+  [](Config& c, const std::string& v, const std::string& f) { c.field = parse_bool(v, f); }, \
+      [](const Config& c) { return show_bool(c.field); }
+
+const char* const k_workers = "Workers";
+const char* const k_nodes = "Nodes and rendezvous";
+const char* const k_supervision = "Supervision";
+const char* const k_output = "Output";
+const char* const k_launcher = "Launcher";
+
+// clang-format off
+const OptionSpec k_options[] = {
+  {"nproc_per_node", "--nproc-per-node,--nproc_per_node", k_workers,
+   "Workers on this node: N, auto (GPUs if any, else CPUs), cpu or gpu", false,
+   "PET_NPROC_PER_NODE", nullptr, apply_nproc, show_nproc},
+  {"module", "-m,--module", k_workers, "Run the program as a Python module: python -m program",
+   true, nullptr, nullptr, DDPLAUNCH_FLAG(module)},
+  {"no_python", "--no-python,--no_python", k_workers,
+   "Run the program as given, even if it ends in .py", true, nullptr, nullptr,
+   DDPLAUNCH_FLAG(no_python)},
+  {"python", "--python", k_workers, "Python for .py programs (empty: $PYTHON_EXEC, else python3)",
+   false, nullptr, nullptr, DDPLAUNCH_STRING(python)},
+  {"role", "--role", k_workers, "ROLE_NAME given to the workers", false, "PET_ROLE", nullptr,
+   DDPLAUNCH_STRING(role)},
+  {"max_restarts", "--max-restarts,--max_restarts", k_workers,
+   "Passed to workers as TORCHELASTIC_MAX_RESTARTS; workers are not restarted", false,
+   "PET_MAX_RESTARTS", nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.max_restarts = parse_int_in(v, f, 0, 1000000, "a number from 0 to 1000000");
+   },
+   [](const Config& c) { return std::to_string(c.max_restarts); }},
+
+  {"nnodes", "--nnodes", k_nodes, "Number of nodes in the job", false, "PET_NNODES", nullptr,
+   apply_nnodes, [](const Config& c) { return std::to_string(c.nnodes); }},
+  {"node_rank", "--node-rank,--node_rank", k_nodes,
+   "This node's rank, or auto (the store host is 0, others by arrival)", false, "PET_NODE_RANK",
+   nullptr, apply_node_rank,
+   [](const Config& c) { return c.node_rank ? std::to_string(*c.node_rank) : std::string("auto"); }},
+  {"master_addr", "--master-addr,--master_addr", k_nodes,
+   "Address of node 0, where the store runs", false, "PET_MASTER_ADDR", nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     if (v.empty()) {
+       throw UsageError(f + " must not be empty; give node 0's host name or address");
+     }
+     c.master_addr = v;
+   },
+   [](const Config& c) { return c.master_addr; }},
+  {"master_port", "--master-port,--master_port", k_nodes, "Port of the store", false,
+   "PET_MASTER_PORT", nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.master_port = parse_int_in(v, f, 1, 65535, "a port from 1 to 65535");
+   },
+   [](const Config& c) { return std::to_string(c.master_port); }},
+  {"rdzv_endpoint", "--rdzv-endpoint,--rdzv_endpoint", k_nodes,
+   "HOST:PORT, the same as --master-addr HOST --master-port PORT", false, "PET_RDZV_ENDPOINT",
+   "master_addr,master_port", apply_endpoint, nullptr},
+  {"rdzv_id", "--rdzv-id,--rdzv_id", k_nodes, "Job id every node must agree on", false,
+   "PET_RDZV_ID", nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     if (v.empty()) {
+       throw UsageError(f + " must not be empty; give the job a name every node agrees on");
+     }
+     c.rdzv_id = v;
+   },
+   [](const Config& c) { return c.rdzv_id; }},
+  {"rdzv_backend", "--rdzv-backend,--rdzv_backend", k_nodes,
+   "Accepted for torchrun scripts: static or c10d (both use ddplaunch's store)", false,
+   "PET_RDZV_BACKEND", nullptr, apply_backend, [](const Config& c) { return c.rdzv_backend; }},
+  {"rdzv_conf", "--rdzv-conf,--rdzv_conf", k_nodes, "Accepted for torchrun scripts; ignored",
+   false, "PET_RDZV_CONF", nullptr, apply_nothing, nullptr},
+  {"rdzv_timeout", "--rdzv-timeout,--rdzv_timeout", k_nodes,
+   "Seconds to wait for every node to join", false, nullptr, nullptr,
+   DDPLAUNCH_SECONDS(rdzv_timeout_s, false)},
+  {"worker_port", "--worker-port,--worker_port", k_nodes,
+   "MASTER_PORT for the workers (default: a free port on the master host)", false, nullptr,
+   nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.worker_port = parse_int_in(v, f, 1, 65535, "a port from 1 to 65535");
+   },
+   nullptr},
+  {"local_addr", "--local-addr,--local_addr", k_nodes,
+   "Address this node advertises (default: its host name's address)", false, nullptr, nullptr,
+   DDPLAUNCH_STRING(local_addr)},
+  {"heartbeat_interval", "--heartbeat-interval", k_nodes,
+   "Seconds between liveness reports to the store", false, nullptr, nullptr,
+   DDPLAUNCH_SECONDS(heartbeat_interval_s, false)},
+  {"heartbeat_timeout", "--heartbeat-timeout", k_nodes,
+   "Seconds of silence after which a node is declared lost", false, nullptr, nullptr,
+   DDPLAUNCH_SECONDS(heartbeat_timeout_s, false)},
+  {"standalone", "--standalone", k_nodes, "One node; the same as --nnodes 1", true,
+   "PET_STANDALONE", nullptr, DDPLAUNCH_FLAG(standalone)},
+
+  {"term_timeout", "--term-timeout,--term_timeout", k_supervision,
+   "Seconds between SIGTERM and SIGKILL when stopping workers", false, nullptr, nullptr,
+   DDPLAUNCH_SECONDS(term_timeout_s, true)},
+  {"summary_json", "--summary-json,--summary_json", k_supervision,
+   "Write every rank's outcome to this file as JSON", false, nullptr, nullptr,
+   DDPLAUNCH_STRING(summary_json)},
+  {"monitor_interval", "--monitor-interval,--monitor_interval", k_supervision,
+   "Accepted for torchrun scripts; ignored (ddplaunch is event-driven)", false,
+   "PET_MONITOR_INTERVAL", nullptr, apply_nothing, nullptr},
+  {"start_method", "--start-method,--start_method", k_supervision,
+   "Accepted for torchrun scripts; ignored", false, "PET_START_METHOD", nullptr, apply_nothing,
+   nullptr},
+
+  {"prefix", "--prefix", k_output,
+   "Line prefix; fields {rank} {local_rank} {node_rank} {host} {time}", false, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string&) {
+     validate_prefix_template(v);
+     c.prefix = v;
+   },
+   [](const Config& c) { return c.prefix; }},
+  {"no_prefix", "--no-prefix", k_output, "Print workers' lines without a prefix", true, nullptr,
+   "prefix",
+   [](Config& c, const std::string& v, const std::string& f) {
+     if (parse_bool(v, f)) {
+       c.prefix.clear();
+     }
+   },
+   nullptr},
+  {"log_dir", "--log-dir,--log_dir", k_output,
+   "Also write each rank's stdout and stderr to DIR/RANK/{stdout,stderr}.log", false,
+   "PET_LOG_DIR", nullptr, DDPLAUNCH_STRING(log_dir)},
+  {"redirects", "-r,--redirects", k_output,
+   "Send these streams to the log files only: 0 none, 1 out, 2 err, 3 both, or 0:1,1:2", false,
+   "PET_REDIRECTS", nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.redirects = parse_stream_selection(v, f);
+   },
+   [](const Config& c) { return show_selection(c.redirects); }},
+  {"tee", "-t,--tee", k_output, "Send these streams to the log files and the console", false,
+   "PET_TEE", nullptr,
+   [](Config& c, const std::string& v, const std::string& f) { c.tee = parse_stream_selection(v, f); },
+   [](const Config& c) { return show_selection(c.tee); }},
+  {"ranks_filter", "--ranks-filter,--ranks_filter", k_output,
+   "Only these global ranks reach the console, e.g. 0,3 (files get all)", false, nullptr,
+   nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.ranks_filter = parse_rank_list(v, f);
+   },
+   [](const Config& c) { return show_ranks(c.ranks_filter); }},
+  {"local_ranks_filter", "--local-ranks-filter,--local_ranks_filter", k_output,
+   "Only these local ranks reach the console", false, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.local_ranks_filter = parse_rank_list(v, f);
+   },
+   [](const Config& c) { return show_ranks(c.local_ranks_filter); }},
+
+  {"dry_run", "--dry-run", k_launcher,
+   "Print the configuration, where each value came from, and every local rank's environment "
+   "as JSON; launch nothing", true, nullptr, nullptr, DDPLAUNCH_FLAG(dry_run)},
+  {"log_level", "--log-level", k_launcher, "trace, debug, info, warn, error or off", false,
+   nullptr, nullptr, apply_log_level, [](const Config& c) { return c.log_level; }},
+};
+// clang-format on
+
+#undef DDPLAUNCH_STRING
+#undef DDPLAUNCH_SECONDS
+#undef DDPLAUNCH_FLAG
+
+}  // namespace
+
+std::span<const OptionSpec> option_table() { return k_options; }
+
+const OptionSpec* find_option(std::string_view key) {
+  for (const auto& o : k_options) {
+    if (key == o.key) {
+      return &o;
+    }
+  }
+  return nullptr;
+}
+
+std::string long_name(const OptionSpec& spec) {
+  std::string_view names = spec.names;
+  size_t start = names.find("--");
+  size_t end = names.find(',', start);
+  return std::string(names.substr(start, end == std::string_view::npos ? end : end - start));
+}
+
+StreamSelection parse_stream_selection(std::string_view value, std::string_view flag) {
+  const std::string what = std::string(flag) +
+                           " must be 0 (none), 1 (stdout), 2 (stderr) or 3 (both), "
+                           "or LOCAL_RANK:VALUE pairs like 0:1,1:2; got '" +
+                           std::string(value) + "'";
+  StreamSelection sel;
+  if (value.find(':') == std::string_view::npos) {
+    auto v = to_int(value);
+    if (!v || *v < 0 || *v > 3) {
+      throw UsageError(what);
+    }
+    sel.all = static_cast<int>(*v);
+    return sel;
+  }
+  while (!value.empty()) {
+    auto comma = value.find(',');
+    auto pair = value.substr(0, comma);
+    auto colon = pair.find(':');
+    if (colon == std::string_view::npos) {
+      throw UsageError(what);
+    }
+    auto rank = to_int(pair.substr(0, colon));
+    auto v = to_int(pair.substr(colon + 1));
+    if (!rank || *rank < 0 || *rank > k_max_nproc || !v || *v < 0 || *v > 3) {
+      throw UsageError(what);
+    }
+    sel.per_local_rank[static_cast<int>(*rank)] = static_cast<int>(*v);
+    if (comma == std::string_view::npos) {
+      break;
+    }
+    value.remove_prefix(comma + 1);
+  }
+  return sel;
+}
+
+std::set<int> parse_rank_list(std::string_view value, std::string_view flag) {
+  std::set<int> ranks;
+  const std::string what = std::string(flag) +
+                           " must be a comma-separated list of ranks like 0,3; got '" +
+                           std::string(value) + "'";
+  if (value.empty()) {
+    throw UsageError(what);
+  }
+  while (true) {
+    auto comma = value.find(',');
+    auto v = to_int(value.substr(0, comma));
+    if (!v || *v < 0 || *v > 1'000'000'000) {
+      throw UsageError(what);
+    }
+    ranks.insert(static_cast<int>(*v));
+    if (comma == std::string_view::npos) {
+      break;
+    }
+    value.remove_prefix(comma + 1);
+  }
+  return ranks;
+}
+
+void validate_prefix_template(std::string_view tmpl) {
+  size_t pos = 0;
+  while ((pos = tmpl.find('{', pos)) != std::string_view::npos) {
+    auto close = tmpl.find('}', pos);
+    if (close == std::string_view::npos) {
+      throw UsageError("--prefix: unclosed '{' in '" + std::string(tmpl) +
+                       "'; fields are {rank} {local_rank} {node_rank} {host} {time}");
+    }
+    auto name = tmpl.substr(pos + 1, close - pos - 1);
+    if (name != "rank" && name != "local_rank" && name != "node_rank" && name != "host" &&
+        name != "time") {
+      throw UsageError("--prefix: unknown field {" + std::string(name) +
+                       "}; fields are {rank} {local_rank} {node_rank} {host} {time}");
+    }
+    pos = close + 1;
+  }
+}
+
+}  // namespace ddplaunch

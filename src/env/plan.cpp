@@ -1,0 +1,47 @@
+#include "env/plan.hpp"
+
+#include "env/torch_env.hpp"
+
+namespace ddplaunch {
+
+std::vector<std::string> worker_argv(const Config& config, const EnvMap& env) {
+  std::vector<std::string> argv;
+  const bool is_script = config.program.size() > 3 && config.program.ends_with(".py");
+  if (!config.no_python && (config.module || is_script)) {
+    std::string python = config.python;
+    if (python.empty()) {
+      auto it = env.find("PYTHON_EXEC");
+      python = (it != env.end() && !it->second.empty()) ? it->second : "python3";
+    }
+    argv = {python, "-u"};
+    if (config.module) {
+      argv.emplace_back("-m");
+    }
+  }
+  argv.push_back(config.program);
+  argv.insert(argv.end(), config.program_args.begin(), config.program_args.end());
+  return argv;
+}
+
+Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base_env) {
+  Plan plan;
+  plan.layout = layout;
+  const auto argv = worker_argv(config, base_env);
+  for (int local_rank = 0; local_rank < layout.local_world_size; ++local_rank) {
+    WorkerSpec spec;
+    spec.local_rank = local_rank;
+    spec.rank = layout.rank_offset + local_rank;
+    spec.argv = argv;
+    spec.env = build_torch_env(base_env, layout, local_rank);
+    spec.inherit_stdin = local_rank == 0;
+    plan.workers.push_back(std::move(spec));
+  }
+  if (sets_omp_num_threads(base_env, layout)) {
+    plan.notices.push_back(
+        "OMP_NUM_THREADS is not set: setting it to 1 for each worker to avoid "
+        "oversubscribing the CPUs; set it yourself to tune it");
+  }
+  return plan;
+}
+
+}  // namespace ddplaunch

@@ -1,0 +1,36 @@
+// Plan: what to start on this node, one WorkerSpec per local rank, each with
+// its complete argv and environment. A pure function of the Config, the
+// layout rendezvous produced and the inherited environment.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "env/env_map.hpp"
+#include "topology/topology.hpp"
+
+namespace ddplaunch {
+
+struct WorkerSpec {
+  int local_rank = 0;
+  int rank = 0;
+  std::vector<std::string> argv;  // argv[0] is the program as the user named it
+  EnvMap env;
+  bool inherit_stdin = false;  // local rank 0 reads the launcher's stdin; others /dev/null
+};
+
+struct Plan {
+  JobLayout layout;
+  std::vector<WorkerSpec> workers;
+  std::vector<std::string> notices;  // things to tell the user once
+};
+
+// The worker command line: `python -u script.py args` for a .py program,
+// `python -u -m module args` with -m, the program as given otherwise.
+// Python is --python, else $PYTHON_EXEC from `env`, else "python3".
+std::vector<std::string> worker_argv(const Config& config, const EnvMap& env);
+
+Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base_env);
+
+}  // namespace ddplaunch

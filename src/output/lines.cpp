@@ -1,0 +1,95 @@
+#include "output/lines.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+
+namespace ddplaunch {
+
+LinePrefix::LinePrefix(std::string_view tmpl, const Fields& fields) {
+  m_parts.emplace_back();
+  size_t pos = 0;
+  while (pos < tmpl.size()) {
+    if (tmpl[pos] != '{') {
+      m_parts.back().push_back(tmpl[pos++]);
+      continue;
+    }
+    size_t close = tmpl.find('}', pos);
+    if (close == std::string_view::npos) {
+      m_parts.back().append(tmpl.substr(pos));
+      break;
+    }
+    std::string_view name = tmpl.substr(pos + 1, close - pos - 1);
+    if (name == "rank") {
+      m_parts.back() += std::to_string(fields.rank);
+    } else if (name == "local_rank") {
+      m_parts.back() += std::to_string(fields.local_rank);
+    } else if (name == "node_rank") {
+      m_parts.back() += std::to_string(fields.node_rank);
+    } else if (name == "host") {
+      m_parts.back() += fields.host;
+    } else if (name == "time") {
+      m_parts.emplace_back();  // a time field separates two fixed parts
+    } else {
+      m_parts.back().append(tmpl.substr(pos, close - pos + 1));
+    }
+    pos = close + 1;
+  }
+}
+
+void LinePrefix::append_to(std::string& out, std::time_t now) const {
+  out += m_parts[0];
+  if (m_parts.size() == 1) {
+    return;
+  }
+  std::tm tm_now = {};
+  localtime_r(&now, &tm_now);
+  char buf[16];
+  size_t n = std::strftime(buf, sizeof(buf), "%H:%M:%S", &tm_now);
+  for (size_t i = 1; i < m_parts.size(); ++i) {
+    out.append(buf, n);
+    out += m_parts[i];
+  }
+}
+
+void LineBatch::add(std::string_view prefix, std::string_view line) {
+  const size_t need = prefix.size() + line.size() + 1;
+  if (m_size + need > m_capacity) {
+    size_t cap = std::max({m_capacity * 2, m_size + need, k_flush_bytes + 4096});
+    auto bigger = std::make_unique_for_overwrite<char[]>(cap);
+    if (m_size > 0) {
+      std::memcpy(bigger.get(), m_buf.get(), m_size);
+    }
+    m_buf = std::move(bigger);
+    m_capacity = cap;
+  }
+  char* p = m_buf.get() + m_size;
+  // memcpy with a null source is undefined even for 0 bytes (an empty view may be null).
+  if (!prefix.empty()) {
+    std::memcpy(p, prefix.data(), prefix.size());
+  }
+  if (!line.empty()) {
+    std::memcpy(p + prefix.size(), line.data(), line.size());
+  }
+  p[prefix.size() + line.size()] = '\n';
+  m_size += need;
+}
+
+void TailBuffer::push(std::string_view line) {
+  if (m_max_lines == 0) {
+    return;
+  }
+  line = line.substr(0, m_max_line_bytes);
+  if (m_lines.size() == m_max_lines) {
+    // Reuse the oldest line's storage: no allocation per line of a stderr flood.
+    std::string oldest = std::move(m_lines.front());
+    m_lines.pop_front();
+    oldest.assign(line);
+    m_lines.push_back(std::move(oldest));
+  } else {
+    m_lines.emplace_back(line);
+  }
+}
+
+}  // namespace ddplaunch

@@ -1,0 +1,130 @@
+#include "output/router.hpp"
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+
+#include "ddplaunch/error.hpp"
+#include "log.hpp"
+#include "posix/error.hpp"
+
+namespace ddplaunch {
+
+OutputRouter::OutputRouter(const Config& config, ConsoleSink& console)
+    : m_config(config), m_console(console) {}
+
+void OutputRouter::start(const JobLayout& layout) {
+  m_log_dir = m_config.log_dir;
+  if (m_log_dir.empty() && (m_config.redirects.any() || m_config.tee.any())) {
+    std::string run_id = layout.run_id;
+    std::replace(run_id.begin(), run_id.end(), '/', '_');
+    std::string tmpl = "/tmp/ddplaunch-" + run_id + "-XXXXXX";
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      posix::throw_errno("mkdtemp " + tmpl);
+    }
+    m_log_dir = tmpl;
+    log::info("--redirects/--tee without --log-dir: writing worker logs under {}", m_log_dir);
+  }
+  m_workers.clear();
+  m_workers.reserve(static_cast<size_t>(layout.local_world_size));
+  for (int lr = 0; lr < layout.local_world_size; ++lr) {
+    const int rank = layout.rank_offset + lr;
+    LinePrefix::Fields f{rank, lr, layout.node_rank, layout.hostname};
+    Worker& w = m_workers.emplace_back(Worker{LinePrefix(m_config.prefix, f), TailBuffer(), {}});
+    const bool console = m_config.console_allows(rank, lr);
+    w.channels[0].to_console = console && !m_config.redirects.selects_stdout(lr);
+    w.channels[1].to_console = console && !m_config.redirects.selects_stderr(lr);
+    if (m_log_dir.empty()) {
+      continue;
+    }
+    auto dir = std::filesystem::path(m_log_dir) / std::to_string(rank);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    for (int s = 0; s < 2; ++s) {
+      auto path = (dir / (s == 0 ? "stdout.log" : "stderr.log")).string();
+      posix::Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      if (!fd) {
+        throw LaunchError(k_exit_usage, "--log-dir: cannot write " + path + ": " +
+                                            std::strerror(errno) + "; choose a writable directory");
+      }
+      w.channels[s].file = std::move(fd);
+    }
+  }
+}
+
+OutputRouter::Channel& OutputRouter::channel(int local_rank, Stream stream) {
+  return m_workers.at(static_cast<size_t>(local_rank)).channels[static_cast<int>(stream)];
+}
+
+bool OutputRouter::closed(int local_rank, Stream stream) const {
+  return !m_workers.at(static_cast<size_t>(local_rank)).channels[static_cast<int>(stream)].open;
+}
+
+bool OutputRouter::all_closed() const {
+  return std::none_of(m_workers.begin(), m_workers.end(), [](const Worker& w) {
+    return w.channels[0].open || w.channels[1].open;
+  });
+}
+
+std::vector<std::string> OutputRouter::stderr_tail(int local_rank) const {
+  const auto& lines = m_workers.at(static_cast<size_t>(local_rank)).stderr_tail.lines();
+  return {lines.begin(), lines.end()};
+}
+
+void OutputRouter::flush(int fd) {
+  if (!m_batch.empty() && m_console_ok[fd] && !m_console.write(fd, m_batch.data())) {
+    m_console_ok[fd] = false;  // e.g. `ddplaunch ... | head`: keep running, stop printing
+  }
+  m_batch.clear();
+}
+
+void OutputRouter::start_lines(const Worker& w) {
+  m_prefix_text.clear();
+  w.prefix.append_to(m_prefix_text, std::time(nullptr));
+}
+
+void OutputRouter::take_line(Worker& w, Stream stream, std::string_view line) {
+  const bool is_err = stream == Stream::k_err;
+  if (is_err) {
+    w.stderr_tail.push(line);
+  }
+  if (w.channels[static_cast<int>(stream)].to_console) {
+    m_batch.add(m_prefix_text, line);
+    if (m_batch.must_flush()) {
+      flush(is_err ? 2 : 1);
+    }
+  }
+}
+
+void OutputRouter::on_data(int local_rank, Stream stream, std::string_view data) {
+  Worker& w = m_workers.at(static_cast<size_t>(local_rank));
+  Channel& c = w.channels[static_cast<int>(stream)];
+  if (c.file) {
+    posix::write_all(c.file.get(), data);
+  }
+  if (c.to_console || stream == Stream::k_err) {
+    start_lines(w);
+    c.splitter.feed(data, [&](std::string_view line) { take_line(w, stream, line); });
+    flush(stream == Stream::k_err ? 2 : 1);
+  }
+}
+
+void OutputRouter::on_close(int local_rank, Stream stream) {
+  Worker& w = m_workers.at(static_cast<size_t>(local_rank));
+  Channel& c = w.channels[static_cast<int>(stream)];
+  if (!c.open) {
+    return;
+  }
+  c.open = false;
+  start_lines(w);
+  c.splitter.finish([&](std::string_view line) { take_line(w, stream, line); });
+  flush(stream == Stream::k_err ? 2 : 1);
+  c.file.close();
+}
+
+}  // namespace ddplaunch

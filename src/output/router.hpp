@@ -1,0 +1,76 @@
+// OutputRouter: where the workers' bytes go. Each worker's stdout and stderr
+// are cut into whole lines, prefixed, and batched to the console (through a
+// ConsoleSink, so tests can capture it), copied raw to --log-dir files, and
+// the last stderr lines of each worker are kept for the failure report.
+// Streams are numbered by local rank; the router owns the log files it opens
+// and nothing else. Not thread-safe: the agent's one thread drives it.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.hpp"
+#include "output/lines.hpp"
+#include "posix/fd.hpp"
+#include "topology/topology.hpp"
+
+namespace ddplaunch {
+
+// The launcher's own stdout (1) and stderr (2).
+class ConsoleSink {
+ public:
+  virtual ~ConsoleSink() = default;
+  // Writes all of `data`; false when the stream is gone (a closed pipe).
+  virtual bool write(int fd, std::string_view data) = 0;
+};
+
+class OutputRouter {
+ public:
+  enum class Stream { k_out = 0, k_err = 1 };
+
+  OutputRouter(const Config& config, ConsoleSink& console);
+
+  // Prepares one stream pair per local rank of `layout` and opens the log
+  // files (before any worker starts, so a bad --log-dir stops nothing).
+  // Throws LaunchError (exit 2) for a log file that cannot be written.
+  void start(const JobLayout& layout);
+
+  void on_data(int local_rank, Stream stream, std::string_view data);
+  // End of a stream: its unfinished last line is printed. Idempotent.
+  void on_close(int local_rank, Stream stream);
+  bool closed(int local_rank, Stream stream) const;
+  bool all_closed() const;
+
+  // The last lines of a worker's stderr, oldest first.
+  std::vector<std::string> stderr_tail(int local_rank) const;
+  // The directory the log files go to ("" when none).
+  const std::string& log_dir() const { return m_log_dir; }
+
+ private:
+  struct Channel {
+    bool open = true;
+    bool to_console = true;
+    posix::Fd file;  // --log-dir copy; invalid when not logging
+    LineSplitter splitter;
+  };
+  struct Worker {
+    LinePrefix prefix;
+    TailBuffer stderr_tail;
+    Channel channels[2];
+  };
+  Channel& channel(int local_rank, Stream stream);
+  void start_lines(const Worker& w);
+  void take_line(Worker& w, Stream stream, std::string_view line);
+  void flush(int fd);
+
+  const Config& m_config;
+  ConsoleSink& m_console;
+  std::string m_log_dir;
+  std::vector<Worker> m_workers;
+  std::string m_prefix_text;  // the prefix for the lines being taken
+  LineBatch m_batch;
+  bool m_console_ok[3] = {true, true, true};
+};
+
+}  // namespace ddplaunch

@@ -1,0 +1,48 @@
+// EventLoop: a thin owner of one epoll instance. Callers register fds with a
+// 64-bit tag and the events they want; wait() returns the ready tags. It holds
+// no callbacks and owns none of the fds: whoever registers an fd removes it
+// before closing it. Not thread-safe: one thread owns the loop.
+#pragma once
+
+#include <sys/epoll.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "posix/fd.hpp"
+
+namespace ddplaunch::posix {
+
+class EventLoop {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  struct Ready {
+    uint64_t tag;
+    uint32_t events;  // EPOLLIN, EPOLLOUT, EPOLLHUP, EPOLLERR, EPOLLRDHUP
+  };
+
+  EventLoop();
+
+  // Registers `fd`, or changes its events and tag when it is registered already.
+  void set(int fd, uint32_t events, uint64_t tag);
+  // Forgets `fd` (a no-op for an fd that is not registered).
+  void remove(int fd);
+  bool contains(int fd) const { return m_fds.contains(fd); }
+
+  // Waits until an fd is ready or `deadline` passes (nullopt: no deadline).
+  // EINTR returns an empty list.
+  std::vector<Ready> wait(std::optional<TimePoint> deadline);
+
+ private:
+  struct Entry {
+    uint32_t events;
+    uint64_t tag;
+  };
+  Fd m_epoll;
+  std::unordered_map<int, Entry> m_fds;
+};
+
+}  // namespace ddplaunch::posix

@@ -1,0 +1,41 @@
+// Child: the RAII owner of one started worker: its pid (also its process
+// group id) and the read ends of its stdout and stderr pipes. A child that
+// has not been reaped when its owner goes away (an exception unwinding, say)
+// has its process group SIGKILLed and is reaped then: no worker outlives the
+// object that started it. Move-only; not thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include "posix/fd.hpp"
+
+namespace ddplaunch {
+
+class Child {
+ public:
+  Child(pid_t pid, posix::Fd out, posix::Fd err)
+      : m_pid(pid), m_out(std::move(out)), m_err(std::move(err)) {}
+  Child(Child&& other) noexcept;
+  Child& operator=(Child&& other) noexcept;
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child();
+
+  pid_t pid() const { return m_pid; }
+  posix::Fd& out() { return m_out; }
+  posix::Fd& err() { return m_err; }
+  // Sends `sig` to the child's process group (gone already: not an error).
+  void signal(int sig) const;
+  // Someone (reap_any) has collected the child's exit status.
+  void mark_reaped() { m_reaped = true; }
+  bool reaped() const { return m_reaped; }
+
+ private:
+  void kill_and_reap();
+  pid_t m_pid = -1;
+  posix::Fd m_out;
+  posix::Fd m_err;
+  bool m_reaped = false;
+};
+
+}  // namespace ddplaunch

@@ -1,0 +1,186 @@
+#include "proc/spawn.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+
+#include "posix/error.hpp"
+#include "posix/fd.hpp"
+#include "posix/signals.hpp"
+
+namespace ddplaunch {
+
+namespace {
+
+struct Prepared {
+  std::string path;
+  std::vector<std::string> env_strings;
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+};
+
+Prepared prepare(const WorkerSpec& spec) {
+  Prepared p;
+  auto path = find_program(spec.argv.at(0), spec.env);
+  if (!path) {
+    throw SpawnError("cannot execute '" + spec.argv[0] +
+                     "': not found (no such file, or not in PATH); check the program name");
+  }
+  p.path = *path;
+  for (const auto& [k, v] : spec.env) {
+    p.env_strings.push_back(k + "=" + v);
+  }
+  for (const auto& a : spec.argv) {
+    p.argv.push_back(const_cast<char*>(a.c_str()));
+  }
+  p.argv.push_back(nullptr);
+  for (auto& e : p.env_strings) {
+    p.envp.push_back(e.data());
+  }
+  p.envp.push_back(nullptr);
+  return p;
+}
+
+// What the vfork()ed child tells the parent through the memory they share.
+struct ChildReport {
+  volatile int shared = 0;  // set first thing: the memory really is shared
+  volatile int error = 0;   // errno of the failed step
+};
+
+// Runs in the vfork()ed child, which shares the launcher's memory and stack
+// until it calls execve or _exit: only async-signal-safe calls, no
+// allocation, and no writes to memory except *report.
+[[noreturn]] void exec_child(const Prepared& p, pid_t parent, int stdin_fd, int out_fd,
+                             int err_fd, int report_fd, ChildReport* report) {
+  report->shared = 1;
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) {
+    _exit(127);  // the launcher died before prctl took effect
+  }
+  if ((stdin_fd == 0 || dup2(stdin_fd, 0) >= 0) && dup2(out_fd, 1) >= 0 && dup2(err_fd, 2) >= 0) {
+    // Everything above 2 closes on exec, including fds the launcher inherited.
+    syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+    posix::reset_signals_for_child();
+    execve(p.path.c_str(), p.argv.data(), p.envp.data());
+  }
+  const int err = errno;
+  report->error = err;
+  ssize_t ignored = write(report_fd, &err, sizeof(err));
+  (void)ignored;
+  _exit(127);
+}
+
+// vfork(): the parent sleeps until the child has exec'd (or failed to), and no
+// page tables are copied, so launching costs what posix_spawn costs (which
+// cannot set PR_SET_PDEATHSIG). The child reports an exec error in shared
+// memory. Where vfork is really a fork (ThreadSanitizer makes it one) nothing
+// is shared, and the error comes through a close-on-exec pipe instead; only
+// then does the parent wait on that pipe. Returns the pid, or -1 with the
+// child's errno in *exec_errno (the child is reaped).
+pid_t vfork_exec(const Prepared& p, pid_t parent, int stdin_fd, int out_fd, int err_fd,
+                 int* exec_errno) {
+  auto pipe = posix::make_pipe();
+  const int report_fd = pipe.write.get();
+  ChildReport report;
+  pid_t pid = vfork();
+  if (pid == 0) {
+    exec_child(p, parent, stdin_fd, out_fd, err_fd, report_fd, &report);
+  }
+  if (pid < 0) {
+    posix::throw_errno("vfork");
+  }
+  pipe.write.close();
+  int child_errno = report.error;
+  if (report.shared == 0) {
+    ssize_t n;
+    do {
+      n = read(pipe.read.get(), &child_errno, sizeof(child_errno));
+    } while (n < 0 && errno == EINTR);
+    if (n != static_cast<ssize_t>(sizeof(child_errno))) {
+      child_errno = 0;  // EOF: exec succeeded
+    }
+  }
+  if (child_errno == 0) {
+    return pid;
+  }
+  *exec_errno = child_errno;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::optional<std::string> find_program(const std::string& program, const EnvMap& env) {
+  if (program.empty()) {
+    return std::nullopt;
+  }
+  if (program.find('/') != std::string::npos) {
+    return access(program.c_str(), F_OK) == 0 ? std::optional(program) : std::nullopt;
+  }
+  auto it = env.find("PATH");
+  std::string path = it != env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin";
+  std::optional<std::string> first_existing;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) {
+      end = path.size();
+    }
+    std::string dir = path.substr(start, end - start);
+    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
+    if (access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+    if (!first_existing && access(candidate.c_str(), F_OK) == 0) {
+      first_existing = candidate;  // exists but not executable: exec reports EACCES
+    }
+    start = end + 1;
+  }
+  return first_existing;
+}
+
+std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
+  std::vector<Prepared> prepared;
+  prepared.reserve(workers.size());
+  for (const auto& spec : workers) {
+    prepared.push_back(prepare(spec));
+  }
+  posix::Fd devnull(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!devnull) {
+    posix::throw_errno("open /dev/null");
+  }
+  const pid_t self = getpid();
+  std::vector<Child> started;
+  started.reserve(workers.size());
+  for (size_t i = 0; i < workers.size(); ++i) {
+    auto out = posix::make_pipe();
+    auto err = posix::make_pipe();
+    int stdin_fd = workers[i].inherit_stdin ? 0 : devnull.get();
+    int exec_errno = 0;
+    pid_t pid =
+        vfork_exec(prepared[i], self, stdin_fd, out.write.get(), err.write.get(), &exec_errno);
+    if (pid < 0) {
+      throw SpawnError("cannot execute '" + workers[i].argv.at(0) +
+                       "': " + std::strerror(exec_errno));
+    }
+    posix::set_nonblocking(out.read.get());
+    posix::set_nonblocking(err.read.get());
+    started.emplace_back(pid, std::move(out.read), std::move(err.read));
+  }
+  return started;
+}
+
+}  // namespace ddplaunch

@@ -1,0 +1,39 @@
+// Starting and stopping worker processes (ninja's subprocess-posix and folly's
+// Subprocess habits). Every worker gets its own process group, dies with the
+// launcher (PR_SET_PDEATHSIG), inherits only fds 0, 1 and 2, and receives an
+// envp built by the launcher. Workers start with vfork(); an exec failure is
+// known before the next worker starts: a missing program is a spawn error,
+// never a mystery exit 127.
+// Called from the launcher's one thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddplaunch/error.hpp"
+#include "env/plan.hpp"
+#include "proc/child.hpp"
+
+namespace ddplaunch {
+
+// "cannot execute 'X': <reason>": exit code 127.
+class SpawnError : public LaunchError {
+ public:
+  explicit SpawnError(const std::string& message)
+      : LaunchError(k_exit_cannot_execute, message) {}
+};
+
+// Resolves `program` like execvp would, against the PATH in `env` (a program
+// with a '/' is used as given). nullopt when no executable file is found.
+std::optional<std::string> find_program(const std::string& program, const EnvMap& env);
+
+// Starts every worker of `workers` in order; their pipes' read ends are
+// non-blocking and close-on-exec. Either all start, or none is left running:
+// on the first exec failure the started ones are killed and reaped (by their
+// Child owners) and SpawnError is thrown.
+std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers);
+
+}  // namespace ddplaunch

@@ -1,0 +1,45 @@
+// Spawner: how the agent starts and stops its workers (ninja's CommandRunner
+// idea): the real ProcessSpawner below, or a fake in the agent's unit tests.
+// ProcessSpawner owns one Child per worker; the event loop reads their pipes
+// and reaps them. Not thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <vector>
+
+#include "env/plan.hpp"
+#include "proc/child.hpp"
+
+namespace ddplaunch {
+
+class Spawner {
+ public:
+  virtual ~Spawner() = default;
+  // Starts every worker, in order, and returns their pids. Either all start
+  // or none is left running: throws SpawnError (exit 127) when one cannot be
+  // executed.
+  virtual std::vector<pid_t> spawn(const std::vector<WorkerSpec>& workers) = 0;
+  // Sends `sig` to worker `local_rank`'s process group.
+  virtual void signal(int local_rank, int sig) = 0;
+  // The job is over here: SIGKILL every worker's process group and every
+  // process that escaped them (reparented to the launcher, a subreaper).
+  virtual void kill_all() = 0;
+};
+
+class ProcessSpawner : public Spawner {
+ public:
+  std::vector<pid_t> spawn(const std::vector<WorkerSpec>& workers) override;
+  void signal(int local_rank, int sig) override;
+  void kill_all() override;
+
+  std::vector<Child>& children() { return m_children; }
+  // The local rank of a worker's pid, if it is one of ours.
+  std::optional<int> local_rank_of(pid_t pid) const;
+
+ private:
+  std::vector<Child> m_children;
+};
+
+}  // namespace ddplaunch

@@ -1,0 +1,49 @@
+// JobLink: the agent's connection to the rest of a multi-node job, through
+// its three phases: joining (rendezvous), the run (heartbeats, the job's
+// verdict), and finishing (every node's results). Every call returns at once;
+// answers come later through the Listener, from the agent's own event loop.
+// StoreLink (store_link.hpp) implements it over the store; the agent's unit
+// tests use a fake. Single-node runs have none.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "rendezvous/planner.hpp"
+#include "supervise/summary.hpp"
+#include "supervise/verdict.hpp"
+#include "topology/topology.hpp"
+
+namespace ddplaunch {
+
+class JobLink {
+ public:
+  class Listener {
+   public:
+    virtual ~Listener() = default;
+    // Rendezvous is complete: the job's topology, and this node's rank in it.
+    virtual void on_joined(const Topology& topology, int node_rank) = 0;
+    // Rendezvous failed (exit 3: timeout, disagreement; 4: store lost).
+    virtual void on_join_failed(int exit_code, const std::string& message) = 0;
+    // The job's verdict is known: the first stop any node published (this
+    // node's own publish_stop() is answered here too), every node's success,
+    // or exit 4 when the store was lost. Called at most once.
+    virtual void on_verdict(const JobVerdict& verdict) = 0;
+    // finish() is done: the ranks known here, by rank (node 0: every node's
+    // that reported; other nodes: their own).
+    virtual void on_finished(std::vector<RankOutcome> ranks) = 0;
+  };
+
+  virtual ~JobLink() = default;
+  // Starts joining as `self` (node_rank -1: automatic; arrival is assigned).
+  virtual void join(const JoinRecord& self) = 0;
+  // This node decided the job is over; on_verdict() says which verdict won.
+  virtual void publish_stop(const JobVerdict& verdict) = 0;
+  // Every local worker succeeded.
+  virtual void publish_success() = 0;
+  // Reports this node's outcomes and, on the store host, collects every
+  // node's (bounded by the heartbeat timeout, at most 30 s).
+  virtual void finish(const std::vector<RankOutcome>& local) = 0;
+};
+
+}  // namespace ddplaunch

@@ -1,0 +1,296 @@
+#include "rendezvous/records.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "config/options.hpp"
+
+namespace ddplaunch {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string text_of(const json& j, int indent = -1) {
+  return j.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
+// Parses `text` and runs `read` over it; any JSON error is a RecordError.
+template <typename F>
+auto parse_record(std::string_view text, const char* what, F&& read) {
+  try {
+    return read(json::parse(text));
+  } catch (const json::exception& e) {
+    throw RecordError(std::string("malformed ") + what + " record: " + e.what());
+  }
+}
+
+const char* mode_name(NprocMode mode) {
+  switch (mode) {
+    case NprocMode::k_fixed: return "fixed";
+    case NprocMode::k_auto: return "auto";
+    case NprocMode::k_cpu: return "cpu";
+    case NprocMode::k_gpu: return "gpu";
+  }
+  return "fixed";
+}
+
+json outcome_json(const RankOutcome& o) {
+  json j = {{"rank", o.rank},
+            {"local_rank", o.local_rank},
+            {"node_rank", o.node_rank},
+            {"host", o.host},
+            {"pid", o.pid},
+            {"stopped_by_launcher", o.stopped_by_launcher},
+            {"start_time", o.start_time},
+            {"end_time", o.end_time}};
+  if (!o.exit) {
+    j["state"] = "unknown";
+    j["exit_code"] = nullptr;
+    j["signal"] = nullptr;
+  } else if (o.exit->by_signal()) {
+    j["state"] = "signaled";
+    j["exit_code"] = nullptr;
+    j["signal"] = o.exit->signal();
+    j["signal_name"] = signal_name(o.exit->signal());
+  } else {
+    j["state"] = o.exit->success() ? "succeeded" : "failed";
+    j["exit_code"] = o.exit->code();
+    j["signal"] = nullptr;
+  }
+  if (!o.last_stderr.empty()) {
+    j["last_stderr"] = o.last_stderr;
+  }
+  return j;
+}
+
+RankOutcome outcome_from(const json& j) {
+  RankOutcome o;
+  o.rank = j.at("rank").get<int>();
+  o.local_rank = j.at("local_rank").get<int>();
+  o.node_rank = j.at("node_rank").get<int>();
+  o.host = j.at("host").get<std::string>();
+  o.pid = j.at("pid").get<pid_t>();
+  o.stopped_by_launcher = j.at("stopped_by_launcher").get<bool>();
+  o.start_time = j.at("start_time").get<double>();
+  o.end_time = j.at("end_time").get<double>();
+  const auto state = j.at("state").get<std::string>();
+  if (state == "signaled") {
+    o.exit = ExitInfo::signaled(j.at("signal").get<int>());
+  } else if (state == "succeeded" || state == "failed") {
+    o.exit = ExitInfo::exited(j.at("exit_code").get<int>());
+  } else if (state != "unknown") {
+    throw RecordError("unknown rank state '" + state + "'");
+  }
+  if (j.contains("last_stderr")) {
+    o.last_stderr = j.at("last_stderr").get<std::vector<std::string>>();
+  }
+  return o;
+}
+
+json topology_json(const Topology& t) {
+  json nodes = json::array();
+  for (const auto& n : t.nodes) {
+    json workers = json::array();
+    for (const auto& w : n.workers) {
+      workers.push_back({{"rank", w.rank}, {"local_rank", w.local_rank}});
+    }
+    nodes.push_back({{"node_rank", n.node_rank},
+                     {"host", n.host},
+                     {"addr", n.addr},
+                     {"nproc", n.nproc},
+                     {"first_rank", n.first_rank},
+                     {"workers", workers}});
+  }
+  return {{"world_size", t.world_size},
+          {"master_addr", t.master_addr},
+          {"master_port", t.master_port},
+          {"nodes", nodes}};
+}
+
+Topology topology_from(const json& j) {
+  Topology t;
+  t.world_size = j.at("world_size").get<int>();
+  t.master_addr = j.at("master_addr").get<std::string>();
+  t.master_port = j.at("master_port").get<int>();
+  for (const auto& n : j.at("nodes")) {
+    NodeEntry e;
+    e.node_rank = n.at("node_rank").get<int>();
+    e.host = n.at("host").get<std::string>();
+    e.addr = n.at("addr").get<std::string>();
+    e.nproc = n.at("nproc").get<int>();
+    e.first_rank = n.at("first_rank").get<int>();
+    for (const auto& w : n.at("workers")) {
+      e.workers.push_back(WorkerSlot{w.at("rank").get<int>(), w.at("local_rank").get<int>()});
+    }
+    t.nodes.push_back(std::move(e));
+  }
+  return t;
+}
+
+}  // namespace
+
+std::string encode_join(const JoinRecord& r) {
+  return text_of({{"version", r.version},
+                  {"run_id", r.run_id},
+                  {"nnodes", r.nnodes},
+                  {"nproc", r.nproc},
+                  {"node_rank", r.node_rank},
+                  {"host", r.host},
+                  {"addr", r.addr},
+                  {"store_host", r.store_host},
+                  {"arrival", r.arrival}});
+}
+
+JoinRecord decode_join(std::string_view text) {
+  return parse_record(text, "join", [](const json& j) {
+    JoinRecord r;
+    r.version = j.at("version").get<int>();
+    r.run_id = j.at("run_id").get<std::string>();
+    r.nnodes = j.at("nnodes").get<int>();
+    r.nproc = j.at("nproc").get<int>();
+    r.node_rank = j.at("node_rank").get<int>();
+    r.host = j.at("host").get<std::string>();
+    r.addr = j.at("addr").get<std::string>();
+    r.store_host = j.at("store_host").get<bool>();
+    r.arrival = j.at("arrival").get<int>();
+    return r;
+  });
+}
+
+std::string encode_plan(const PlanRecord& r) {
+  if (!r.plan) {
+    return text_of({{"ok", false}, {"error", r.error}});
+  }
+  return text_of({{"ok", true},
+                  {"topology", topology_json(r.plan->topology)},
+                  {"node_rank_of_arrival", r.plan->node_rank_of_arrival}});
+}
+
+PlanRecord decode_plan(std::string_view text) {
+  return parse_record(text, "plan", [](const json& j) {
+    PlanRecord r;
+    if (!j.at("ok").get<bool>()) {
+      r.error = j.at("error").get<std::string>();
+      return r;
+    }
+    JobPlan plan;
+    plan.topology = topology_from(j.at("topology"));
+    plan.node_rank_of_arrival = j.at("node_rank_of_arrival").get<std::vector<int>>();
+    r.plan = std::move(plan);
+    return r;
+  });
+}
+
+std::string encode_verdict(const JobVerdict& v) {
+  json j = {{"exit_code", v.exit_code}, {"message", v.message}, {"node", v.node}};
+  j["root_cause"] = v.root_cause ? outcome_json(*v.root_cause) : json(nullptr);
+  return text_of(j);
+}
+
+JobVerdict decode_verdict(std::string_view text) {
+  return parse_record(text, "verdict", [](const json& j) {
+    JobVerdict v;
+    v.exit_code = j.at("exit_code").get<int>();
+    v.message = j.at("message").get<std::string>();
+    v.node = j.at("node").get<int>();
+    if (!j.at("root_cause").is_null()) {
+      v.root_cause = outcome_from(j.at("root_cause"));
+    }
+    return v;
+  });
+}
+
+std::string encode_outcomes(const std::vector<RankOutcome>& outcomes) {
+  json list = json::array();
+  for (const auto& o : outcomes) {
+    list.push_back(outcome_json(o));
+  }
+  return text_of(list);
+}
+
+std::vector<RankOutcome> decode_outcomes(std::string_view text) {
+  return parse_record(text, "result", [](const json& j) {
+    std::vector<RankOutcome> out;
+    for (const auto& o : j) {
+      out.push_back(outcome_from(o));
+    }
+    return out;
+  });
+}
+
+std::string encode_summary(const JobSummary& s) {
+  json doc = {{"run_id", s.run_id},
+              {"exit_code", s.exit_code},
+              {"stop_reason", stop_reason_name(s.reason)},
+              {"start_time", s.start_time},
+              {"end_time", s.end_time},
+              {"launcher_max_rss_kib", s.launcher_max_rss_kib}};
+  doc["stop_signal"] = s.stop_signal ? json(signal_name(*s.stop_signal)) : json(nullptr);
+  doc["root_cause"] = s.root_cause ? outcome_json(*s.root_cause) : json(nullptr);
+  if (!s.message.empty()) {
+    doc["message"] = s.message;
+  }
+  doc["topology"] = s.topology ? topology_json(*s.topology) : json(nullptr);
+  json ranks = json::array();
+  for (const auto& o : s.ranks) {
+    ranks.push_back(outcome_json(o));
+  }
+  doc["ranks"] = std::move(ranks);
+  return text_of(doc, 2) + "\n";
+}
+
+std::string encode_dry_run(const Config& c, const Plan& plan, const Topology& topology) {
+  json config = {{"nproc_per_node", plan.layout.local_world_size},
+                 {"nproc_mode", mode_name(c.nproc_mode)},
+                 {"nnodes", c.nnodes},
+                 {"node_rank", c.node_rank ? json(*c.node_rank) : json("auto")},
+                 {"master_addr", c.master_addr},
+                 {"master_port", c.master_port},
+                 {"worker_port", plan.layout.master_port},
+                 {"rdzv_id", c.rdzv_id},
+                 {"rdzv_timeout", c.rdzv_timeout_s},
+                 {"term_timeout", c.term_timeout_s},
+                 {"heartbeat_interval", c.heartbeat_interval_s},
+                 {"heartbeat_timeout", c.heartbeat_timeout_s},
+                 {"max_restarts", c.max_restarts},
+                 {"role", c.role},
+                 {"prefix", c.prefix},
+                 {"log_dir", c.log_dir},
+                 {"summary_json", c.summary_json},
+                 {"program", c.program},
+                 {"program_args", c.program_args}};
+  json sources = json::object();
+  for (const auto& spec : option_table()) {
+    sources[spec.key] = c.source_of(spec.key);
+  }
+  json placeholders = json::object();
+  if (c.nnodes > 1) {
+    placeholders["node_rank"] =
+        c.node_rank ? "given; the node's ranks still depend on every node's --nproc-per-node"
+                    : "automatic: assigned at rendezvous (0 shown)";
+    placeholders["RANK"] =
+        "assumes every node runs " + std::to_string(plan.layout.local_world_size) +
+        " workers; the first rank of each node is known at rendezvous (also GROUP_RANK, "
+        "NODE_RANK, ROLE_RANK)";
+    placeholders["WORLD_SIZE"] = "the sum of every node's workers, known at rendezvous";
+    if (!c.worker_port) {
+      placeholders["MASTER_PORT"] = "picked on the master host at rendezvous (a free port here)";
+    }
+  } else if (!c.worker_port) {
+    placeholders["MASTER_PORT"] = "a free port picked for this run";
+  }
+  json workers = json::array();
+  for (const auto& w : plan.workers) {
+    workers.push_back({{"local_rank", w.local_rank},
+                       {"rank", w.rank},
+                       {"argv", w.argv},
+                       {"stdin", w.inherit_stdin ? "inherited" : "/dev/null"},
+                       {"env", w.env}});
+  }
+  json doc = {{"config", config},          {"sources", sources},
+              {"placeholders", placeholders}, {"topology", topology_json(topology)},
+              {"workers", workers},        {"notices", plan.notices}};
+  return text_of(doc, 2) + "\n";
+}
+
+}  // namespace ddplaunch

@@ -1,0 +1,58 @@
+// Every JSON document ddplaunch writes or reads, in one place: the records
+// agents exchange through the store (docs/PROTOCOL.md), --summary-json and
+// --dry-run (README.md). A rank's outcome has one encoding everywhere.
+// Strings are made valid UTF-8 before encoding (invalid bytes become U+FFFD),
+// so no byte a worker wrote can stop a record from being written. Reading a
+// record checks every field; a malformed one is a RecordError, never a crash.
+// Pure.
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.hpp"
+#include "env/plan.hpp"
+#include "rendezvous/planner.hpp"
+#include "supervise/summary.hpp"
+#include "supervise/verdict.hpp"
+#include "topology/topology.hpp"
+
+namespace ddplaunch {
+
+class RecordError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// rdzv/node/<arrival>
+std::string encode_join(const JoinRecord& record);
+JoinRecord decode_join(std::string_view text);
+
+// rdzv/plan: the job's plan, or the error that ended rendezvous.
+struct PlanRecord {
+  std::optional<JobPlan> plan;
+  std::string error;  // set when plan is not
+};
+std::string encode_plan(const PlanRecord& record);
+PlanRecord decode_plan(std::string_view text);
+
+// job/stop
+std::string encode_verdict(const JobVerdict& verdict);
+JobVerdict decode_verdict(std::string_view text);
+
+// job/result/<node>: a node's ranks' outcomes.
+std::string encode_outcomes(const std::vector<RankOutcome>& outcomes);
+std::vector<RankOutcome> decode_outcomes(std::string_view text);
+
+// --summary-json (ends with a newline).
+std::string encode_summary(const JobSummary& summary);
+
+// --dry-run (ends with a newline): the configuration with each value's source,
+// the values that are placeholders until rendezvous, the topology as far as
+// it is known, and every local rank's argv and environment.
+std::string encode_dry_run(const Config& config, const Plan& plan, const Topology& topology);
+
+}  // namespace ddplaunch

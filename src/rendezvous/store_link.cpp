@@ -1,0 +1,323 @@
+// StoreLink: connections, I/O, and the joining phase. The run and finishing
+// phases are in job_phase.cpp.
+#include "rendezvous/store_link.hpp"
+
+#include <algorithm>
+
+#include "ddplaunch/error.hpp"
+#include "log.hpp"
+#include "posix/net.hpp"
+#include "rendezvous/keys.hpp"
+#include "rendezvous/records.hpp"
+
+namespace ddplaunch {
+
+namespace {
+
+using Ms = std::chrono::milliseconds;
+constexpr auto k_progress_every = std::chrono::seconds(5);
+constexpr auto k_ack_wait = Ms(5000);  // how long node 0 keeps the store up for a failed rendezvous
+
+Ms ms_of(double seconds) { return Ms(static_cast<long long>(seconds * 1000.0)); }
+
+std::string seconds_text(double s) { return std::to_string(static_cast<long long>(s)); }
+
+}  // namespace
+
+StoreLink::StoreLink(const Config& config)
+    : m_config(config),
+      m_where(config.master_addr + ":" + std::to_string(config.master_port)) {}
+
+StoreLink::~StoreLink() {
+  // Connections first: the server then sees them close, not a reset.
+  m_rpc.reset();
+  m_watch.reset();
+  m_wait.reset();
+  m_server.reset();
+}
+
+std::vector<StoreLink::Watch> StoreLink::watches() const {
+  std::vector<Watch> out;
+  uint64_t index = 0;
+  for (const auto* c : {m_rpc.get(), m_watch.get(), m_wait.get()}) {
+    ++index;
+    if (c != nullptr && c->fd() >= 0 && c->events() != 0) {
+      out.push_back({c->fd(), c->events(), (index << 32) | static_cast<uint32_t>(c->attempts())});
+    }
+  }
+  return out;
+}
+
+void StoreLink::on_ready(int fd, uint32_t events, TimePoint now) {
+  for (auto* c : {m_rpc.get(), m_watch.get(), m_wait.get()}) {
+    if (c != nullptr && c->fd() == fd) {
+      c->on_ready(events, now);
+      return;
+    }
+  }
+}
+
+std::optional<StoreLink::TimePoint> StoreLink::deadline() const {
+  std::optional<TimePoint> first;
+  auto consider = [&first](std::optional<TimePoint> t) {
+    if (t && (!first || *t < *first)) {
+      first = t;
+    }
+  };
+  for (const auto* c : {m_rpc.get(), m_watch.get(), m_wait.get()}) {
+    if (c != nullptr) {
+      consider(c->deadline());
+    }
+  }
+  if (m_phase == Phase::k_joining) {
+    consider(m_next_progress);
+  }
+  if (m_phase == Phase::k_running) {
+    consider(m_next_tick);
+  }
+  return first;
+}
+
+void StoreLink::on_time(TimePoint now) {
+  for (auto* c : {m_rpc.get(), m_watch.get(), m_wait.get()}) {
+    if (c != nullptr) {
+      c->on_time(now);
+    }
+  }
+  if (m_phase == Phase::k_joining && now >= m_next_progress) {
+    progress(now);
+  }
+  if (m_phase == Phase::k_running && now >= m_next_tick) {
+    tick(now);
+  }
+}
+
+void StoreLink::host_store() {
+  const bool explicit_host = m_config.node_rank == 0;
+  if (!explicit_host &&
+      (m_config.node_rank || !posix::is_local_address(m_config.master_addr))) {
+    return;
+  }
+  try {
+    m_server = std::make_unique<StoreServer>(m_config.master_addr, m_config.master_port);
+    log::debug("hosting the store on {}", m_where);
+  } catch (const std::system_error& e) {
+    if (explicit_host) {
+      throw LaunchError(k_exit_rendezvous,
+                        "node 0 cannot host the store: " + std::string(e.what()) +
+                            "; is another job using --master-port " +
+                            std::to_string(m_config.master_port) + "? choose a free port");
+    }
+    // Another agent on this host got there first: it is node 0.
+  }
+}
+
+void StoreLink::join(const JoinRecord& self) {
+  m_phase = Phase::k_joining;
+  m_start = Clock::now();
+  m_deadline = m_start + ms_of(m_config.rdzv_timeout_s);
+  m_next_progress = m_start + k_progress_every;
+  m_self = self;
+  host_store();
+  m_self.store_host = m_server != nullptr;
+  const auto connect_for = std::chrono::ceil<Ms>(m_deadline - m_start);
+  const auto io = ms_of(m_config.heartbeat_timeout_s);
+  for (auto* c : {&m_rpc, &m_watch, &m_wait}) {
+    *c = std::make_unique<AsyncClient>(m_config.master_addr, m_config.master_port, connect_for, io,
+                                       m_start);
+    (*c)->set_failure_handler([this](const std::string& why) { connection_lost(why); });
+  }
+  if (m_rpc->state() == AsyncClient::State::k_failed) {
+    connection_lost(m_rpc->error());  // failed at once: the host does not resolve
+    return;
+  }
+  // The job's verdict can come at any phase, rendezvous included.
+  m_watch->get(keys::k_stop, Ms(0), [this](std::optional<std::string> text) {
+    try {
+      deliver(decode_verdict(text.value_or("")));
+    } catch (const RecordError& e) {
+      deliver(JobVerdict{k_exit_node_lost, "the store holds a malformed job/stop record: " +
+                                               std::string(e.what()), std::nullopt, -1});
+    }
+  });
+  m_rpc->add(keys::k_arrivals, 1, [this](int64_t n) { joined_as(static_cast<int>(n - 1)); });
+}
+
+void StoreLink::joined_as(int arrival) {
+  m_self.arrival = arrival;
+  m_rpc->set(keys::node(arrival), encode_join(m_self), [this] {
+    if (m_server) {
+      m_planner.emplace(m_self);
+      host_wait_for(0);
+    } else {
+      wait_for_plan();
+    }
+  });
+}
+
+// Node 0 reads the join records in arrival order, each as it arrives.
+void StoreLink::host_wait_for(int k) {
+  if (m_phase != Phase::k_joining) {
+    return;
+  }
+  const auto now = Clock::now();
+  if (now >= m_deadline) {
+    host_fail("rendezvous timed out after " + seconds_text(m_config.rdzv_timeout_s) + " s: " +
+              std::to_string(m_planner->joined()) + "/" + std::to_string(m_config.nnodes) +
+              " joined (missing: " + m_planner->missing() +
+              "); start ddplaunch on the missing nodes with the same --master-addr/--master-port");
+    return;
+  }
+  const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(m_deadline - now));
+  m_wait->get(keys::node(k), wait, [this, k](std::optional<std::string> text) {
+    if (!text) {
+      host_wait_for(k);  // the deadline passed: the next call says so
+      return;
+    }
+    JoinRecord record;
+    try {
+      record = decode_join(*text);
+    } catch (const RecordError& e) {
+      host_fail("the join record of arrival " + std::to_string(k) + " is malformed: " + e.what());
+      return;
+    }
+    record.arrival = k;
+    if (auto error = m_planner->add(record)) {
+      host_fail(*error);
+      return;
+    }
+    if (!m_planner->complete()) {
+      host_wait_for(k + 1);
+      return;
+    }
+    const int worker_port = m_config.worker_port.value_or(0) != 0 ? *m_config.worker_port
+                                                                   : posix::pick_free_port();
+    JobPlan plan = m_planner->plan(m_config.master_addr, worker_port);
+    m_rpc->set(keys::k_plan, encode_plan(PlanRecord{plan, ""}), [this, plan] {
+      start_job(plan.topology, plan.node_rank_of_arrival.at(static_cast<size_t>(m_self.arrival)));
+    });
+  });
+}
+
+// Node 0 publishes why rendezvous failed, and keeps the store up until every
+// node that joined has read it (bounded).
+void StoreLink::host_fail(const std::string& error) {
+  m_rpc->set(keys::k_plan, encode_plan(PlanRecord{std::nullopt, error}), [this, error] {
+    m_rpc->add(keys::k_arrivals, 0, [this, error](int64_t joined) {
+      std::vector<std::string> acks;
+      for (int a = 0; a < joined; ++a) {
+        if (a != m_self.arrival) {
+          acks.push_back(keys::ack(a));
+        }
+      }
+      m_wait->wait(acks, k_ack_wait, [this, error](bool) { join_failed(k_exit_rendezvous, error); });
+    });
+  });
+}
+
+void StoreLink::wait_for_plan() {
+  if (m_phase != Phase::k_joining) {
+    return;
+  }
+  // A little past our own deadline, so node 0's verdict (which names the
+  // missing nodes) reaches us first.
+  const auto plan_deadline = m_deadline + std::chrono::seconds(5);
+  const auto now = Clock::now();
+  if (now >= plan_deadline) {
+    join_failed(k_exit_rendezvous, "rendezvous timed out after " +
+                                       seconds_text(m_config.rdzv_timeout_s) +
+                                       " s: node 0 never published the job's plan; check that "
+                                       "every node was started");
+    return;
+  }
+  const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(plan_deadline - now));
+  m_wait->get(keys::k_plan, wait, [this](std::optional<std::string> text) {
+    if (text) {
+      take_plan(*text);
+    } else {
+      wait_for_plan();
+    }
+  });
+}
+
+void StoreLink::take_plan(const std::string& text) {
+  m_rpc->set(keys::ack(m_self.arrival), "1", [] {});
+  PlanRecord record;
+  try {
+    record = decode_plan(text);
+  } catch (const RecordError& e) {
+    join_failed(k_exit_rendezvous, std::string("node 0 published a malformed plan: ") + e.what());
+    return;
+  }
+  if (!record.plan) {
+    join_failed(k_exit_rendezvous, record.error);
+    return;
+  }
+  const auto& arrivals = record.plan->node_rank_of_arrival;
+  if (m_self.arrival < 0 || static_cast<size_t>(m_self.arrival) >= arrivals.size()) {
+    join_failed(k_exit_rendezvous, "more agents joined than --nnodes " +
+                                       std::to_string(m_config.nnodes) +
+                                       ": this node is not part of the job (is it started twice?)");
+    return;
+  }
+  start_job(record.plan->topology, arrivals[static_cast<size_t>(m_self.arrival)]);
+}
+
+void StoreLink::join_failed(int exit_code, const std::string& message) {
+  if (m_phase != Phase::k_joining) {
+    return;
+  }
+  m_phase = Phase::k_done;
+  m_listener->on_join_failed(exit_code, message);
+}
+
+void StoreLink::progress(TimePoint now) {
+  m_next_progress = now + k_progress_every;
+  const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - m_start).count();
+  if (m_rpc->state() == AsyncClient::State::k_connecting) {
+    log::info("connecting to the store at {} (attempt {}, {} s)", m_where, m_rpc->attempts(),
+              waited);
+  } else if (m_planner) {
+    log::info("waiting for nodes: {}/{} joined (missing: {}; {} s)", m_planner->joined(),
+              m_config.nnodes, m_planner->missing(), waited);
+  } else if (m_rpc->idle()) {
+    m_rpc->add(keys::k_arrivals, 0, [this, waited](int64_t joined) {
+      log::info("waiting for nodes: {}/{} joined ({} s)", joined, m_config.nnodes, waited);
+    });
+  }
+}
+
+void StoreLink::connection_lost(const std::string& why) {
+  switch (m_phase) {
+    case Phase::k_idle:
+    case Phase::k_done:
+      return;
+    case Phase::k_joining:
+      if (m_verdict_delivered) {
+        return;
+      }
+      if (why.find("version mismatch") != std::string::npos) {
+        join_failed(k_exit_rendezvous, why);
+      } else if (why.starts_with("cannot reach")) {
+        join_failed(k_exit_rendezvous,
+                    why + " within --rdzv-timeout " + seconds_text(m_config.rdzv_timeout_s) +
+                        " s; is ddplaunch running on node 0 with the same "
+                        "--master-addr/--master-port?");
+      } else {
+        join_failed(k_exit_node_lost, "rendezvous failed: " + why);
+      }
+      return;
+    case Phase::k_running:
+      deliver(JobVerdict{k_exit_node_lost,
+                         "lost contact with the store at " + m_where +
+                             " (node 0's agent exited or its host is unreachable): " + why,
+                         std::nullopt, -1});
+      return;
+    case Phase::k_finishing:
+      log::debug("store gone while reporting results: {}", why);
+      finished(m_local);
+      return;
+  }
+}
+
+}  // namespace ddplaunch

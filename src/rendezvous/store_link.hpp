@@ -1,0 +1,102 @@
+// StoreLink: the JobLink over the store (docs/PROTOCOL.md). The agent whose
+// host is --master-addr hosts the StoreServer (its own thread); every agent
+// talks to it through three non-blocking connections, so a request never
+// waits behind one the server holds: `watch` parks GET job/stop for the whole
+// run, `wait` holds rendezvous and result waits, `rpc` carries short requests
+// (joining, heartbeats, the verdict's compare-and-set, results). The owner's
+// event loop watches watches(), calls on_ready() and on_time(); nothing here
+// blocks, so a stalled store host delays no signal, output or reaping. Not
+// thread-safe: the agent's thread drives it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "rendezvous/job_link.hpp"
+#include "store/async_client.hpp"
+#include "store/server.hpp"
+
+namespace ddplaunch {
+
+class StoreLink : public JobLink {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using TimePoint = Clock::time_point;
+
+  // `config` must outlive the link. Starts nothing until join().
+  explicit StoreLink(const Config& config);
+  // Who hears the link's answers; set before join().
+  void set_listener(Listener& listener) { m_listener = &listener; }
+  ~StoreLink() override;
+
+  void join(const JoinRecord& self) override;
+  void publish_stop(const JobVerdict& verdict) override;
+  void publish_success() override;
+  void finish(const std::vector<RankOutcome>& local) override;
+
+  // --- driving it -------------------------------------------------------------
+  struct Watch {
+    int fd;
+    uint32_t events;
+    uint64_t id;
+  };
+  // `id` changes whenever a connection gets a new socket (the fd number may be reused).
+  std::vector<Watch> watches() const;
+  void on_ready(int fd, uint32_t events, TimePoint now);
+  std::optional<TimePoint> deadline() const;
+  void on_time(TimePoint now);
+  bool hosts_store() const { return m_server != nullptr; }
+
+ private:
+  enum class Phase { k_idle, k_joining, k_running, k_finishing, k_done };
+
+  // joining (store_link.cpp)
+  void host_store();
+  void joined_as(int arrival);
+  void host_wait_for(int k);
+  void host_fail(const std::string& error);
+  void wait_for_plan();
+  void take_plan(const std::string& text);
+  void join_failed(int exit_code, const std::string& message);
+  void progress(TimePoint now);
+  void connection_lost(const std::string& why);
+  // running and finishing (job_phase.cpp)
+  void start_job(const Topology& topology, int node_rank);
+  void tick(TimePoint now);
+  void check_heartbeats(const std::vector<std::optional<std::string>>& values, TimePoint now);
+  void deliver(const JobVerdict& verdict);
+  void collect_results();
+  void finished(std::vector<RankOutcome> ranks);
+
+  const Config& m_config;
+  Listener* m_listener = nullptr;
+  std::string m_where;  // "host:port" of the store
+  Phase m_phase = Phase::k_idle;
+  std::unique_ptr<StoreServer> m_server;
+  std::unique_ptr<AsyncClient> m_rpc;
+  std::unique_ptr<AsyncClient> m_watch;
+  std::unique_ptr<AsyncClient> m_wait;
+  TimePoint m_start{};
+  TimePoint m_deadline{};  // rendezvous deadline
+  TimePoint m_next_progress{};
+  JoinRecord m_self;
+  std::optional<RendezvousPlanner> m_planner;
+  bool m_verdict_delivered = false;
+  // running
+  int m_node_rank = -1;
+  int m_nnodes = 0;
+  std::vector<std::string> m_hosts;
+  TimePoint m_next_tick{};
+  bool m_beat_outstanding = false;
+  bool m_check_outstanding = false;
+  std::vector<std::pair<long long, TimePoint>> m_last_beat;
+  std::set<int> m_lost;
+  std::vector<RankOutcome> m_local;
+};
+
+}  // namespace ddplaunch

@@ -1,0 +1,141 @@
+#include "ddplaunch/store_client.hpp"
+
+#include <poll.h>
+#include <sys/epoll.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "store/async_client.hpp"
+
+namespace ddplaunch {
+
+// The blocking client is the asynchronous one driven by its own poll() loop:
+// one implementation of connecting, framing and timeouts for both.
+struct StoreClient::Impl {
+  std::unique_ptr<AsyncClient> conn;
+
+  // Drives the connection until `done` is true; throws StoreError on failure.
+  void run_until(const bool& done) {
+    while (!done) {
+      if (conn->state() == AsyncClient::State::k_failed) {
+        throw StoreError(conn->error());
+      }
+      const auto deadline = conn->deadline();
+      int timeout_ms = -1;
+      if (deadline) {
+        auto ms = std::chrono::ceil<std::chrono::milliseconds>(*deadline -
+                                                               AsyncClient::Clock::now())
+                      .count();
+        timeout_ms = static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
+      }
+      pollfd p = {conn->fd(), 0, 0};
+      const uint32_t want = conn->events();
+      p.events = static_cast<short>(((want & EPOLLIN) != 0 ? POLLIN | POLLRDHUP : 0) |
+                                    ((want & EPOLLOUT) != 0 ? POLLOUT : 0));
+      const int n = p.fd >= 0 ? poll(&p, 1, timeout_ms) : poll(nullptr, 0, timeout_ms);
+      if (n < 0 && errno != EINTR) {
+        throw StoreError("store at " + conn->where() + ": poll failed");
+      }
+      const auto now = AsyncClient::Clock::now();
+      if (n > 0) {
+        uint32_t ev = 0;
+        ev |= (p.revents & POLLIN) != 0 ? EPOLLIN : 0u;
+        ev |= (p.revents & POLLOUT) != 0 ? EPOLLOUT : 0u;
+        ev |= (p.revents & POLLRDHUP) != 0 ? EPOLLRDHUP : 0u;
+        ev |= (p.revents & POLLHUP) != 0 ? EPOLLHUP : 0u;
+        ev |= (p.revents & POLLERR) != 0 ? EPOLLERR : 0u;
+        conn->on_ready(ev, now);
+      }
+      conn->on_time(now);
+    }
+  }
+
+  // Issues one request through `issue` and waits for its result.
+  template <typename T, typename Issue>
+  T call(Issue&& issue) {
+    std::optional<T> result;
+    bool done = false;
+    issue([&](T value) {
+      result = std::move(value);
+      done = true;
+    });
+    run_until(done);
+    return std::move(*result);
+  }
+};
+
+StoreClient::StoreClient(const std::string& host, int port, Duration connect_timeout,
+                         Duration io_timeout)
+    : m_impl(std::make_unique<Impl>()) {
+  m_impl->conn = std::make_unique<AsyncClient>(host, port, connect_timeout, io_timeout);
+  bool done = false;
+  // HELLO is the first request; a PING behind it is answered once HELLO is.
+  m_impl->conn->request(protocol::request::ping(), Duration(0),
+                        [&done](const protocol::Reply&) { done = true; });
+  m_impl->run_until(done);
+}
+
+StoreClient::~StoreClient() = default;
+StoreClient::StoreClient(StoreClient&&) noexcept = default;
+StoreClient& StoreClient::operator=(StoreClient&&) noexcept = default;
+
+void StoreClient::set(const std::string& key, const std::string& value) {
+  m_impl->call<bool>([&](auto done) { m_impl->conn->set(key, value, [done] { done(true); }); });
+}
+
+std::optional<std::string> StoreClient::get(const std::string& key, Duration timeout) {
+  return m_impl->call<std::optional<std::string>>(
+      [&](auto done) { m_impl->conn->get(key, timeout, done); });
+}
+
+int64_t StoreClient::add(const std::string& key, int64_t delta) {
+  return m_impl->call<int64_t>([&](auto done) { m_impl->conn->add(key, delta, done); });
+}
+
+std::string StoreClient::compare_set(const std::string& key,
+                                     const std::optional<std::string>& expected,
+                                     const std::string& desired) {
+  return m_impl->call<std::string>(
+      [&](auto done) { m_impl->conn->compare_set(key, expected, desired, done); });
+}
+
+bool StoreClient::remove(const std::string& key) {
+  return m_impl->call<bool>([&](auto done) {
+    m_impl->conn->request(protocol::request::remove(key), Duration(0),
+                          [done](const protocol::Reply& r) { done(protocol::read_flag(r)); });
+  });
+}
+
+bool StoreClient::wait(const std::vector<std::string>& keys, Duration timeout) {
+  return m_impl->call<bool>([&](auto done) { m_impl->conn->wait(keys, timeout, done); });
+}
+
+bool StoreClient::check(const std::vector<std::string>& keys) {
+  return m_impl->call<bool>([&](auto done) {
+    m_impl->conn->request(protocol::request::check(keys), Duration(0),
+                          [done](const protocol::Reply& r) { done(protocol::read_flag(r)); });
+  });
+}
+
+uint64_t StoreClient::num_keys() {
+  return m_impl->call<uint64_t>([&](auto done) {
+    m_impl->conn->request(protocol::request::num_keys(), Duration(0),
+                          [done](const protocol::Reply& r) { done(protocol::read_u64(r)); });
+  });
+}
+
+std::vector<std::optional<std::string>> StoreClient::multi_get(
+    const std::vector<std::string>& keys) {
+  return m_impl->call<std::vector<std::optional<std::string>>>(
+      [&](auto done) { m_impl->conn->multi_get(keys, done); });
+}
+
+void StoreClient::ping() {
+  m_impl->call<bool>([&](auto done) {
+    m_impl->conn->request(protocol::request::ping(), Duration(0),
+                          [done](const protocol::Reply&) { done(true); });
+  });
+}
+
+}  // namespace ddplaunch

@@ -1,0 +1,137 @@
+// The store's wire protocol: framing, opcodes, limits, and a pure encoder and
+// decoder. Every integer is big-endian (network order); every frame is a u32
+// body length followed by the body. See docs/PROTOCOL.md. No I/O here.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddplaunch::protocol {
+
+inline constexpr uint32_t k_magic = 0x44444c31;  // "DDL1"
+inline constexpr uint16_t k_version = 1;
+
+// Limits: a peer exceeding one gets an error reply and loses its connection.
+inline constexpr size_t k_max_key = 4096;                   // bytes in a key
+inline constexpr size_t k_max_value = 1024 * 1024;          // bytes in a value
+inline constexpr size_t k_max_keys_per_request = 4096;      // keys in WAIT/CHECK/MULTI_GET
+inline constexpr size_t k_max_frame = 2 * 1024 * 1024;      // bytes in one frame body
+inline constexpr size_t k_max_store_keys = 1'000'000;       // keys held by the server
+
+enum class Op : uint8_t {
+  k_hello = 0,      // u32 magic, u16 version            -> OK u16 version
+  k_set = 1,        // key, value                        -> OK
+  k_get = 2,        // key, u32 timeout_ms (0 = forever) -> OK value | TIMEOUT
+  k_add = 3,        // key, i64 delta                    -> OK i64 new value
+  k_cas = 4,        // key, u8 expect_absent, expected, desired -> OK u8 swapped, current value
+  k_delete = 5,     // key                               -> OK u8 existed
+  k_wait = 6,       // u32 n, n keys, u32 timeout_ms     -> OK | TIMEOUT
+  k_check = 7,      // u32 n, n keys                     -> OK u8 all exist
+  k_num_keys = 8,   //                                   -> OK u64 count
+  k_multi_get = 9,  // u32 n, n keys                     -> OK n × (u8 present, value)
+  k_ping = 10,      //                                   -> OK
+};
+
+enum class Status : uint8_t {
+  k_ok = 0,
+  k_timeout = 1,
+  k_error = 2,  // followed by a message string; the server then closes the connection
+};
+
+// A malformed or over-limit message.
+class ProtocolError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Builds one frame. Strings are u32 length + bytes.
+class Encoder {
+ public:
+  Encoder() { m_buf.resize(4); }
+  Encoder& u8(uint8_t v);
+  Encoder& u16(uint16_t v);
+  Encoder& u32(uint32_t v);
+  Encoder& u64(uint64_t v);
+  Encoder& i64(int64_t v) { return u64(static_cast<uint64_t>(v)); }
+  Encoder& bytes(std::string_view v);
+  // The finished frame (length prefix filled in).
+  std::string finish();
+
+ private:
+  std::string m_buf;
+};
+
+// Reads one frame body; every getter throws ProtocolError past the end.
+class Decoder {
+ public:
+  // Decoder keeps a view: the body must outlive it (a temporary cannot).
+  explicit Decoder(std::string_view body) : m_rest(body) {}
+  explicit Decoder(std::string&& body) = delete;
+  uint8_t u8();
+  uint16_t u16();
+  uint32_t u32();
+  uint64_t u64();
+  int64_t i64() { return static_cast<int64_t>(u64()); }
+  std::string bytes(size_t max_size);
+  std::vector<std::string> keys();
+  bool done() const { return m_rest.empty(); }
+
+ private:
+  std::string_view take(size_t n);
+  std::string_view m_rest;
+};
+
+// --- Requests: one encoder per operation, used by both clients -------------
+namespace request {
+std::string hello();
+std::string set(std::string_view key, std::string_view value);
+std::string get(std::string_view key, uint32_t timeout_ms);
+std::string add(std::string_view key, int64_t delta);
+// expected == nullopt: swap only if the key is absent.
+std::string compare_set(std::string_view key, const std::optional<std::string>& expected,
+                        std::string_view desired);
+std::string remove(std::string_view key);
+std::string wait(const std::vector<std::string>& keys, uint32_t timeout_ms);
+std::string check(const std::vector<std::string>& keys);
+std::string num_keys();
+std::string multi_get(const std::vector<std::string>& keys);
+std::string ping();
+}  // namespace request
+
+// --- Replies: the server's encoders and the clients' readers ----------------
+namespace reply {
+std::string ok();
+std::string ok_u8(uint8_t v);
+std::string ok_u16(uint16_t v);
+std::string ok_u64(uint64_t v);
+std::string ok_i64(int64_t v);
+std::string ok_value(std::string_view value);
+std::string ok_cas(bool swapped, std::string_view current);
+std::string timeout();
+std::string error(std::string_view message);
+}  // namespace reply
+
+// A reply frame's body split into its status and the fields after it.
+// Throws ProtocolError for an empty body or an unknown status.
+struct Reply {
+  Status status = Status::k_ok;
+  std::string fields;  // for k_error: the encoded message (read with error_message)
+};
+Reply parse_reply(std::string_view body);
+std::string error_message(const Reply& r);
+std::string read_value(const Reply& r);        // GET
+int64_t read_i64(const Reply& r);              // ADD
+bool read_flag(const Reply& r);                // DELETE, CHECK
+uint64_t read_u64(const Reply& r);             // NUM_KEYS
+std::string read_cas_current(const Reply& r);  // CAS: the value held afterwards
+std::vector<std::optional<std::string>> read_multi(const Reply& r, size_t count);  // MULTI_GET
+
+// If `buffer` starts with a complete frame, its body's size; nullopt when
+// more bytes are needed. Throws ProtocolError for a length over k_max_frame.
+std::optional<size_t> complete_frame(std::string_view buffer);
+
+}  // namespace ddplaunch::protocol

@@ -1,0 +1,79 @@
+#include "supervise/summary.hpp"
+
+#include <fmt/format.h>
+
+namespace ddplaunch {
+
+namespace {
+
+std::string ending(const RankOutcome& o) {
+  if (!o.exit) {
+    return "did not report an end (its node was lost or stopped first)";
+  }
+  std::string text = o.exit->by_signal() ? "killed by " + o.exit->describe()
+                                         : "exited with " + o.exit->describe();
+  if (o.stopped_by_launcher) {
+    text += " after ddplaunch stopped it";
+  }
+  return text;
+}
+
+}  // namespace
+
+const char* stop_reason_name(StopReason reason) {
+  switch (reason) {
+    case StopReason::k_none: return "none";
+    case StopReason::k_worker_failed: return "worker_failed";
+    case StopReason::k_signal: return "signal";
+    case StopReason::k_remote: return "remote";
+  }
+  return "none";
+}
+
+std::string describe_outcome(const RankOutcome& o) {
+  return fmt::format("rank {} (node {}, local rank {}, host {}, pid {}): {}", o.rank, o.node_rank,
+                     o.local_rank, o.host, o.pid, ending(o));
+}
+
+std::string format_failure_report(const JobSummary& s) {
+  if (s.exit_code == 0 && s.reason == StopReason::k_none) {
+    return {};
+  }
+  std::string out;
+  if (s.root_cause) {
+    const auto& r = *s.root_cause;
+    out += fmt::format(
+        "ddplaunch: job failed: rank {} (node {}, local rank {}, host {}, pid {}) {}, "
+        "{:.2f} s after the start\n",
+        r.rank, r.node_rank, r.local_rank, r.host, r.pid, ending(r),
+        r.end_time > 0 ? r.end_time - s.start_time : s.end_time - s.start_time);
+    if (!r.last_stderr.empty()) {
+      out += fmt::format("ddplaunch: last lines of rank {}'s stderr:\n", r.rank);
+      for (const auto& line : r.last_stderr) {
+        out += "  | " + line + "\n";
+      }
+    } else {
+      out += fmt::format("ddplaunch: rank {} wrote nothing to stderr\n", r.rank);
+    }
+    if (!s.message.empty()) {
+      out += "ddplaunch: " + s.message + "\n";
+    }
+  } else if (s.reason == StopReason::k_signal && s.stop_signal && s.message.empty()) {
+    out += fmt::format("ddplaunch: job stopped: ddplaunch received {}\n",
+                       signal_name(*s.stop_signal));
+  } else if (!s.message.empty()) {
+    out += std::string(s.reason == StopReason::k_signal ? "ddplaunch: job stopped: "
+                                                        : "ddplaunch: job failed: ") +
+           s.message + "\n";
+  }
+  for (const auto& o : s.ranks) {
+    if (s.root_cause && o.rank == s.root_cause->rank) {
+      continue;
+    }
+    out += "ddplaunch:   " + describe_outcome(o) + "\n";
+  }
+  out += fmt::format("ddplaunch: exit code {}\n", s.exit_code);
+  return out;
+}
+
+}  // namespace ddplaunch

@@ -1,0 +1,56 @@
+// The outcome of a run: every rank's end, the root cause, the job's topology,
+// and the failure report printed for humans on stderr. Plain values and pure
+// formatting; the JSON forms live in rendezvous/records.hpp.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "supervise/exit_info.hpp"
+#include "supervise/supervisor.hpp"
+#include "topology/topology.hpp"
+
+namespace ddplaunch {
+
+struct RankOutcome {
+  int rank = 0;
+  int local_rank = 0;
+  int node_rank = 0;
+  std::string host;
+  pid_t pid = -1;
+  std::optional<ExitInfo> exit;      // nullopt if it never ended (a lost node's ranks)
+  bool stopped_by_launcher = false;  // it was still running when ddplaunch stopped the job
+  double start_time = 0;             // seconds since the Unix epoch
+  double end_time = 0;
+  std::vector<std::string> last_stderr;  // root cause only
+  bool operator==(const RankOutcome&) const = default;
+};
+
+struct JobSummary {
+  std::string run_id;
+  int exit_code = 0;
+  StopReason reason = StopReason::k_none;
+  std::optional<int> stop_signal;         // the signal that stopped this launcher
+  std::optional<RankOutcome> root_cause;  // the first failing rank, on any node
+  std::string message;                    // why the job ended, when no rank is to blame
+  double start_time = 0;
+  double end_time = 0;
+  std::optional<Topology> topology;  // the job's shape, once known
+  std::vector<RankOutcome> ranks;    // ranks known here, by rank
+  long launcher_max_rss_kib = 0;
+};
+
+// "none", "worker_failed", "signal", "remote".
+const char* stop_reason_name(StopReason reason);
+
+// The report printed to stderr when the job did not succeed: root cause, its
+// last stderr lines, then one line per other rank. Empty for success.
+std::string format_failure_report(const JobSummary& summary);
+
+// One line for a rank's outcome: "rank 2 (node 0, local rank 2, pid 17): exit code 0".
+std::string describe_outcome(const RankOutcome& outcome);
+
+}  // namespace ddplaunch

@@ -1,0 +1,87 @@
+#include "supervise/supervisor.hpp"
+
+#include <csignal>
+
+namespace ddplaunch {
+
+Supervisor::Supervisor(int nworkers, std::chrono::milliseconds grace)
+    : m_workers(static_cast<size_t>(nworkers)), m_grace(grace), m_running(nworkers) {}
+
+Supervisor::Actions Supervisor::signal_running(int sig) {
+  Actions actions;
+  for (size_t i = 0; i < m_workers.size(); ++i) {
+    if (!m_workers[i].exit) {
+      actions.signals.push_back({static_cast<int>(i), sig});
+    }
+  }
+  return actions;
+}
+
+Supervisor::Actions Supervisor::begin_stop(StopReason reason, int exit_code, int sig,
+                                           TimePoint now) {
+  m_reason = reason;
+  m_exit_code = exit_code;
+  const bool kill_now = m_grace.count() == 0;
+  Actions actions = signal_running(kill_now ? SIGKILL : sig);
+  for (const auto& a : actions.signals) {
+    m_workers[static_cast<size_t>(a.local_rank)].signalled = true;
+  }
+  if (kill_now) {
+    m_killed = true;
+  } else if (m_running > 0) {
+    m_deadline = now + m_grace;
+  }
+  return actions;
+}
+
+Supervisor::Actions Supervisor::on_worker_exit(int local_rank, const ExitInfo& info,
+                                               TimePoint now) {
+  auto& w = m_workers.at(static_cast<size_t>(local_rank));
+  if (w.exit) {
+    return {};
+  }
+  w.exit = info;
+  --m_running;
+  Actions actions;
+  if (!stopping() && !info.success()) {
+    m_root_cause = local_rank;
+    actions = begin_stop(StopReason::k_worker_failed, info.shell_code(), SIGTERM, now);
+    actions.local_failure = true;
+  }
+  if (m_running == 0) {
+    m_deadline.reset();
+  }
+  return actions;
+}
+
+Supervisor::Actions Supervisor::on_launcher_signal(int sig, TimePoint now) {
+  if (sig == SIGUSR1 || sig == SIGUSR2) {
+    return signal_running(sig);  // forwarded; the job goes on
+  }
+  if (!stopping()) {
+    m_stop_signal = sig;
+    return begin_stop(StopReason::k_signal, 128 + sig, sig, now);
+  }
+  // Asked again while stopping: do not wait for the grace period.
+  m_killed = true;
+  m_deadline.reset();
+  return signal_running(SIGKILL);
+}
+
+Supervisor::Actions Supervisor::on_remote_stop(int exit_code, TimePoint now) {
+  if (stopping()) {
+    return {};
+  }
+  return begin_stop(StopReason::k_remote, exit_code, SIGTERM, now);
+}
+
+Supervisor::Actions Supervisor::on_deadline(TimePoint now) {
+  if (!m_deadline || now < *m_deadline) {
+    return {};
+  }
+  m_deadline.reset();
+  m_killed = true;
+  return signal_running(SIGKILL);
+}
+
+}  // namespace ddplaunch

@@ -1,0 +1,80 @@
+// Supervisor: the supervision rules as a pure state machine. It is told what
+// happened (a worker ended, the launcher got a signal, another node failed,
+// a deadline passed) and answers with the signals to send. It makes no
+// system calls and reads no clock, so every rule is unit-tested with tables;
+// the Agent (agent/agent.hpp) feeds it events. Not thread-safe.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <vector>
+
+#include "supervise/exit_info.hpp"
+
+namespace ddplaunch {
+
+enum class StopReason {
+  k_none,            // still running, or every worker succeeded
+  k_worker_failed,   // a worker on this node failed first (the root cause is local)
+  k_signal,          // the launcher was told to stop (SIGINT, SIGTERM, SIGHUP, SIGQUIT)
+  k_remote,          // another node failed or was lost; it decided the exit code
+};
+
+class Supervisor {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  // Send `sig` to the process group of worker `local_rank`.
+  struct SignalAction {
+    int local_rank;
+    int sig;
+    bool operator==(const SignalAction&) const = default;
+  };
+  struct Actions {
+    std::vector<SignalAction> signals;
+    bool local_failure = false;  // this event made a local worker the root cause
+  };
+
+  Supervisor(int nworkers, std::chrono::milliseconds grace);
+
+  Actions on_worker_exit(int local_rank, const ExitInfo& info, TimePoint now);
+  Actions on_launcher_signal(int sig, TimePoint now);
+  // Another node decided the job is over with `exit_code`.
+  Actions on_remote_stop(int exit_code, TimePoint now);
+  // Call when now >= deadline(): SIGKILL for whoever ignored SIGTERM.
+  Actions on_deadline(TimePoint now);
+
+  // When on_deadline() must be called; nullopt when nothing is pending.
+  std::optional<TimePoint> deadline() const { return m_deadline; }
+  bool finished() const { return m_running == 0; }
+  bool stopping() const { return m_reason != StopReason::k_none; }
+  StopReason reason() const { return m_reason; }
+  int exit_code() const { return m_exit_code; }
+  std::optional<int> root_cause() const { return m_root_cause; }
+  std::optional<int> stop_signal() const { return m_stop_signal; }
+  // True when the worker was still running when the launcher signalled it to stop.
+  bool stopped_by_launcher(int local_rank) const { return m_workers.at(local_rank).signalled; }
+  const std::optional<ExitInfo>& exit_of(int local_rank) const {
+    return m_workers.at(local_rank).exit;
+  }
+
+ private:
+  struct Worker {
+    std::optional<ExitInfo> exit;
+    bool signalled = false;
+  };
+  Actions begin_stop(StopReason reason, int exit_code, int sig, TimePoint now);
+  Actions signal_running(int sig);
+
+  std::vector<Worker> m_workers;
+  std::chrono::milliseconds m_grace;
+  int m_running;
+  StopReason m_reason = StopReason::k_none;
+  int m_exit_code = 0;
+  std::optional<int> m_root_cause;
+  std::optional<int> m_stop_signal;
+  std::optional<TimePoint> m_deadline;
+  bool m_killed = false;
+};
+
+}  // namespace ddplaunch

@@ -1,0 +1,42 @@
+#include "supervise/verdict.hpp"
+
+#include "supervise/exit_info.hpp"
+
+namespace ddplaunch {
+
+Decision merge_verdict(const LocalEnd& local, const std::optional<JobVerdict>& job,
+                       int node_rank) {
+  Decision d;
+  if (!job || job->success()) {
+    // One node, an unconfirmed verdict, or a job every node finished: this
+    // node's own ending decides.
+    d.exit_code = local.exit_code;
+    d.reason = local.reason;
+    d.root_cause = local.root_cause;
+    d.stop_signal = local.stop_signal;
+  } else {
+    d.exit_code = job->exit_code;
+    d.root_cause = job->root_cause;
+    d.message = job->root_cause ? "" : job->message;
+    const bool ours = job->node == node_rank;
+    if (ours && local.reason != StopReason::k_none && local.reason != StopReason::k_remote) {
+      d.reason = local.reason;  // this node's rank failed, or its signal stopped the job
+      d.stop_signal = local.stop_signal;
+    } else {
+      d.reason = StopReason::k_remote;
+    }
+  }
+  if (local.late_signal) {
+    d.exit_code = 128 + *local.late_signal;
+    d.stop_signal = local.late_signal;
+    const std::string note = "ddplaunch received " + signal_name(*local.late_signal) +
+                             " while the job was ending";
+    d.message = d.message.empty() ? note : d.message + "; " + note;
+    if (d.reason == StopReason::k_none) {
+      d.reason = StopReason::k_signal;
+    }
+  }
+  return d;
+}
+
+}  // namespace ddplaunch

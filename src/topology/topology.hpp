@@ -1,0 +1,71 @@
+// The job's shape: every node's rank, host name, address, worker count and
+// first rank, and a slot per worker for per-worker data. Every agent learns
+// it through the store at rendezvous (or builds it alone for one node), and
+// layout_of() computes any node's view of it, for one node and for many.
+// Plain values and pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ddplaunch {
+
+// One worker's place in the job; the room where per-worker data (such as a
+// TensorFlow worker's own port) is added.
+struct WorkerSlot {
+  int rank = 0;
+  int local_rank = 0;
+  bool operator==(const WorkerSlot&) const = default;
+};
+
+struct NodeEntry {
+  int node_rank = 0;
+  std::string host;  // its host name
+  std::string addr;  // the address it advertised (--local-addr, else its host name's)
+  int nproc = 1;     // its workers
+  int first_rank = 0;
+  std::vector<WorkerSlot> workers;  // by local rank
+  bool operator==(const NodeEntry&) const = default;
+};
+
+struct Topology {
+  int world_size = 0;
+  std::string master_addr;  // the workers' MASTER_ADDR
+  int master_port = 0;      // the workers' MASTER_PORT (not the store's port)
+  std::vector<NodeEntry> nodes;  // by node rank
+  bool operator==(const Topology&) const = default;
+};
+
+// Where this node's workers sit in the whole job, as its agent sees it.
+struct JobLayout {
+  int node_rank = 0;
+  int nnodes = 1;
+  int local_world_size = 1;  // workers on this node
+  int world_size = 1;        // workers on every node
+  int rank_offset = 0;       // global rank of this node's local rank 0
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;  // the workers' MASTER_PORT (not the store's port)
+  std::string run_id = "none";
+  std::string role = "default";
+  int restart_count = 0;
+  int max_restarts = 0;
+  std::string hostname;
+};
+
+// Orders `nodes` by node rank and fills in first ranks, worker slots and the
+// world size from each node's worker count.
+void assign_ranks(Topology& topology);
+
+// A job of `nnodes` nodes of `nproc` workers each, with this host at
+// `node_rank` and the others unknown: one node's whole job, or --dry-run's
+// placeholder for a job whose other nodes have not joined.
+Topology uniform_topology(int nnodes, int nproc, int node_rank, const std::string& host,
+                          const std::string& addr, const std::string& master_addr,
+                          int worker_port);
+
+// Node `node_rank`'s view of the job. The job-wide labels (run id, role,
+// restarts) are passed through.
+JobLayout layout_of(const Topology& topology, int node_rank, const std::string& run_id,
+                    const std::string& role, int max_restarts);
+
+}  // namespace ddplaunch

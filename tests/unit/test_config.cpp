@@ -1,0 +1,155 @@
+#include "cli/cli.hpp"
+#include "cluster/precedence.hpp"
+
+#include <gtest/gtest.h>
+
+#include "ddplaunch/error.hpp"
+
+namespace ddplaunch {
+namespace {
+
+// The whole input pipeline over an empty environment: the tests never
+// depend on the caller's.
+Config parse(const std::vector<std::string>& args, const EnvMap& env = {}) {
+  return configure(parse_command_line(args), env);
+}
+
+TEST(Cli, DefaultsMatchTheDocs) {
+  Config c = parse({"prog"});
+  EXPECT_EQ(c.nproc_mode, NprocMode::k_fixed);
+  EXPECT_EQ(c.nproc_per_node, 1);
+  EXPECT_EQ(c.nnodes, 1);
+  EXPECT_FALSE(c.node_rank.has_value());
+  EXPECT_EQ(c.master_addr, "127.0.0.1");
+  EXPECT_EQ(c.master_port, 29500);
+  EXPECT_EQ(c.rdzv_id, "none");
+  EXPECT_EQ(c.term_timeout_s, 30);
+  EXPECT_EQ(c.prefix, "[rank {rank}]: ");
+  EXPECT_EQ(c.program, "prog");
+  EXPECT_TRUE(c.program_args.empty());
+}
+
+TEST(Cli, GoodCommandLines) {
+  struct Case {
+    std::vector<std::string> args;
+    void (*check)(const Config&);
+  };
+  const Case cases[] = {
+      {{"--nproc-per-node", "4", "train.py", "--epochs", "3"},
+       [](const Config& c) {
+         EXPECT_EQ(c.nproc_per_node, 4);
+         EXPECT_EQ(c.program, "train.py");
+         EXPECT_EQ(c.program_args, (std::vector<std::string>{"--epochs", "3"}));
+       }},
+      {{"--nproc_per_node=2", "--master_addr", "h0", "--master_port", "1234", "--node_rank",
+        "1", "--nnodes", "2", "--", "p", "--nproc-per-node", "9"},
+       [](const Config& c) {
+         EXPECT_EQ(c.nproc_per_node, 2);
+         EXPECT_EQ(c.master_addr, "h0");
+         EXPECT_EQ(c.master_port, 1234);
+         EXPECT_EQ(c.node_rank, 1);
+         EXPECT_EQ(c.program_args, (std::vector<std::string>{"--nproc-per-node", "9"}));
+       }},
+      {{"--nproc-per-node", "gpu", "p"},
+       [](const Config& c) { EXPECT_EQ(c.nproc_mode, NprocMode::k_gpu); }},
+      {{"--nproc-per-node", "auto", "p"},
+       [](const Config& c) { EXPECT_EQ(c.nproc_mode, NprocMode::k_auto); }},
+      {{"--nproc-per-node", "cpu", "p"},
+       [](const Config& c) { EXPECT_EQ(c.nproc_mode, NprocMode::k_cpu); }},
+      {{"--nnodes", "3:3", "p"}, [](const Config& c) { EXPECT_EQ(c.nnodes, 3); }},
+      {{"--rdzv_endpoint", "node7:4000", "p"},
+       [](const Config& c) {
+         EXPECT_EQ(c.master_addr, "node7");
+         EXPECT_EQ(c.master_port, 4000);
+       }},
+      {{"--no-prefix", "p"}, [](const Config& c) { EXPECT_EQ(c.prefix, ""); }},
+      {{"-m", "pkg.mod", "a"},
+       [](const Config& c) {
+         EXPECT_TRUE(c.module);
+         EXPECT_EQ(c.program, "pkg.mod");
+       }},
+      {{"--redirects", "0:1,1:3", "--tee", "2", "p"},
+       [](const Config& c) {
+         EXPECT_TRUE(c.redirects.selects_stdout(0));
+         EXPECT_FALSE(c.redirects.selects_stderr(0));
+         EXPECT_TRUE(c.redirects.selects_stderr(1));
+         EXPECT_FALSE(c.redirects.selects_stdout(2));
+         EXPECT_TRUE(c.tee.selects_stderr(5));
+       }},
+      {{"--ranks-filter", "0,3", "p"},
+       [](const Config& c) {
+         EXPECT_TRUE(c.console_allows(3, 0));
+         EXPECT_FALSE(c.console_allows(1, 1));
+       }},
+      {{"--max_restarts", "3", "--worker-port", "23456", "--term-timeout", "0", "p"},
+       [](const Config& c) {
+         EXPECT_EQ(c.max_restarts, 3);
+         EXPECT_EQ(c.worker_port, 23456);
+         EXPECT_EQ(c.term_timeout_s, 0);
+       }},
+      {{"--standalone", "--rdzv-backend", "c10d", "--monitor-interval", "5", "p"},
+       [](const Config& c) { EXPECT_EQ(c.nnodes, 1); }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c.args));
+    c.check(parse(c.args));
+  }
+}
+
+TEST(Cli, BadCommandLinesAreUsageErrorsNamingTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* message_part;
+  };
+  const Case cases[] = {
+      {{}, "no program given"},
+      {{"--nproc-per-node", "2"}, "no program given"},
+      {{"--bogus", "p"}, "--bogus"},
+      {{"--nproc-per-node", "abc", "p"}, "--nproc-per-node"},
+      {{"--nproc-per-node", "0", "p"}, "--nproc-per-node"},
+      {{"--nproc-per-node", "-3", "p"}, "--nproc-per-node"},
+      {{"--nnodes", "0", "p"}, "--nnodes"},
+      {{"--nnodes", "1:4", "p"}, "elastic"},
+      {{"--nnodes", "2", "--node-rank", "2", "p"}, "out of range"},
+      {{"--node-rank", "x", "p"}, "--node-rank"},
+      {{"--master-port", "0", "p"}, "--master-port"},
+      {{"--master-port", "65536", "p"}, "--master-port"},
+      {{"--worker-port", "70000", "p"}, "--worker-port"},
+      {{"--rdzv-endpoint", "nohostport", "p"}, "--rdzv-endpoint"},
+      {{"--rdzv-backend", "etcd", "p"}, "--rdzv-backend"},
+      {{"--term-timeout", "-1", "p"}, "--term-timeout"},
+      {{"--rdzv-timeout", "0", "p"}, "--rdzv-timeout"},
+      {{"--heartbeat-interval", "5", "--heartbeat-timeout", "2", "p"}, "--heartbeat-timeout"},
+      {{"--redirects", "4", "p"}, "--redirects"},
+      {{"--tee", "0:x", "p"}, "--tee"},
+      {{"--ranks-filter", "a,b", "p"}, "--ranks-filter"},
+      {{"--prefix", "{nope}", "p"}, "{nope}"},
+      {{"--log-level", "loud", "p"}, "--log-level"},
+      {{"-m", "--no-python", "p"}, "--no-python"},
+      {{"--master-addr", "", "p"}, "--master-addr"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c.args));
+    try {
+      parse(c.args);
+      ADD_FAILURE() << "accepted";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(e.exit_code(), 2);
+      EXPECT_NE(std::string(e.what()).find(c.message_part), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line";
+    }
+  }
+}
+
+TEST(Cli, HelpAndVersionPrintAndExit) {
+  auto help = parse_command_line({"--help"});
+  ASSERT_TRUE(help.print_and_exit);
+  EXPECT_NE(help.print_and_exit->find("Nodes and rendezvous"), std::string::npos);
+  EXPECT_NE(help.print_and_exit->find("--nproc-per-node"), std::string::npos);
+  auto version = parse_command_line({"--version"});
+  ASSERT_TRUE(version.print_and_exit);
+  EXPECT_EQ(version.print_and_exit->rfind("ddplaunch ", 0), 0u);
+}
+
+}  // namespace
+}  // namespace ddplaunch

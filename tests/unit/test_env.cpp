@@ -1,0 +1,105 @@
+#include "env/torch_env.hpp"
+
+#include <gtest/gtest.h>
+
+#include "env/plan.hpp"
+
+namespace ddplaunch {
+namespace {
+
+JobLayout two_nodes() {
+  JobLayout l;
+  l.node_rank = 1;
+  l.nnodes = 2;
+  l.local_world_size = 3;
+  l.world_size = 7;  // node 0 has 4 workers
+  l.rank_offset = 4;
+  l.master_addr = "10.0.0.1";
+  l.master_port = 41234;
+  l.run_id = "job9";
+  l.max_restarts = 2;
+  return l;
+}
+
+TEST(EnvBuilders, TorchVariablesForOneRank) {
+  EnvMap base = {{"PATH", "/bin"}, {"HOME", "/root"}};
+  EnvMap env = build_torch_env(base, two_nodes(), 2);
+  const std::pair<const char*, const char*> expected[] = {
+      {"RANK", "6"},          {"LOCAL_RANK", "2"},        {"WORLD_SIZE", "7"},
+      {"LOCAL_WORLD_SIZE", "3"}, {"NODE_RANK", "1"},      {"GROUP_RANK", "1"},
+      {"GROUP_WORLD_SIZE", "2"}, {"ROLE_RANK", "6"},      {"ROLE_WORLD_SIZE", "7"},
+      {"ROLE_NAME", "default"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "41234"},
+      {"TORCHELASTIC_RUN_ID", "job9"}, {"TORCHELASTIC_RESTART_COUNT", "0"},
+      {"TORCHELASTIC_MAX_RESTARTS", "2"}, {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"OMP_NUM_THREADS", "1"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"NCCL_ASYNC_ERROR_HANDLING", "1"}, {"PATH", "/bin"}, {"HOME", "/root"},
+  };
+  for (const auto& [k, v] : expected) {
+    EXPECT_EQ(env[k], v) << k;
+  }
+}
+
+TEST(EnvBuilders, UserSettingsWinWhereTheyShould) {
+  EnvMap base = {{"OMP_NUM_THREADS", "8"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"},
+                 {"RANK", "99"}};
+  EnvMap env = build_torch_env(base, two_nodes(), 0);
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "8");
+  EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "0");
+  EXPECT_EQ(env["RANK"], "4") << "a stale inherited RANK is replaced";
+}
+
+TEST(EnvBuilders, OmpOnlyForSeveralWorkers) {
+  JobLayout one = two_nodes();
+  one.local_world_size = 1;
+  EXPECT_FALSE(build_torch_env({}, one, 0).contains("OMP_NUM_THREADS"));
+  EXPECT_FALSE(sets_omp_num_threads({}, one));
+  EXPECT_TRUE(sets_omp_num_threads({}, two_nodes()));
+}
+
+TEST(Plan, ArgvForScriptsModulesAndPrograms) {
+  struct Case {
+    Config config;
+    EnvMap env;
+    std::vector<std::string> argv;
+  };
+  auto cfg = [](std::string program, bool module, bool no_python, std::string python) {
+    Config c;
+    c.program = std::move(program);
+    c.program_args = {"--x", "1"};
+    c.module = module;
+    c.no_python = no_python;
+    c.python = std::move(python);
+    return c;
+  };
+  const Case cases[] = {
+      {cfg("train.py", false, false, ""), {}, {"python3", "-u", "train.py", "--x", "1"}},
+      {cfg("train.py", false, false, "/usr/bin/python3"),
+       {{"PYTHON_EXEC", "/opt/py"}},
+       {"/usr/bin/python3", "-u", "train.py", "--x", "1"}},
+      {cfg("train.py", false, false, ""),
+       {{"PYTHON_EXEC", "/opt/py"}},
+       {"/opt/py", "-u", "train.py", "--x", "1"}},
+      {cfg("pkg.main", true, false, ""), {}, {"python3", "-u", "-m", "pkg.main", "--x", "1"}},
+      {cfg("train.py", false, true, ""), {}, {"train.py", "--x", "1"}},
+      {cfg("./a.out", false, false, ""), {}, {"./a.out", "--x", "1"}},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(worker_argv(c.config, c.env), c.argv) << c.config.program;
+  }
+}
+
+TEST(Plan, OneSpecPerLocalRankAndStdinOnlyForRankZero) {
+  Config c;
+  c.program = "p";
+  Plan plan = make_plan(c, two_nodes(), {});
+  ASSERT_EQ(plan.workers.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(plan.workers[i].local_rank, i);
+    EXPECT_EQ(plan.workers[i].rank, 4 + i);
+    EXPECT_EQ(plan.workers[i].inherit_stdin, i == 0);
+  }
+  EXPECT_EQ(plan.notices.size(), 1u) << "OMP_NUM_THREADS is mentioned once";
+}
+
+}  // namespace
+}  // namespace ddplaunch

@@ -1,0 +1,148 @@
+#include "output/lines.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace ddplaunch {
+namespace {
+
+std::vector<std::string> split(const std::vector<std::string>& chunks, size_t max_line,
+                               bool finish = true) {
+  LineSplitter s(max_line);
+  std::vector<std::string> lines;
+  auto on = [&](std::string_view l) { lines.emplace_back(l); };
+  for (const auto& c : chunks) {
+    s.feed(c, on);
+  }
+  if (finish) {
+    s.finish(on);
+  }
+  return lines;
+}
+
+using Lines = std::vector<std::string>;
+
+TEST(LineSplitter, Table) {
+  struct Case {
+    Lines chunks;
+    size_t max;
+    Lines lines;
+  };
+  const Case cases[] = {
+      {{"a\nb\n"}, 100, {"a", "b"}},
+      {{"a", "b", "c\n"}, 100, {"abc"}},          // a line across three reads
+      {{"a\n", "", "b"}, 100, {"a", "b"}},         // final line without newline is flushed
+      {{"\n\n"}, 100, {"", ""}},                   // empty lines survive
+      {{"abcdefghij\n"}, 4, {"abcd", "efgh", "ij"}},  // over-long line in pieces
+      {{"ab", "cdefghij\n"}, 4, {"abcd", "efgh", "ij"}},
+      {{"abcdefgh"}, 4, {"abcd", "efgh"}},         // exact multiple, no newline
+      {{"abc", "def", "\nx"}, 4, {"abcd", "ef", "x"}},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(split(c.chunks, c.max), c.lines) << ::testing::PrintToString(c.chunks);
+  }
+}
+
+TEST(LineSplitter, NeverBuffersMoreThanTheBound) {
+  LineSplitter s(16);
+  size_t pieces = 0;
+  for (int i = 0; i < 1000; ++i) {
+    s.feed("0123456789", [&](std::string_view l) {
+      EXPECT_EQ(l.size(), 16u);
+      ++pieces;
+    });
+    EXPECT_LT(s.buffered(), 16u);
+  }
+  EXPECT_EQ(pieces, 10000u / 16u);
+}
+
+TEST(LineSplitter, NothingIsLostOverRandomChunking) {
+  std::string text;
+  for (int i = 0; i < 500; ++i) {
+    text += "line " + std::to_string(i) + std::string(static_cast<size_t>(i % 37), '.') + "\n";
+  }
+  Lines chunks;
+  for (size_t off = 0, step = 1; off < text.size(); off += step, step = step * 7 % 61 + 1) {
+    chunks.push_back(text.substr(off, step));
+  }
+  Lines lines = split(chunks, 1024);
+  ASSERT_EQ(lines.size(), 500u);
+  for (int i = 0; i < 500; ++i) {
+    EXPECT_EQ(lines[static_cast<size_t>(i)],
+              "line " + std::to_string(i) + std::string(static_cast<size_t>(i % 37), '.'));
+  }
+}
+
+TEST(LinePrefix, ExpandsFields) {
+  LinePrefix::Fields f{12, 3, 1, "gpu7"};
+  std::string out;
+  LinePrefix("[{rank}|{local_rank}|{node_rank}@{host}] ", f).append_to(out, 0);
+  EXPECT_EQ(out, "[12|3|1@gpu7] ");
+  out.clear();
+  LinePrefix("", f).append_to(out, 0);
+  EXPECT_EQ(out, "");
+  EXPECT_TRUE(LinePrefix("", f).empty());
+}
+
+TEST(LinePrefix, TimeIsFormattedPerLine) {
+  LinePrefix p("{time} r{rank}: ", LinePrefix::Fields{5, 0, 0, "h"});
+  std::string out;
+  p.append_to(out, 1'700'000'000);
+  ASSERT_EQ(out.size(), std::string("HH:MM:SS r5: ").size());
+  EXPECT_EQ(out[2], ':');
+  EXPECT_EQ(out.substr(8), " r5: ");
+}
+
+TEST(TailBuffer, KeepsTheLastLinesBounded) {
+  TailBuffer t(3, 5);
+  for (const char* l : {"one", "two", "three", "four-long-line"}) {
+    t.push(l);
+  }
+  ASSERT_EQ(t.lines().size(), 3u);
+  EXPECT_EQ(t.lines()[0], "two");
+  EXPECT_EQ(t.lines()[2], "four-");
+}
+
+TEST(TailBuffer, KeepsOnlyTheNewestAfterManyLines) {
+  TailBuffer t(2, 100);
+  for (int i = 0; i < 1000; ++i) {
+    t.push("line " + std::to_string(i));
+  }
+  ASSERT_EQ(t.lines().size(), 2u);
+  EXPECT_EQ(t.lines()[0], "line 998");
+  EXPECT_EQ(t.lines()[1], "line 999");
+}
+
+TEST(LineBatch, GathersPrefixedLinesInOrder) {
+  LineBatch b;
+  EXPECT_TRUE(b.empty());
+  b.add("[rank 0]: ", "hello");
+  b.add("", "");
+  b.add("[rank 1]: ", "world");
+  EXPECT_EQ(b.data(), "[rank 0]: hello\n\n[rank 1]: world\n");
+  b.clear();
+  EXPECT_TRUE(b.empty());
+  b.add("p ", "again");
+  EXPECT_EQ(b.data(), "p again\n");
+}
+
+TEST(LineBatch, AsksForAFlushOnceBigAndKeepsEverythingWhenGrowing) {
+  LineBatch b;
+  const std::string line(1000, 'x');
+  size_t lines = 0;
+  while (!b.must_flush()) {
+    b.add("r: ", line);
+    ++lines;
+  }
+  EXPECT_EQ(lines, LineBatch::k_flush_bytes / 1004 + 1);
+  const std::string big(LineSplitter::k_default_max_line, 'y');  // longer than what is left
+  b.add("r: ", big);
+  EXPECT_EQ(b.data().size(), lines * 1004 + big.size() + 4);
+  EXPECT_EQ(b.data().substr(b.data().size() - 5), "yyyy\n");
+  EXPECT_EQ(b.data().substr(0, 4), "r: x");
+}
+
+}  // namespace
+}  // namespace ddplaunch
