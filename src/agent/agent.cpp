@@ -145,6 +145,10 @@ void Agent::on_signal(int sig) {
                 is_user_signal(sig) ? "forwarding it to the workers"
                 : was_stopping      ? "killing the workers now"
                                     : "stopping the workers");
+      if (was_stopping && !is_user_signal(sig) &&
+          m_supervisor->reason() != StopReason::k_signal) {
+        m_late_signal = sig;  // stopping for another reason: this one decides our exit code
+      }
       apply(m_supervisor->on_launcher_signal(sig, now));
       if (!was_stopping && m_supervisor->stopping() && m_link != nullptr && !m_verdict) {
         publish(JobVerdict{128 + sig, node_name() + " received " + signal_name(sig),
@@ -198,8 +202,8 @@ void Agent::on_time() {
   const auto now = m_clock.now();
   if (m_supervisor && m_phase == Phase::k_running) {
     if (auto d = m_supervisor->deadline(); d && now >= *d) {
-      log::warn("workers still running {} s after SIGTERM: sending SIGKILL",
-                m_config.term_timeout_s);
+      log::warn("workers still running {} s after {}: sending SIGKILL", m_config.term_timeout_s,
+                signal_name(m_supervisor->stop_signal().value_or(SIGTERM)));
       apply(m_supervisor->on_deadline(now));
     }
   }
@@ -320,14 +324,17 @@ void Agent::step() {
     }
     case Phase::k_finishing:
       if (m_router.all_closed() || now >= *m_drain_deadline) {
-        if (m_link != nullptr && m_verdict) {
+        std::vector<RankOutcome> local;
+        for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
+          local.push_back(outcome(lr));
+        }
+        if (m_link != nullptr && m_verdict && !m_late_signal) {
           m_phase = Phase::k_gathering;
-          std::vector<RankOutcome> local;
-          for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
-            local.push_back(outcome(lr));
-          }
           m_link->finish(local);
         } else {
+          if (m_link != nullptr) {
+            m_link->finish(local);  // sent, not awaited: the store did not answer in time
+          }
           end_gathering(std::nullopt);
         }
       }

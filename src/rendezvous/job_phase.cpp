@@ -154,6 +154,7 @@ void StoreLink::collect_results() {
     }
   }
   const auto limit = ms_of(std::min(m_config.heartbeat_timeout_s, 30.0));
+  log::debug("waiting for every node's results");
   m_wait->wait(live, limit, [this](bool all) {
     if (!all) {
       log::warn("not every node reported its ranks' outcomes before the store shut down");

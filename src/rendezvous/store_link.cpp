@@ -120,6 +120,7 @@ void StoreLink::join(const JoinRecord& self) {
   m_self = self;
   host_store();
   m_self.store_host = m_server != nullptr;
+  log::debug("joining the job through the store at {}", m_where);
   const auto connect_for = std::chrono::ceil<Ms>(m_deadline - m_start);
   const auto io = ms_of(m_config.heartbeat_timeout_s);
   for (auto* c : {&m_rpc, &m_watch, &m_wait}) {
@@ -150,6 +151,7 @@ void StoreLink::joined_as(int arrival) {
       m_planner.emplace(m_self);
       host_wait_for(0);
     } else {
+      log::debug("joined as arrival {}: waiting for node 0's plan", m_self.arrival);
       wait_for_plan();
     }
   });
@@ -186,6 +188,7 @@ void StoreLink::host_wait_for(int k) {
       host_fail(*error);
       return;
     }
+    log::debug("{} joined ({}/{})", describe_node(record), m_planner->joined(), m_config.nnodes);
     if (!m_planner->complete()) {
       host_wait_for(k + 1);
       return;

@@ -362,7 +362,11 @@ void StoreServer::Impl::on_readable(int fd) {
   while (c.reading) {
     ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-      close_conn(fd);  // the client went away; any parked request goes with it
+      // The client went away: what it sent before still counts (a SET just
+      // before exiting); any parked request goes with it.
+      c.reading = false;
+      process(fd);
+      close_conn(fd);
       return;
     }
     if (n < 0) {

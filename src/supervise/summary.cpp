@@ -62,8 +62,9 @@ std::string format_failure_report(const JobSummary& s) {
     out += fmt::format("ddplaunch: job stopped: ddplaunch received {}\n",
                        signal_name(*s.stop_signal));
   } else if (!s.message.empty()) {
-    out += std::string(s.reason == StopReason::k_signal ? "ddplaunch: job stopped: "
-                                                        : "ddplaunch: job failed: ") +
+    // A stop signal on any node "stopped" the job; anything else made it fail.
+    const bool stopped = s.reason == StopReason::k_signal || s.exit_code > 128;
+    out += std::string(stopped ? "ddplaunch: job stopped: " : "ddplaunch: job failed: ") +
            s.message + "\n";
   }
   for (const auto& o : s.ranks) {

@@ -1,0 +1,156 @@
+"""A stop signal ends the job on every node at any phase: while agents wait for
+each other, while workers run, while results are gathered, and when the store
+host is frozen. Each agent exits 128+N long before any timeout could end it."""
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+from conftest import read_until, wait_until, worker
+
+# Timeouts far longer than the waits below: an agent that only stopped when one
+# of them passed would fail the test.
+SLOW = ["--rdzv-timeout", "300", "--heartbeat-interval", "0.2", "--heartbeat-timeout", "60",
+        "--term-timeout", "300"]
+PROMPT = 20  # seconds: generous for a loaded machine, far below every timeout above
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def agent(jobs, port, nnodes, node_rank, steps, nproc=1, debug=True):
+    args = ["--nnodes", nnodes, "--nproc-per-node", nproc, "--master-port", port, *SLOW]
+    if node_rank is not None:
+        args += ["--node-rank", node_rank]
+    if debug:
+        args += ["--log-level", "debug"]
+    return jobs.start(args + ["--", *worker(*steps)])
+
+
+def exits(proc):
+    """(exit code, stderr, seconds it took) once `proc` ends."""
+    start = time.monotonic()
+    out, err = proc.communicate(timeout=PROMPT)
+    return proc.returncode, err, time.monotonic() - start
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_the_store_host_while_it_waits_for_nodes(jobs, sig):
+    port = free_port()
+    host = agent(jobs, port, 2, 0, ["out=never"])
+    assert wait_until(lambda: _accepts(port))  # hosting the store, waiting for node 1
+    host.send_signal(sig)
+    rc, err, _ = exits(host)
+    assert rc == 128 + sig, err
+    assert f"received {signal.Signals(sig).name}" in err
+    assert "while waiting for the other nodes" in err
+
+
+@pytest.mark.parametrize("target,sig", [(1, signal.SIGINT), (1, signal.SIGTERM), (0, signal.SIGTERM)])
+def test_signal_while_waiting_ends_rendezvous_on_every_node(jobs, target, sig):
+    port = free_port()
+    host = agent(jobs, port, 3, 0, ["out=never"])
+    other = agent(jobs, port, 3, 1, ["out=never"])
+    read_until(host.stderr, "node 1 (")  # node 1 joined; both wait for node 2
+    procs = [host, other]
+    procs[target].send_signal(sig)
+    for p in procs:
+        rc, err, _ = exits(p)
+        assert rc == 128 + sig, err
+        assert "received " + signal.Signals(sig).name in err, err
+
+
+def test_signal_while_connecting_to_a_store_that_is_not_there(jobs):
+    port = free_port()
+    p = agent(jobs, port, 2, 1, ["out=never"])
+    read_until(p.stderr, "joining the job through the store")  # it retries until --rdzv-timeout
+    p.send_signal(signal.SIGINT)
+    rc, err, _ = exits(p)
+    assert rc == 130, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_while_workers_run_ends_every_node(jobs, tmp_path, sig):
+    port = free_port()
+    procs = [agent(jobs, port, 2, n, [f"ready={tmp_path}", "sleep=300"], nproc=2, debug=False)
+             for n in range(2)]
+    assert wait_until(lambda: len([f for f in os.listdir(tmp_path) if f.startswith("ready.")]) == 4)
+    procs[1].send_signal(sig)
+    for p in procs:
+        rc, err, _ = exits(p)
+        assert rc == 128 + sig, err
+
+
+def test_signal_while_results_are_gathered(jobs, tmp_path):
+    # Rank 0 fails at once; rank 1 (node 1) ignores SIGTERM, so node 1 sits in
+    # its 300 s grace period and node 0 waits for its results.
+    port = free_port()
+    host = agent(jobs, port, 2, 0, ["@0:exit=7", "trap=TERM", f"ready={tmp_path}", "sleep=300"])
+    other = agent(jobs, port, 2, 1, ["trap=TERM", "sleep=300"])
+    read_until(host.stderr, "waiting for every node's results")
+    read_until(other.stdout, "caught SIGTERM")  # node 1 is in its grace period
+    host.send_signal(signal.SIGINT)
+    rc, err, _ = exits(host)
+    assert rc == 130, err
+    assert "job failed: rank 0 (node 0" in err, "the report keeps the root cause"
+    assert "received SIGINT while the job was ending" in err, err
+    other.send_signal(signal.SIGINT)
+    rc, err, _ = exits(other)
+    assert rc == 130, err
+    assert "job failed: rank 0 (node 0" in err, err
+
+
+def test_frozen_store_host_does_not_delay_another_nodes_interrupt(jobs, tmp_path):
+    port = free_port()
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    procs = [agent(jobs, port, 2, n, [f"ready={tmp_path}", f"pidfile={pids}", "@2,3:out=pid",
+                                      "sleep=300"], nproc=2, debug=False)
+             for n in range(2)]
+    assert wait_until(lambda: len([f for f in os.listdir(tmp_path) if f.startswith("ready.")]) == 4)
+    node1_workers = _worker_pids(procs[1])
+    procs[0].send_signal(signal.SIGSTOP)
+    try:
+        procs[1].send_signal(signal.SIGINT)
+        rc, err, took = exits(procs[1])
+        assert rc == 130, err
+        assert took < 10, f"node 1 waited {took:.1f} s on the frozen store host"
+        for pid in node1_workers:
+            assert not _alive(pid), f"node 1's worker {pid} is still running"
+    finally:
+        procs[0].send_signal(signal.SIGCONT)
+    # Woken, node 0 reads node 1's verdict and ends the same way.
+    rc, err, _ = exits(procs[0])
+    assert rc == 130, err
+
+
+def _accepts(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _worker_pids(proc):
+    """The pids of an agent's workers: the children of the agent."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == proc.pid:
+                        out.append(int(pid))
+            except OSError:
+                pass
+    return out
