@@ -14,7 +14,7 @@ Config parse(const std::vector<std::string>& args, const EnvMap& env = {}) {
   return configure(parse_command_line(args), env);
 }
 
-TEST(Cli, DefaultsMatchTheDocs) {
+TEST(Config, DefaultsMatchTheDocs) {
   Config c = parse({"prog"});
   EXPECT_EQ(c.nproc_mode, NprocMode::k_fixed);
   EXPECT_EQ(c.nproc_per_node, 1);
@@ -29,7 +29,7 @@ TEST(Cli, DefaultsMatchTheDocs) {
   EXPECT_TRUE(c.program_args.empty());
 }
 
-TEST(Cli, GoodCommandLines) {
+TEST(Config, GoodCommandLines) {
   struct Case {
     std::vector<std::string> args;
     void (*check)(const Config&);
@@ -96,7 +96,7 @@ TEST(Cli, GoodCommandLines) {
   }
 }
 
-TEST(Cli, BadCommandLinesAreUsageErrorsNamingTheFlag) {
+TEST(Config, BadCommandLinesAreUsageErrorsNamingTheFlag) {
   struct Case {
     std::vector<std::string> args;
     const char* message_part;
@@ -141,7 +141,7 @@ TEST(Cli, BadCommandLinesAreUsageErrorsNamingTheFlag) {
   }
 }
 
-TEST(Cli, HelpAndVersionPrintAndExit) {
+TEST(Config, HelpAndVersionPrintAndExit) {
   auto help = parse_command_line({"--help"});
   ASSERT_TRUE(help.print_and_exit);
   EXPECT_NE(help.print_and_exit->find("Nodes and rendezvous"), std::string::npos);
@@ -149,6 +149,91 @@ TEST(Cli, HelpAndVersionPrintAndExit) {
   auto version = parse_command_line({"--version"});
   ASSERT_TRUE(version.print_and_exit);
   EXPECT_EQ(version.print_and_exit->rfind("ddplaunch ", 0), 0u);
+}
+
+TEST(Config, HelpShowsTheDefaultsWrittenInConfig) {
+  const std::string help = *parse_command_line({"--help"}).print_and_exit;
+  const Config defaults;
+  for (const auto& spec : option_table()) {
+    EXPECT_NE(help.find(long_name(spec)), std::string::npos) << spec.key;
+    if (!spec.is_flag && spec.show != nullptr) {
+      EXPECT_NE(help.find("[" + spec.show(defaults) + "]"), std::string::npos) << spec.key;
+    }
+  }
+  EXPECT_NE(help.find("[29500]"), std::string::npos);
+  EXPECT_NE(help.find("[600]"), std::string::npos);
+}
+
+TEST(Config, TheCallersEnvironmentDoesNotLeakIn) {
+  // The pipeline reads only the environment it is handed.
+  ::setenv("PET_NNODES", "7", 1);
+  ::setenv("PET_NPROC_PER_NODE", "bogus", 1);
+  Config c = parse({"prog"});
+  ::unsetenv("PET_NNODES");
+  ::unsetenv("PET_NPROC_PER_NODE");
+  EXPECT_EQ(c.nnodes, 1);
+  EXPECT_EQ(c.nproc_per_node, 1);
+}
+
+TEST(Config, FlagBeatsDetectorBeatsDefault) {
+  const EnvMap env = {{"PET_NNODES", "2"}, {"PET_MASTER_PORT", "4000"}, {"PET_NODE_RANK", "1"}};
+  Config c = parse({"--master-port", "5000", "prog"}, env);
+  EXPECT_EQ(c.nnodes, 2);
+  EXPECT_EQ(c.source_of("nnodes"), "PET_NNODES");
+  EXPECT_EQ(c.master_port, 5000);
+  EXPECT_EQ(c.source_of("master_port"), "flag");
+  EXPECT_EQ(c.node_rank, 1);
+  EXPECT_EQ(c.master_addr, "127.0.0.1");
+  EXPECT_EQ(c.source_of("master_addr"), "default");
+  // An endpoint sets the address and port, and says where they came from.
+  Config e = parse({"prog"}, {{"PET_RDZV_ENDPOINT", "node7:29400"}});
+  EXPECT_EQ(e.master_addr, "node7");
+  EXPECT_EQ(e.source_of("master_addr"), "PET_RDZV_ENDPOINT");
+  EXPECT_EQ(e.source_of("master_port"), "PET_RDZV_ENDPOINT");
+}
+
+TEST(Config, DetectorsReportTheVariableOfEachValue) {
+  auto found = detect_all({{"PET_NNODES", "3"}, {"PET_STANDALONE", "0"}, {"UNRELATED", "x"}});
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].values.at("nnodes").value, "3");
+  EXPECT_EQ(found[0].values.at("nnodes").source, "PET_NNODES");
+  EXPECT_EQ(found[0].values.size(), 2u);
+}
+
+TEST(Config, BadValuesFromVariablesNameTheVariable) {
+  struct Case {
+    EnvMap env;
+    std::vector<std::string> args;
+    const char* message_part;
+  };
+  const Case cases[] = {
+      {{{"PET_NNODES", "many"}}, {"prog"}, "got 'many' (set by $PET_NNODES; fix or unset it)"},
+      {{{"PET_NNODES", "2"}, {"PET_NODE_RANK", "5"}}, {"prog"},
+       "(set by $PET_NNODES, $PET_NODE_RANK; fix or unset it)"},
+      {{{"PET_NODE_RANK", "5"}}, {"--nnodes", "2", "prog"}, "(set by $PET_NODE_RANK; fix"},
+      {{{"PET_MASTER_PORT", "0"}}, {"prog"}, "--master-port must be a port"},
+      {{{"PET_STANDALONE", "maybe"}}, {"prog"}, "$PET_STANDALONE"},
+  };
+  for (const auto& c : cases) {
+    try {
+      parse(c.args, c.env);
+      ADD_FAILURE() << "accepted " << c.message_part;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.message_part), std::string::npos) << e.what();
+    }
+  }
+  // A flag given on the command line is not blamed on a variable.
+  try {
+    parse({"--nnodes", "x", "prog"}, {{"PET_NNODES", "2"}});
+    ADD_FAILURE();
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).find("PET_"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, TheLastOfARepeatedOptionWins) {
+  Config c = parse({"--nproc-per-node", "2", "--nproc-per-node", "3", "prog"});
+  EXPECT_EQ(c.nproc_per_node, 3);
 }
 
 }  // namespace

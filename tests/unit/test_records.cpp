@@ -42,7 +42,7 @@ TEST(Summary, SuccessHasNoReport) {
   EXPECT_EQ(format_failure_report(s), "");
 }
 
-TEST(Summary, JsonHasEveryRank) {
+TEST(Records, SummaryHasEveryRank) {
   auto doc = nlohmann::json::parse(encode_summary(failed_job()));
   EXPECT_EQ(doc["exit_code"], 139);
   EXPECT_EQ(doc["stop_reason"], "worker_failed");
@@ -53,6 +53,62 @@ TEST(Summary, JsonHasEveryRank) {
   EXPECT_EQ(doc["ranks"][0]["stopped_by_launcher"], true);
   EXPECT_EQ(doc["ranks"][1]["pid"], 11);
   EXPECT_DOUBLE_EQ(doc["ranks"][1]["end_time"].get<double>(), 102.0);
+}
+
+}  // namespace
+}  // namespace ddplaunch
+
+namespace ddplaunch {
+namespace {
+
+TEST(Records, EveryStoreRecordRoundTrips) {
+  JoinRecord join{2, "job", 3, 4, -1, "host", "10.0.0.3", true, 2};
+  EXPECT_EQ(decode_join(encode_join(join)), join);
+
+  Topology t = uniform_topology(2, 3, 1, "b", "10.0.0.2", "10.0.0.1", 999);
+  JobPlan plan{t, {1, 0}};
+  auto back = decode_plan(encode_plan(PlanRecord{plan, ""}));
+  ASSERT_TRUE(back.plan);
+  EXPECT_EQ(*back.plan, plan);
+  auto failed = decode_plan(encode_plan(PlanRecord{std::nullopt, "timed out"}));
+  EXPECT_FALSE(failed.plan);
+  EXPECT_EQ(failed.error, "timed out");
+
+  RankOutcome root{3, 1, 1, "b", 77, ExitInfo::signaled(SIGSEGV), false, 1.5, 2.5, {"x", "y"}};
+  JobVerdict v{139, "", root, 1};
+  EXPECT_EQ(decode_verdict(encode_verdict(v)), v);
+  std::vector<RankOutcome> outcomes = {root, RankOutcome{4, 0, 2, "c", 78, std::nullopt, true, 1, 0, {}}};
+  EXPECT_EQ(decode_outcomes(encode_outcomes(outcomes)), outcomes);
+}
+
+TEST(Records, MalformedRecordsAreErrorsNotCrashes) {
+  for (const char* text : {"", "{", "[]", "{\"exit_code\": \"x\"}", "null",
+                           "{\"exit_code\":1,\"message\":\"m\",\"node\":0,\"root_cause\":{}}"}) {
+    SCOPED_TRACE(text);
+    EXPECT_THROW(decode_verdict(text), RecordError);
+    EXPECT_THROW(decode_join(text), RecordError);
+    EXPECT_THROW(decode_plan(text), RecordError);
+  }
+}
+
+TEST(Records, InvalidUtf8IsReplacedNotFatal) {
+  RankOutcome root{0, 0, 0, "h", 1, ExitInfo::exited(1), false, 0, 0, {"caf\xc3", "\xff\xfe ok"}};
+  JobVerdict v{1, "", root, 0};
+  JobVerdict back = decode_verdict(encode_verdict(v));
+  EXPECT_EQ(back.root_cause->last_stderr[1], "\xef\xbf\xbd\xef\xbf\xbd ok");
+  JobSummary s;
+  s.root_cause = root;
+  auto doc = nlohmann::json::parse(encode_summary(s));
+  EXPECT_EQ(doc["root_cause"]["last_stderr"].size(), 2u);
+}
+
+TEST(Records, SummaryShowsTheTopology) {
+  JobSummary s;
+  s.topology = uniform_topology(2, 2, 0, "a", "10.0.0.1", "10.0.0.1", 5);
+  auto doc = nlohmann::json::parse(encode_summary(s));
+  EXPECT_EQ(doc["topology"]["world_size"], 4);
+  EXPECT_EQ(doc["topology"]["nodes"][1]["first_rank"], 2);
+  EXPECT_EQ(doc["topology"]["nodes"][0]["host"], "a");
 }
 
 }  // namespace

@@ -1,0 +1,373 @@
+// The Agent's logic against fakes of the spawner, the clock, the job link and
+// the console (ninja's FakeCommandRunner idea): no process, socket or timer.
+#include "agent/agent.hpp"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+#include "ddplaunch/error.hpp"
+#include "proc/spawn.hpp"
+
+namespace ddplaunch {
+namespace {
+
+using namespace std::chrono_literals;
+using Stream = OutputRouter::Stream;
+
+struct FakeSpawner : Spawner {
+  std::vector<std::vector<WorkerSpec>> spawned;
+  std::vector<std::pair<int, int>> signals;  // (local rank, signal)
+  int kill_alls = 0;
+  std::optional<std::string> fail_with;
+  std::vector<pid_t> spawn(const std::vector<WorkerSpec>& workers) override {
+    if (fail_with) {
+      throw SpawnError(*fail_with);
+    }
+    spawned.push_back(workers);
+    std::vector<pid_t> pids;
+    for (size_t i = 0; i < workers.size(); ++i) {
+      pids.push_back(static_cast<pid_t>(100 + i));
+    }
+    return pids;
+  }
+  void signal(int local_rank, int sig) override { signals.emplace_back(local_rank, sig); }
+  void kill_all() override { ++kill_alls; }
+  int count(int sig) const {
+    return static_cast<int>(std::count_if(signals.begin(), signals.end(),
+                                          [sig](const auto& s) { return s.second == sig; }));
+  }
+};
+
+struct FakeClock : Clock {
+  TimePoint t{std::chrono::seconds(1000)};
+  TimePoint now() const override { return t; }
+  double wall_now() const override {
+    return std::chrono::duration<double>(t.time_since_epoch()).count();
+  }
+};
+
+struct FakeLink : JobLink {
+  std::optional<JoinRecord> joined;
+  std::vector<JobVerdict> published;
+  int successes = 0;
+  std::optional<std::vector<RankOutcome>> finished;
+  void join(const JoinRecord& self) override { joined = self; }
+  void publish_stop(const JobVerdict& v) override { published.push_back(v); }
+  void publish_success() override { ++successes; }
+  void finish(const std::vector<RankOutcome>& local) override { finished = local; }
+};
+
+struct FakeConsole : ConsoleSink {
+  std::string out, err;
+  bool write(int fd, std::string_view data) override {
+    (fd == 1 ? out : err).append(data);
+    return true;
+  }
+};
+
+Topology two_nodes(int nproc) {
+  Topology t;
+  t.master_addr = "10.0.0.1";
+  t.master_port = 1234;
+  t.nodes = {NodeEntry{0, "a", "10.0.0.1", nproc, 0, {}}, NodeEntry{1, "b", "10.0.0.2", nproc, 0, {}}};
+  assign_ranks(t);
+  return t;
+}
+
+class AgentTest : public ::testing::Test {
+ protected:
+  Config config;
+  EnvMap env{{"PATH", "/bin"}};
+  FakeSpawner spawner;
+  FakeClock clock;
+  FakeLink link;
+  FakeConsole console;
+  std::unique_ptr<Agent> agent;
+
+  void make(int nproc, bool multi_node) {
+    config.program = "train";
+    config.nproc_per_node = nproc;
+    config.term_timeout_s = 30;
+    if (multi_node) {
+      config.nnodes = 2;
+    }
+    agent = std::make_unique<Agent>(config, env, NodeIdentity{"b", "10.0.0.2", nproc, 4321},
+                                    spawner, clock, multi_node ? &link : nullptr, console);
+    agent->start();
+  }
+  // Worker `lr` ends: its pipes close, then it is reaped.
+  void ends(int lr, ExitInfo info) {
+    agent->on_output_closed(lr, Stream::k_out);
+    agent->on_output_closed(lr, Stream::k_err);
+    agent->on_worker_exit(lr, info);
+  }
+  void pass(std::chrono::milliseconds d) {
+    clock.t += d;
+    agent->on_time();
+  }
+};
+
+TEST_F(AgentTest, OneNodeRunsItsWorkersToSuccess) {
+  make(3, false);
+  ASSERT_EQ(spawner.spawned.size(), 1u);
+  EXPECT_EQ(spawner.spawned[0].size(), 3u);
+  EXPECT_EQ(spawner.spawned[0][2].env.at("RANK"), "2");
+  EXPECT_EQ(spawner.spawned[0][2].env.at("MASTER_PORT"), "4321");
+  agent->on_output(1, Stream::k_out, "hello\npart");
+  for (int lr = 0; lr < 3; ++lr) {
+    EXPECT_FALSE(agent->done());
+    ends(lr, ExitInfo::exited(0));
+  }
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 0);
+  EXPECT_EQ(agent->summary().ranks.size(), 3u);
+  EXPECT_EQ(console.out, "[rank 1]: hello\n[rank 1]: part\n");
+  EXPECT_EQ(spawner.kill_alls, 1) << "strays are swept once the workers are gone";
+  EXPECT_TRUE(spawner.signals.empty());
+}
+
+TEST_F(AgentTest, FirstFailureIsTheRootCauseWithItsLastStderrLines) {
+  make(3, false);
+  agent->on_output(1, Stream::k_err, "Traceback\nValueError: boom\n");
+  ends(1, ExitInfo::exited(7));
+  EXPECT_EQ(spawner.count(SIGTERM), 2);
+  ends(0, ExitInfo::signaled(SIGTERM));
+  ends(2, ExitInfo::signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  const auto& s = agent->summary();
+  EXPECT_EQ(s.exit_code, 7);
+  EXPECT_EQ(s.reason, StopReason::k_worker_failed);
+  ASSERT_TRUE(s.root_cause);
+  EXPECT_EQ(s.root_cause->rank, 1);
+  EXPECT_EQ(s.root_cause->last_stderr, (std::vector<std::string>{"Traceback", "ValueError: boom"}));
+}
+
+TEST_F(AgentTest, GracePeriodThenSigkill) {
+  make(2, false);
+  ends(0, ExitInfo::exited(3));
+  ASSERT_EQ(agent->next_deadline(), clock.t + 30s);
+  pass(29s);
+  EXPECT_EQ(spawner.count(SIGKILL), 0);
+  pass(1s);
+  EXPECT_EQ(spawner.count(SIGKILL), 1);
+  ends(1, ExitInfo::signaled(SIGKILL));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 3);
+}
+
+TEST_F(AgentTest, OutputThatNeverClosesIsDrainedForABoundedTime) {
+  make(1, false);
+  agent->on_worker_exit(0, ExitInfo::exited(0));  // a grandchild keeps the pipes open
+  EXPECT_FALSE(agent->done());
+  pass(k_drain_timeout);
+  EXPECT_TRUE(agent->done());
+}
+
+TEST_F(AgentTest, SecondSignalKillsAtOnce) {
+  make(2, false);
+  agent->on_signal(SIGINT);
+  EXPECT_EQ(spawner.count(SIGINT), 2);
+  agent->on_signal(SIGINT);
+  EXPECT_EQ(spawner.count(SIGKILL), 2);
+  ends(0, ExitInfo::signaled(SIGKILL));
+  ends(1, ExitInfo::signaled(SIGKILL));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 130);
+  EXPECT_EQ(agent->summary().reason, StopReason::k_signal);
+}
+
+TEST_F(AgentTest, UserSignalsAreForwardedAndTheJobGoesOn) {
+  make(2, false);
+  agent->on_signal(SIGUSR1);
+  EXPECT_EQ(spawner.count(SIGUSR1), 2);
+  ends(0, ExitInfo::exited(0));
+  ends(1, ExitInfo::exited(0));
+  EXPECT_EQ(agent->summary().exit_code, 0);
+}
+
+TEST_F(AgentTest, SpawnErrorIsAnErrorOfItsOwn) {
+  spawner.fail_with = "cannot execute 'train': not found";
+  make(2, false);
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 127);
+  EXPECT_EQ(agent->error(), "cannot execute 'train': not found");
+}
+
+// --- several nodes ---------------------------------------------------------------
+
+TEST_F(AgentTest, JoinsThenRunsWithTheTopologyItWasGiven) {
+  make(2, true);
+  ASSERT_TRUE(link.joined);
+  EXPECT_EQ(link.joined->nproc, 2);
+  EXPECT_EQ(link.joined->node_rank, -1);
+  EXPECT_TRUE(spawner.spawned.empty()) << "nothing starts before rendezvous";
+  agent->on_joined(two_nodes(2), 1);
+  ASSERT_EQ(spawner.spawned.size(), 1u);
+  EXPECT_EQ(spawner.spawned[0][1].env.at("RANK"), "3");
+  EXPECT_EQ(spawner.spawned[0][1].env.at("WORLD_SIZE"), "4");
+  ends(0, ExitInfo::exited(0));
+  ends(1, ExitInfo::exited(0));
+  EXPECT_EQ(link.successes, 1);
+  EXPECT_FALSE(agent->done()) << "waits for the other node";
+  JobVerdict success;
+  success.node = 0;
+  agent->on_verdict(success);
+  ASSERT_TRUE(link.finished);
+  EXPECT_EQ(link.finished->size(), 2u);
+  EXPECT_FALSE(agent->done()) << "gathers results";
+  std::vector<RankOutcome> all(4);
+  agent->on_finished(all);
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 0);
+  EXPECT_EQ(agent->summary().ranks.size(), 4u);
+  ASSERT_TRUE(agent->summary().topology);
+  EXPECT_EQ(agent->summary().topology->nodes.size(), 2u);
+}
+
+TEST_F(AgentTest, RemoteVerdictStopsTheWorkersAndDecidesTheExitCode) {
+  make(2, true);
+  agent->on_joined(two_nodes(2), 1);
+  RankOutcome root;
+  root.rank = 0;
+  root.exit = ExitInfo::exited(9);
+  agent->on_verdict(JobVerdict{9, "", root, 0});
+  EXPECT_EQ(spawner.count(SIGTERM), 2);
+  ends(0, ExitInfo::signaled(SIGTERM));
+  ends(1, ExitInfo::signaled(SIGTERM));
+  agent->on_finished({});
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 9);
+  EXPECT_EQ(agent->summary().reason, StopReason::k_remote);
+  EXPECT_EQ(agent->summary().root_cause->rank, 0);
+}
+
+TEST_F(AgentTest, LocalFailureIsPublishedWithItsRootCause) {
+  make(2, true);
+  agent->on_joined(two_nodes(2), 1);
+  agent->on_output(0, Stream::k_err, "boom\n");
+  ends(0, ExitInfo::exited(5));
+  ASSERT_EQ(link.published.size(), 1u);
+  EXPECT_EQ(link.published[0].exit_code, 5);
+  EXPECT_EQ(link.published[0].node, 1);
+  ASSERT_TRUE(link.published[0].root_cause);
+  EXPECT_EQ(link.published[0].root_cause->rank, 2);
+  EXPECT_EQ(link.published[0].root_cause->last_stderr, std::vector<std::string>{"boom"});
+  agent->on_verdict(link.published[0]);
+  ends(1, ExitInfo::signaled(SIGTERM));
+  agent->on_finished({});
+  EXPECT_EQ(agent->summary().exit_code, 5);
+  EXPECT_EQ(agent->summary().reason, StopReason::k_worker_failed);
+}
+
+TEST_F(AgentTest, SignalWhileJoiningStopsTheJobOnEveryNode) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    SCOPED_TRACE(sig);
+    link = FakeLink();
+    make(2, true);
+    agent->on_signal(sig);
+    ASSERT_EQ(link.published.size(), 1u);
+    EXPECT_EQ(link.published[0].exit_code, 128 + sig);
+    EXPECT_FALSE(agent->done()) << "waits for the store to confirm";
+    agent->on_verdict(link.published[0]);
+    ASSERT_TRUE(agent->done());
+    EXPECT_EQ(agent->summary().exit_code, 128 + sig);
+    EXPECT_EQ(agent->summary().reason, StopReason::k_signal);
+    EXPECT_TRUE(spawner.spawned.empty());
+  }
+}
+
+TEST_F(AgentTest, SignalWhileJoiningWithAStalledStoreEndsAfterTheConfirmationWait) {
+  make(2, true);
+  agent->on_signal(SIGTERM);
+  EXPECT_EQ(agent->next_deadline(), clock.t + k_publish_wait);
+  pass(k_publish_wait);
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 143);
+}
+
+TEST_F(AgentTest, SecondSignalWhileJoiningLeavesAtOnce) {
+  make(2, true);
+  agent->on_signal(SIGINT);
+  agent->on_signal(SIGINT);
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 130);
+}
+
+TEST_F(AgentTest, AnotherNodesStopWhileJoiningEndsThisOne) {
+  make(2, true);
+  agent->on_verdict(JobVerdict{130, "node 0 (a) received SIGINT", std::nullopt, 0});
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 130);
+  EXPECT_EQ(agent->summary().message, "node 0 (a) received SIGINT");
+  EXPECT_FALSE(agent->error());
+}
+
+TEST_F(AgentTest, RendezvousFailureIsAnError) {
+  make(2, true);
+  agent->on_join_failed(3, "rendezvous timed out");
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->error(), "rendezvous timed out");
+  EXPECT_EQ(agent->summary().exit_code, 3);
+}
+
+TEST_F(AgentTest, StalledLinkDelaysNeitherOutputNorTheEnd) {
+  make(2, true);
+  agent->on_joined(two_nodes(2), 0);
+  agent->on_signal(SIGINT);
+  ASSERT_EQ(link.published.size(), 1u);
+  // The store never answers; output and exits are still handled at once.
+  agent->on_output(0, Stream::k_out, "still here\n");
+  EXPECT_EQ(console.out, "[rank 0]: still here\n");
+  ends(0, ExitInfo::signaled(SIGINT));
+  ends(1, ExitInfo::signaled(SIGINT));
+  EXPECT_FALSE(agent->done());
+  pass(k_publish_wait);
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 130);
+  EXPECT_TRUE(link.finished) << "its results are still sent";
+}
+
+TEST_F(AgentTest, SignalWhileGatheringEndsAtOnceKeepingTheVerdict) {
+  make(1, true);
+  agent->on_joined(two_nodes(1), 0);
+  ends(0, ExitInfo::exited(7));
+  agent->on_verdict(link.published.at(0));
+  ASSERT_TRUE(link.finished);
+  EXPECT_FALSE(agent->done());
+  agent->on_signal(SIGINT);
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 130);
+  EXPECT_EQ(agent->summary().root_cause->rank, 0);
+  EXPECT_NE(agent->summary().message.find("received SIGINT while the job was ending"),
+            std::string::npos);
+}
+
+TEST_F(AgentTest, SignalDuringAnotherNodesTeardownKillsNowAndExits128PlusN) {
+  make(1, true);
+  agent->on_joined(two_nodes(1), 1);
+  agent->on_verdict(JobVerdict{4, "node 0 lost", std::nullopt, 0});
+  EXPECT_EQ(spawner.count(SIGTERM), 1);
+  agent->on_signal(SIGTERM);
+  EXPECT_EQ(spawner.count(SIGKILL), 1);
+  ends(0, ExitInfo::signaled(SIGKILL));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 143);
+}
+
+TEST_F(AgentTest, SpawnErrorIsPublishedToTheOtherNodes) {
+  spawner.fail_with = "cannot execute 'train': not found";
+  make(2, true);
+  agent->on_joined(two_nodes(2), 1);
+  ASSERT_EQ(link.published.size(), 1u);
+  EXPECT_EQ(link.published[0].exit_code, 127);
+  EXPECT_NE(link.published[0].message.find("node 1 (b): cannot execute"), std::string::npos);
+  EXPECT_FALSE(agent->done());
+  agent->on_verdict(link.published[0]);
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 127);
+  EXPECT_TRUE(agent->error());
+}
+
+}  // namespace
+}  // namespace ddplaunch

@@ -1,0 +1,66 @@
+#include "supervise/verdict.hpp"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+namespace ddplaunch {
+namespace {
+
+RankOutcome rank_on(int rank, int node) {
+  RankOutcome o;
+  o.rank = rank;
+  o.node_rank = node;
+  o.exit = ExitInfo::exited(7);
+  return o;
+}
+
+TEST(Verdict, MergeTable) {
+  const LocalEnd ok{};
+  const LocalEnd failed{StopReason::k_worker_failed, 7, rank_on(3, 1), std::nullopt, std::nullopt};
+  const LocalEnd signaled{StopReason::k_signal, 130, std::nullopt, SIGINT, std::nullopt};
+  const LocalEnd remote{StopReason::k_remote, 9, std::nullopt, std::nullopt, std::nullopt};
+  const LocalEnd late{StopReason::k_remote, 9, std::nullopt, std::nullopt, SIGTERM};
+  const JobVerdict success{0, "", std::nullopt, 0};
+  const JobVerdict ours_failed{7, "", rank_on(3, 1), 1};
+  const JobVerdict theirs_failed{9, "", rank_on(0, 0), 0};
+  const JobVerdict ours_signal{130, "node 1 (b) received SIGINT", std::nullopt, 1};
+  const JobVerdict lost{4, "lost contact with the store", std::nullopt, -1};
+
+  struct Case {
+    const char* name;
+    LocalEnd local;
+    std::optional<JobVerdict> job;
+    int exit_code;
+    StopReason reason;
+    std::optional<int> root_rank;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"one node, success", ok, std::nullopt, 0, StopReason::k_none, std::nullopt, ""},
+      {"one node, failure", failed, std::nullopt, 7, StopReason::k_worker_failed, 3, ""},
+      {"every node succeeded", ok, success, 0, StopReason::k_none, std::nullopt, ""},
+      {"our rank failed first", failed, ours_failed, 7, StopReason::k_worker_failed, 3, ""},
+      {"another node's rank failed first", failed, theirs_failed, 9, StopReason::k_remote, 0, ""},
+      {"another node failed", remote, theirs_failed, 9, StopReason::k_remote, 0, ""},
+      {"our signal stopped the job", signaled, ours_signal, 130, StopReason::k_signal, std::nullopt,
+       "node 1 (b) received SIGINT"},
+      {"the store was lost", remote, lost, 4, StopReason::k_remote, std::nullopt,
+       "lost contact with the store"},
+      {"unconfirmed: our own verdict", signaled, std::nullopt, 130, StopReason::k_signal,
+       std::nullopt, ""},
+      {"a late signal", late, theirs_failed, 143, StopReason::k_remote, 0,
+       "ddplaunch received SIGTERM while the job was ending"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Decision d = merge_verdict(c.local, c.job, 1);
+    EXPECT_EQ(d.exit_code, c.exit_code);
+    EXPECT_EQ(d.reason, c.reason);
+    EXPECT_EQ(d.root_cause ? std::optional(d.root_cause->rank) : std::nullopt, c.root_rank);
+    EXPECT_EQ(d.message, c.message);
+  }
+}
+
+}  // namespace
+}  // namespace ddplaunch
