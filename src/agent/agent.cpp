@@ -10,7 +10,9 @@ namespace ddplaunch {
 
 namespace {
 
-bool is_user_signal(int sig) { return sig == SIGUSR1 || sig == SIGUSR2; }
+bool is_user_signal(int sig) {
+  return sig == SIGUSR1 || sig == SIGUSR2;
+}
 
 std::chrono::milliseconds grace_of(double seconds) {
   return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
@@ -42,9 +44,9 @@ void Agent::start() {
   m_start_time = m_clock.wall_now();
   if (m_link == nullptr) {
     const int port = m_config.worker_port.value_or(m_self.free_port);
-    begin(uniform_topology(1, m_self.nproc, 0, m_self.host, m_self.addr, m_config.master_addr,
-                           port),
-          0);
+    begin(
+        uniform_topology(1, m_self.nproc, 0, m_self.host, m_self.addr, m_config.master_addr, port),
+        0);
     advance();
     return;
   }
@@ -131,10 +133,10 @@ void Agent::on_signal(int sig) {
       m_join_signal = sig;
       log::info("received {}: leaving rendezvous and stopping the job on every node",
                 signal_name(sig));
-      publish(JobVerdict{128 + sig,
-                         node_name() + " received " + signal_name(sig) +
-                             " while waiting for the other nodes",
-                         std::nullopt, -1});
+      publish(JobVerdict{
+          128 + sig,
+          node_name() + " received " + signal_name(sig) + " while waiting for the other nodes",
+          std::nullopt, -1});
       break;
     case Phase::k_running: {
       if (!m_supervisor) {
@@ -145,14 +147,13 @@ void Agent::on_signal(int sig) {
                 is_user_signal(sig) ? "forwarding it to the workers"
                 : was_stopping      ? "killing the workers now"
                                     : "stopping the workers");
-      if (was_stopping && !is_user_signal(sig) &&
-          m_supervisor->reason() != StopReason::k_signal) {
+      if (was_stopping && !is_user_signal(sig) && m_supervisor->reason() != StopReason::k_signal) {
         m_late_signal = sig;  // stopping for another reason: this one decides our exit code
       }
       apply(m_supervisor->on_launcher_signal(sig, now));
       if (!was_stopping && m_supervisor->stopping() && m_link != nullptr && !m_verdict) {
-        publish(JobVerdict{128 + sig, node_name() + " received " + signal_name(sig),
-                           std::nullopt, m_plan->layout.node_rank});
+        publish(JobVerdict{128 + sig, node_name() + " received " + signal_name(sig), std::nullopt,
+                           m_plan->layout.node_rank});
       }
       break;
     }
@@ -286,8 +287,8 @@ void Agent::advance() {
 
 void Agent::step() {
   const auto now = m_clock.now();
-  const bool confirmation_overdue = m_published_stop && !m_verdict && m_publish_deadline &&
-                                    now >= *m_publish_deadline;
+  const bool confirmation_overdue =
+      m_published_stop && !m_verdict && m_publish_deadline && now >= *m_publish_deadline;
   if (m_pending_error) {
     if (m_link == nullptr || m_verdict || confirmation_overdue) {
       end_early(m_pending_error->first, StopReason::k_none, m_pending_error->second, true);
@@ -373,8 +374,7 @@ void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
     local.root_cause->last_stderr = m_router.stderr_tail(*root);
   }
   const int node_rank = m_plan->layout.node_rank;
-  const Decision d =
-      merge_verdict(local, m_link != nullptr ? m_verdict : std::nullopt, node_rank);
+  const Decision d = merge_verdict(local, m_link != nullptr ? m_verdict : std::nullopt, node_rank);
   m_summary.run_id = m_config.rdzv_id;
   m_summary.exit_code = d.exit_code;
   m_summary.reason = d.reason;
@@ -395,16 +395,15 @@ void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
   m_phase = Phase::k_done;
 }
 
-void Agent::end_early(int exit_code, StopReason reason, const std::string& message,
-                      bool is_error) {
+void Agent::end_early(int exit_code, StopReason reason, const std::string& message, bool is_error) {
   m_summary.run_id = m_config.rdzv_id;
   m_summary.exit_code = exit_code;
   m_summary.reason = reason;
   m_summary.message = message;
   if (reason == StopReason::k_signal && m_join_signal) {
     m_summary.stop_signal = m_join_signal;
-    m_summary.message = "ddplaunch received " + signal_name(*m_join_signal) +
-                        " while waiting for the other nodes";
+    m_summary.message =
+        "ddplaunch received " + signal_name(*m_join_signal) + " while waiting for the other nodes";
   }
   m_summary.start_time = m_start_time;
   m_summary.end_time = m_clock.wall_now();

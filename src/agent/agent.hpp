@@ -89,8 +89,7 @@ class Agent : public JobLink::Listener {
   void start_finishing();
   // Every node's results are in (nullopt: only this node's are known).
   void end_gathering(std::optional<std::vector<RankOutcome>> ranks);
-  void end_early(int exit_code, StopReason reason, const std::string& message,
-                 bool is_error);
+  void end_early(int exit_code, StopReason reason, const std::string& message, bool is_error);
   RankOutcome outcome(int local_rank) const;
   std::string node_name() const;
 
@@ -110,7 +109,7 @@ class Agent : public JobLink::Listener {
   std::vector<double> m_end_times;
   double m_start_time = 0;
 
-  std::optional<JobVerdict> m_verdict;         // the job's verdict, from the link
+  std::optional<JobVerdict> m_verdict;          // the job's verdict, from the link
   std::optional<TimePoint> m_publish_deadline;  // waiting for the store to confirm ours
   bool m_published_stop = false;
   bool m_published_success = false;

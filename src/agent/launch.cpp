@@ -64,8 +64,7 @@ void write_summary_json(const std::string& path, const JobSummary& summary) {
   out << encode_summary(summary);
   out.close();
   if (!out) {
-    log::error("--summary-json: cannot write {}; check the directory exists and is writable",
-               path);
+    log::error("--summary-json: cannot write {}; check the directory exists and is writable", path);
   }
 }
 
@@ -104,8 +103,8 @@ class Driver {
     if (m_link != nullptr) {
       auto watches = m_link->watches();
       for (auto it = m_link_fds.begin(); it != m_link_fds.end();) {
-        const bool live = std::any_of(watches.begin(), watches.end(),
-                                      [&](const auto& w) { return w.fd == *it; });
+        const bool live =
+            std::any_of(watches.begin(), watches.end(), [&](const auto& w) { return w.fd == *it; });
         if (!live) {
           m_loop.remove(*it);
           it = m_link_fds.erase(it);
@@ -160,7 +159,8 @@ class Driver {
     }
     ssize_t n = ::read(fd.get(), m_buffer.data(), m_buffer.size());
     if (n > 0) {
-      m_agent.on_output(local_rank, stream, std::string_view(m_buffer.data(), static_cast<size_t>(n)));
+      m_agent.on_output(local_rank, stream,
+                        std::string_view(m_buffer.data(), static_cast<size_t>(n)));
       return true;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
@@ -203,10 +203,9 @@ int dry_run(const Config& config, const EnvMap& env, const NodeIdentity& self) {
   const int node_rank = config.node_rank.value_or(0);
   Topology topology = uniform_topology(config.nnodes, self.nproc, node_rank, self.host, self.addr,
                                        config.master_addr, port);
-  Plan plan = make_plan(config,
-                        layout_of(topology, node_rank, config.rdzv_id, config.role,
-                                  config.max_restarts),
-                        env);
+  Plan plan = make_plan(
+      config, layout_of(topology, node_rank, config.rdzv_id, config.role, config.max_restarts),
+      env);
   posix::write_all(1, encode_dry_run(config, plan, topology));
   return k_exit_ok;
 }

@@ -12,9 +12,9 @@
 namespace ddplaunch {
 
 struct Detection {
-  std::string detector;             // "torchrun PET_*"
-  Settings values;                  // by option key; source = the variable's name
-  std::vector<std::string> notes;   // said once at start-up
+  std::string detector;            // "torchrun PET_*"
+  Settings values;                 // by option key; source = the variable's name
+  std::vector<std::string> notes;  // said once at start-up
 };
 
 }  // namespace ddplaunch

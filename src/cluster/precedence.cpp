@@ -7,7 +7,9 @@
 
 namespace ddplaunch {
 
-std::vector<Detection> detect_all(const EnvMap& env) { return {detect_pet(env)}; }
+std::vector<Detection> detect_all(const EnvMap& env) {
+  return {detect_pet(env)};
+}
 
 Config resolve(const CommandLine& command_line, const std::vector<Detection>& detections) {
   Config c;

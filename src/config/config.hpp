@@ -36,8 +36,8 @@ struct StreamSelection {
 struct Config {
   // --- Workers ---------------------------------------------------------------
   NprocMode nproc_mode = NprocMode::k_fixed;  // Default: k_fixed
-  int nproc_per_node = 1;        // Default: 1. Resolved to a number for every mode before planning.
-  std::string program;           // Required: the program (or .py script, or module with -m)
+  int nproc_per_node = 1;  // Default: 1. Resolved to a number for every mode before planning.
+  std::string program;     // Required: the program (or .py script, or module with -m)
   std::vector<std::string> program_args;
   bool no_python = false;        // Default: false. --no-python runs `program` as given.
   bool module = false;           // Default: false. -m/--module runs `python -m program`.

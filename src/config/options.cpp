@@ -54,8 +54,8 @@ bool parse_bool(const std::string& value, const std::string& flag) {
   if (v == "false" || v == "0" || v == "no" || v == "off") {
     return false;
   }
-  throw UsageError(flag + " takes no value; as a variable it must be true or false, got '" +
-                   value + "'");
+  throw UsageError(flag + " takes no value; as a variable it must be true or false, got '" + value +
+                   "'");
 }
 
 std::string show_seconds(double s) {
@@ -64,7 +64,9 @@ std::string show_seconds(double s) {
   return buf;
 }
 
-std::string show_bool(bool b) { return b ? "true" : "false"; }
+std::string show_bool(bool b) {
+  return b ? "true" : "false";
+}
 
 std::string show_selection(const StreamSelection& s) {
   if (s.per_local_rank.empty()) {
@@ -97,17 +99,21 @@ void apply_nproc(Config& c, const std::string& value, const std::string& flag) {
     c.nproc_mode = NprocMode::k_gpu;
   } else {
     c.nproc_mode = NprocMode::k_fixed;
-    c.nproc_per_node = parse_int_in(value, flag, 1, k_max_nproc,
-                                    "a number from 1 to 4096, or auto, cpu or gpu");
+    c.nproc_per_node =
+        parse_int_in(value, flag, 1, k_max_nproc, "a number from 1 to 4096, or auto, cpu or gpu");
   }
 }
 
 std::string show_nproc(const Config& c) {
   switch (c.nproc_mode) {
-    case NprocMode::k_auto: return "auto";
-    case NprocMode::k_cpu: return "cpu";
-    case NprocMode::k_gpu: return "gpu";
-    case NprocMode::k_fixed: break;
+    case NprocMode::k_auto:
+      return "auto";
+    case NprocMode::k_cpu:
+      return "cpu";
+    case NprocMode::k_gpu:
+      return "gpu";
+    case NprocMode::k_fixed:
+      break;
   }
   return std::to_string(c.nproc_per_node);
 }
@@ -133,7 +139,8 @@ void apply_node_rank(Config& c, const std::string& value, const std::string& fla
     c.node_rank.reset();
     return;
   }
-  c.node_rank = parse_int_in(value, flag, 0, k_max_nodes - 1, "a number from 0 to nnodes-1, or auto");
+  c.node_rank =
+      parse_int_in(value, flag, 0, k_max_nodes - 1, "a number from 0 to nnodes-1, or auto");
 }
 
 void apply_endpoint(Config& c, const std::string& value, const std::string& flag) {
@@ -142,8 +149,8 @@ void apply_endpoint(Config& c, const std::string& value, const std::string& flag
     throw UsageError(flag + " must be HOST:PORT, got '" + value + "'");
   }
   c.master_addr = value.substr(0, colon);
-  c.master_port = parse_int_in(value.substr(colon + 1), flag + " port", 1, 65535,
-                               "a port from 1 to 65535");
+  c.master_port =
+      parse_int_in(value.substr(colon + 1), flag + " port", 1, 65535, "a port from 1 to 65535");
 }
 
 void apply_backend(Config& c, const std::string& value, const std::string& flag) {
@@ -164,15 +171,15 @@ void apply_log_level(Config& c, const std::string& value, const std::string& fla
 
 void apply_nothing(Config&, const std::string&, const std::string&) {}
 
-#define DDPLAUNCH_STRING(field)                                                    \
-  [](Config& c, const std::string& v, const std::string&) { c.field = v; },        \
+#define DDPLAUNCH_STRING(field)                                             \
+  [](Config& c, const std::string& v, const std::string&) { c.field = v; }, \
       [](const Config& c) { return c.field; }
-#define DDPLAUNCH_SECONDS(field, allow_zero)                                       \
-  [](Config& c, const std::string& v, const std::string& f) {                      \
-    c.field = parse_seconds(v, f, allow_zero);                                     \
-  },                                                                               \
+#define DDPLAUNCH_SECONDS(field, allow_zero)                  \
+  [](Config& c, const std::string& v, const std::string& f) { \
+    c.field = parse_seconds(v, f, allow_zero);                \
+  },                                                          \
       [](const Config& c) { return show_seconds(c.field); }
-#define DDPLAUNCH_FLAG(field)                                                      \
+#define DDPLAUNCH_FLAG(field)                                                                \
   [](Config& c, const std::string& v, const std::string& f) { c.field = parse_bool(v, f); }, \
       [](const Config& c) { return show_bool(c.field); }
 
@@ -334,7 +341,9 @@ const OptionSpec k_options[] = {
 
 }  // namespace
 
-std::span<const OptionSpec> option_table() { return k_options; }
+std::span<const OptionSpec> option_table() {
+  return k_options;
+}
 
 const OptionSpec* find_option(std::string_view key) {
   for (const auto& o : k_options) {

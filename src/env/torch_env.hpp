@@ -10,7 +10,6 @@
 
 namespace ddplaunch {
 
-
 // torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...) for
 // one local rank, layered over `base`. OMP_NUM_THREADS=1 is added when unset
 // and the node runs more than one worker; the NCCL error-handling switches

@@ -66,9 +66,8 @@ bool OutputRouter::closed(int local_rank, Stream stream) const {
 }
 
 bool OutputRouter::all_closed() const {
-  return std::none_of(m_workers.begin(), m_workers.end(), [](const Worker& w) {
-    return w.channels[0].open || w.channels[1].open;
-  });
+  return std::none_of(m_workers.begin(), m_workers.end(),
+                      [](const Worker& w) { return w.channels[0].open || w.channels[1].open; });
 }
 
 std::vector<std::string> OutputRouter::stderr_tail(int local_rank) const {

@@ -43,9 +43,9 @@ void EventLoop::remove(int fd) {
 std::vector<EventLoop::Ready> EventLoop::wait(std::optional<TimePoint> deadline) {
   int timeout_ms = -1;
   if (deadline) {
-    auto ms = std::chrono::ceil<std::chrono::milliseconds>(*deadline -
-                                                           std::chrono::steady_clock::now())
-                  .count();
+    auto ms =
+        std::chrono::ceil<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now())
+            .count();
     timeout_ms = static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
   }
   std::array<epoll_event, 64> events;
@@ -59,7 +59,8 @@ std::vector<EventLoop::Ready> EventLoop::wait(std::optional<TimePoint> deadline)
   std::vector<Ready> ready;
   ready.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
-    ready.push_back({events[static_cast<size_t>(i)].data.u64, events[static_cast<size_t>(i)].events});
+    ready.push_back(
+        {events[static_cast<size_t>(i)].data.u64, events[static_cast<size_t>(i)].events});
   }
   return ready;
 }

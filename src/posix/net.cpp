@@ -1,6 +1,7 @@
 #include "posix/net.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -10,7 +11,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <memory>
 
 #include "posix/error.hpp"
@@ -224,11 +224,10 @@ std::string resolve_numeric(const std::string& host) {
   std::string out = host;
   for_each_addr(list.get(), [&](addrinfo* ai) {
     char buf[INET6_ADDRSTRLEN] = {};
-    const void* src = ai->ai_family == AF_INET
-                          ? static_cast<const void*>(
-                                &reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr)
-                          : static_cast<const void*>(
-                                &reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr);
+    const void* src =
+        ai->ai_family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr);
     if (inet_ntop(ai->ai_family, src, buf, sizeof(buf)) != nullptr) {
       out = buf;
       return true;

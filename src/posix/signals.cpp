@@ -25,7 +25,9 @@ SignalFd::SignalFd(std::initializer_list<int> signals) {
   m_fd = Fd(fd);
 }
 
-SignalFd::~SignalFd() { sigprocmask(SIG_SETMASK, &m_old_mask, nullptr); }
+SignalFd::~SignalFd() {
+  sigprocmask(SIG_SETMASK, &m_old_mask, nullptr);
+}
 
 std::optional<int> SignalFd::read_one() {
   signalfd_siginfo info;

@@ -25,7 +25,9 @@ Child& Child::operator=(Child&& other) noexcept {
   return *this;
 }
 
-Child::~Child() { kill_and_reap(); }
+Child::~Child() {
+  kill_and_reap();
+}
 
 void Child::signal(int sig) const {
   if (m_pid > 0 && !m_reaped) {

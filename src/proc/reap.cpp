@@ -27,7 +27,9 @@ std::optional<std::pair<pid_t, ExitInfo>> reap_any() {
   }
 }
 
-void become_subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
+void become_subreaper() {
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+}
 
 int kill_stray_children() {
   // No child at all (the usual case): skip the /proc scan.

@@ -60,8 +60,8 @@ struct ChildReport {
 // Runs in the vfork()ed child, which shares the launcher's memory and stack
 // until it calls execve or _exit: only async-signal-safe calls, no
 // allocation, and no writes to memory except *report.
-[[noreturn]] void exec_child(const Prepared& p, pid_t parent, int stdin_fd, int out_fd,
-                             int err_fd, int report_fd, ChildReport* report) {
+[[noreturn]] void exec_child(const Prepared& p, pid_t parent, int stdin_fd, int out_fd, int err_fd,
+                             int report_fd, ChildReport* report) {
   report->shared = 1;
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -22,8 +22,7 @@ namespace ddplaunch {
 // "cannot execute 'X': <reason>": exit code 127.
 class SpawnError : public LaunchError {
  public:
-  explicit SpawnError(const std::string& message)
-      : LaunchError(k_exit_cannot_execute, message) {}
+  explicit SpawnError(const std::string& message) : LaunchError(k_exit_cannot_execute, message) {}
 };
 
 // Resolves `program` like execvp would, against the PATH in `env` (a program

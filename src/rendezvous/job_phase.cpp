@@ -14,7 +14,9 @@ namespace ddplaunch {
 namespace {
 
 using Ms = std::chrono::milliseconds;
-Ms ms_of(double seconds) { return Ms(static_cast<long long>(seconds * 1000.0)); }
+Ms ms_of(double seconds) {
+  return Ms(static_cast<long long>(seconds * 1000.0));
+}
 
 }  // namespace
 
@@ -80,13 +82,12 @@ void StoreLink::check_heartbeats(const std::vector<std::optional<std::string>>& 
       when = now;
     } else if (now - when >= limit) {
       m_lost.insert(n);
-      publish_stop(JobVerdict{k_exit_node_lost,
-                              "node " + std::to_string(n) + " (" +
-                                  m_hosts.at(static_cast<size_t>(n)) +
-                                  ") was lost: no heartbeat for " +
-                                  std::to_string(static_cast<int>(m_config.heartbeat_timeout_s)) +
-                                  " s",
-                              std::nullopt, m_node_rank});
+      publish_stop(
+          JobVerdict{k_exit_node_lost,
+                     "node " + std::to_string(n) + " (" + m_hosts.at(static_cast<size_t>(n)) +
+                         ") was lost: no heartbeat for " +
+                         std::to_string(static_cast<int>(m_config.heartbeat_timeout_s)) + " s",
+                     std::nullopt, m_node_rank});
       return;
     }
   }
@@ -109,9 +110,10 @@ void StoreLink::publish_stop(const JobVerdict& verdict) {
                        try {
                          deliver(decode_verdict(current));
                        } catch (const RecordError& e) {
-                         log::warn("the store holds a malformed job/stop record ({}); going on "
-                                   "with this node's verdict",
-                                   e.what());
+                         log::warn(
+                             "the store holds a malformed job/stop record ({}); going on "
+                             "with this node's verdict",
+                             e.what());
                          deliver(verdict);
                        }
                      });

@@ -10,9 +10,17 @@ inline const char* const k_arrivals = "rdzv/arrivals";
 inline const char* const k_plan = "rdzv/plan";
 inline const char* const k_stop = "job/stop";
 inline const char* const k_succeeded = "job/succeeded";
-inline std::string node(int arrival) { return "rdzv/node/" + std::to_string(arrival); }
-inline std::string ack(int arrival) { return "rdzv/ack/" + std::to_string(arrival); }
-inline std::string heartbeat(int node) { return "job/heartbeat/" + std::to_string(node); }
-inline std::string result(int node) { return "job/result/" + std::to_string(node); }
+inline std::string node(int arrival) {
+  return "rdzv/node/" + std::to_string(arrival);
+}
+inline std::string ack(int arrival) {
+  return "rdzv/ack/" + std::to_string(arrival);
+}
+inline std::string heartbeat(int node) {
+  return "job/heartbeat/" + std::to_string(node);
+}
+inline std::string result(int node) {
+  return "job/result/" + std::to_string(node);
+}
 
 }  // namespace ddplaunch::keys

@@ -26,10 +26,14 @@ auto parse_record(std::string_view text, const char* what, F&& read) {
 
 const char* mode_name(NprocMode mode) {
   switch (mode) {
-    case NprocMode::k_fixed: return "fixed";
-    case NprocMode::k_auto: return "auto";
-    case NprocMode::k_cpu: return "cpu";
-    case NprocMode::k_gpu: return "gpu";
+    case NprocMode::k_fixed:
+      return "fixed";
+    case NprocMode::k_auto:
+      return "auto";
+    case NprocMode::k_cpu:
+      return "cpu";
+    case NprocMode::k_gpu:
+      return "gpu";
   }
   return "fixed";
 }
@@ -287,9 +291,12 @@ std::string encode_dry_run(const Config& c, const Plan& plan, const Topology& to
                        {"stdin", w.inherit_stdin ? "inherited" : "/dev/null"},
                        {"env", w.env}});
   }
-  json doc = {{"config", config},          {"sources", sources},
-              {"placeholders", placeholders}, {"topology", topology_json(topology)},
-              {"workers", workers},        {"notices", plan.notices}};
+  json doc = {{"config", config},
+              {"sources", sources},
+              {"placeholders", placeholders},
+              {"topology", topology_json(topology)},
+              {"workers", workers},
+              {"notices", plan.notices}};
   return text_of(doc, 2) + "\n";
 }
 

@@ -18,15 +18,18 @@ using Ms = std::chrono::milliseconds;
 constexpr auto k_progress_every = std::chrono::seconds(5);
 constexpr auto k_ack_wait = Ms(5000);  // how long node 0 keeps the store up for a failed rendezvous
 
-Ms ms_of(double seconds) { return Ms(static_cast<long long>(seconds * 1000.0)); }
+Ms ms_of(double seconds) {
+  return Ms(static_cast<long long>(seconds * 1000.0));
+}
 
-std::string seconds_text(double s) { return std::to_string(static_cast<long long>(s)); }
+std::string seconds_text(double s) {
+  return std::to_string(static_cast<long long>(s));
+}
 
 }  // namespace
 
 StoreLink::StoreLink(const Config& config)
-    : m_config(config),
-      m_where(config.master_addr + ":" + std::to_string(config.master_port)) {}
+    : m_config(config), m_where(config.master_addr + ":" + std::to_string(config.master_port)) {}
 
 StoreLink::~StoreLink() {
   // Connections first: the server then sees them close, not a reset.
@@ -94,8 +97,7 @@ void StoreLink::on_time(TimePoint now) {
 
 void StoreLink::host_store() {
   const bool explicit_host = m_config.node_rank == 0;
-  if (!explicit_host &&
-      (m_config.node_rank || !posix::is_local_address(m_config.master_addr))) {
+  if (!explicit_host && (m_config.node_rank || !posix::is_local_address(m_config.master_addr))) {
     return;
   }
   try {
@@ -137,8 +139,9 @@ void StoreLink::join(const JoinRecord& self) {
     try {
       deliver(decode_verdict(text.value_or("")));
     } catch (const RecordError& e) {
-      deliver(JobVerdict{k_exit_node_lost, "the store holds a malformed job/stop record: " +
-                                               std::string(e.what()), std::nullopt, -1});
+      deliver(JobVerdict{k_exit_node_lost,
+                         "the store holds a malformed job/stop record: " + std::string(e.what()),
+                         std::nullopt, -1});
     }
   });
   m_rpc->add(keys::k_arrivals, 1, [this](int64_t n) { joined_as(static_cast<int>(n - 1)); });
@@ -164,8 +167,8 @@ void StoreLink::host_wait_for(int k) {
   }
   const auto now = Clock::now();
   if (now >= m_deadline) {
-    host_fail("rendezvous timed out after " + seconds_text(m_config.rdzv_timeout_s) + " s: " +
-              std::to_string(m_planner->joined()) + "/" + std::to_string(m_config.nnodes) +
+    host_fail("rendezvous timed out after " + seconds_text(m_config.rdzv_timeout_s) +
+              " s: " + std::to_string(m_planner->joined()) + "/" + std::to_string(m_config.nnodes) +
               " joined (missing: " + m_planner->missing() +
               "); start ddplaunch on the missing nodes with the same --master-addr/--master-port");
     return;
@@ -193,8 +196,8 @@ void StoreLink::host_wait_for(int k) {
       host_wait_for(k + 1);
       return;
     }
-    const int worker_port = m_config.worker_port.value_or(0) != 0 ? *m_config.worker_port
-                                                                   : posix::pick_free_port();
+    const int worker_port =
+        m_config.worker_port.value_or(0) != 0 ? *m_config.worker_port : posix::pick_free_port();
     JobPlan plan = m_planner->plan(m_config.master_addr, worker_port);
     m_rpc->set(keys::k_plan, encode_plan(PlanRecord{plan, ""}), [this, plan] {
       start_job(plan.topology, plan.node_rank_of_arrival.at(static_cast<size_t>(m_self.arrival)));
@@ -213,7 +216,8 @@ void StoreLink::host_fail(const std::string& error) {
           acks.push_back(keys::ack(a));
         }
       }
-      m_wait->wait(acks, k_ack_wait, [this, error](bool) { join_failed(k_exit_rendezvous, error); });
+      m_wait->wait(acks, k_ack_wait,
+                   [this, error](bool) { join_failed(k_exit_rendezvous, error); });
     });
   });
 }
@@ -302,10 +306,10 @@ void StoreLink::connection_lost(const std::string& why) {
       if (why.find("version mismatch") != std::string::npos) {
         join_failed(k_exit_rendezvous, why);
       } else if (why.starts_with("cannot reach")) {
-        join_failed(k_exit_rendezvous,
-                    why + " within --rdzv-timeout " + seconds_text(m_config.rdzv_timeout_s) +
-                        " s; is ddplaunch running on node 0 with the same "
-                        "--master-addr/--master-port?");
+        join_failed(k_exit_rendezvous, why + " within --rdzv-timeout " +
+                                           seconds_text(m_config.rdzv_timeout_s) +
+                                           " s; is ddplaunch running on node 0 with the same "
+                                           "--master-addr/--master-port?");
       } else {
         join_failed(k_exit_node_lost, "rendezvous failed: " + why);
       }

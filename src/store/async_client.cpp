@@ -26,8 +26,8 @@ uint32_t to_ms(AsyncClient::Duration d) {
 
 }  // namespace
 
-AsyncClient::AsyncClient(std::string host, int port, Duration connect_timeout,
-                         Duration io_timeout, TimePoint now)
+AsyncClient::AsyncClient(std::string host, int port, Duration connect_timeout, Duration io_timeout,
+                         TimePoint now)
     : m_host(std::move(host)),
       m_port(port),
       m_where(m_host + ":" + std::to_string(port)),
@@ -93,8 +93,8 @@ void AsyncClient::connected(TimePoint now) {
 
 void AsyncClient::on_ready(uint32_t events, TimePoint now) {
   if (m_state == State::k_connecting && m_in_progress) {
-    const int err = (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) != 0 ? posix::connect_error(m_fd.get())
-                                                                     : 0;
+    const int err =
+        (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) != 0 ? posix::connect_error(m_fd.get()) : 0;
     if ((events & EPOLLOUT) != 0 && err == 0) {
       connected(now);
       return;
@@ -295,8 +295,9 @@ void AsyncClient::wait(const std::vector<std::string>& keys, Duration timeout,
 void AsyncClient::multi_get(const std::vector<std::string>& keys,
                             std::function<void(std::vector<std::optional<std::string>>)> done) {
   const size_t count = keys.size();
-  request(protocol::request::multi_get(keys), Duration(0),
-          [done = std::move(done), count](const Reply& r) { done(protocol::read_multi(r, count)); });
+  request(
+      protocol::request::multi_get(keys), Duration(0),
+      [done = std::move(done), count](const Reply& r) { done(protocol::read_multi(r, count)); });
 }
 
 }  // namespace ddplaunch

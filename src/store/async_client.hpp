@@ -77,8 +77,7 @@ class AsyncClient {
   void compare_set(const std::string& key, const std::optional<std::string>& expected,
                    const std::string& desired, std::function<void(std::string)> done);
   // true once every key exists; false when `timeout` passed first (0: no limit).
-  void wait(const std::vector<std::string>& keys, Duration timeout,
-            std::function<void(bool)> done);
+  void wait(const std::vector<std::string>& keys, Duration timeout, std::function<void(bool)> done);
   void multi_get(const std::vector<std::string>& keys,
                  std::function<void(std::vector<std::optional<std::string>>)> done);
 

@@ -1,11 +1,10 @@
-#include "ddplaunch/store_client.hpp"
-
 #include <poll.h>
 #include <sys/epoll.h>
 
 #include <algorithm>
 #include <cerrno>
 
+#include "ddplaunch/store_client.hpp"
 #include "store/async_client.hpp"
 
 namespace ddplaunch {
@@ -24,9 +23,9 @@ struct StoreClient::Impl {
       const auto deadline = conn->deadline();
       int timeout_ms = -1;
       if (deadline) {
-        auto ms = std::chrono::ceil<std::chrono::milliseconds>(*deadline -
-                                                               AsyncClient::Clock::now())
-                      .count();
+        auto ms =
+            std::chrono::ceil<std::chrono::milliseconds>(*deadline - AsyncClient::Clock::now())
+                .count();
         timeout_ms = static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
       }
       pollfd p = {conn->fd(), 0, 0};

@@ -61,10 +61,18 @@ std::string_view Decoder::take(size_t n) {
   return out;
 }
 
-uint8_t Decoder::u8() { return static_cast<uint8_t>(take(1)[0]); }
-uint16_t Decoder::u16() { return get_be<uint16_t>(take(2)); }
-uint32_t Decoder::u32() { return get_be<uint32_t>(take(4)); }
-uint64_t Decoder::u64() { return get_be<uint64_t>(take(8)); }
+uint8_t Decoder::u8() {
+  return static_cast<uint8_t>(take(1)[0]);
+}
+uint16_t Decoder::u16() {
+  return get_be<uint16_t>(take(2));
+}
+uint32_t Decoder::u32() {
+  return get_be<uint32_t>(take(4));
+}
+uint64_t Decoder::u64() {
+  return get_be<uint64_t>(take(8));
+}
 
 std::string Decoder::bytes(size_t max_size) {
   uint32_t n = u32();
@@ -121,7 +129,9 @@ Encoder& put_keys(Encoder& e, const std::vector<std::string>& keys) {
 }
 }  // namespace
 
-std::string hello() { return op(Op::k_hello).u32(k_magic).u16(k_version).finish(); }
+std::string hello() {
+  return op(Op::k_hello).u32(k_magic).u16(k_version).finish();
+}
 std::string set(std::string_view key, std::string_view value) {
   return op(Op::k_set).bytes(key).bytes(value).finish();
 }
@@ -140,7 +150,9 @@ std::string compare_set(std::string_view key, const std::optional<std::string>& 
       .bytes(desired)
       .finish();
 }
-std::string remove(std::string_view key) { return op(Op::k_delete).bytes(key).finish(); }
+std::string remove(std::string_view key) {
+  return op(Op::k_delete).bytes(key).finish();
+}
 std::string wait(const std::vector<std::string>& keys, uint32_t timeout_ms) {
   auto e = op(Op::k_wait);
   return put_keys(e, keys).u32(timeout_ms).finish();
@@ -149,12 +161,16 @@ std::string check(const std::vector<std::string>& keys) {
   auto e = op(Op::k_check);
   return put_keys(e, keys).finish();
 }
-std::string num_keys() { return op(Op::k_num_keys).finish(); }
+std::string num_keys() {
+  return op(Op::k_num_keys).finish();
+}
 std::string multi_get(const std::vector<std::string>& keys) {
   auto e = op(Op::k_multi_get);
   return put_keys(e, keys).finish();
 }
-std::string ping() { return op(Op::k_ping).finish(); }
+std::string ping() {
+  return op(Op::k_ping).finish();
+}
 
 }  // namespace request
 
@@ -168,17 +184,33 @@ Encoder status(Status s) {
 }
 }  // namespace
 
-std::string ok() { return status(Status::k_ok).finish(); }
-std::string ok_u8(uint8_t v) { return status(Status::k_ok).u8(v).finish(); }
-std::string ok_u16(uint16_t v) { return status(Status::k_ok).u16(v).finish(); }
-std::string ok_u64(uint64_t v) { return status(Status::k_ok).u64(v).finish(); }
-std::string ok_i64(int64_t v) { return status(Status::k_ok).i64(v).finish(); }
-std::string ok_value(std::string_view value) { return status(Status::k_ok).bytes(value).finish(); }
+std::string ok() {
+  return status(Status::k_ok).finish();
+}
+std::string ok_u8(uint8_t v) {
+  return status(Status::k_ok).u8(v).finish();
+}
+std::string ok_u16(uint16_t v) {
+  return status(Status::k_ok).u16(v).finish();
+}
+std::string ok_u64(uint64_t v) {
+  return status(Status::k_ok).u64(v).finish();
+}
+std::string ok_i64(int64_t v) {
+  return status(Status::k_ok).i64(v).finish();
+}
+std::string ok_value(std::string_view value) {
+  return status(Status::k_ok).bytes(value).finish();
+}
 std::string ok_cas(bool swapped, std::string_view current) {
   return status(Status::k_ok).u8(swapped ? 1 : 0).bytes(current).finish();
 }
-std::string timeout() { return status(Status::k_timeout).finish(); }
-std::string error(std::string_view message) { return status(Status::k_error).bytes(message).finish(); }
+std::string timeout() {
+  return status(Status::k_timeout).finish();
+}
+std::string error(std::string_view message) {
+  return status(Status::k_error).bytes(message).finish();
+}
 
 }  // namespace reply
 
@@ -191,11 +223,21 @@ Reply parse_reply(std::string_view body) {
   return Reply{static_cast<Status>(status), std::string(body.substr(1))};
 }
 
-std::string error_message(const Reply& r) { return Decoder(r.fields).bytes(k_max_frame); }
-std::string read_value(const Reply& r) { return Decoder(r.fields).bytes(k_max_value); }
-int64_t read_i64(const Reply& r) { return Decoder(r.fields).i64(); }
-bool read_flag(const Reply& r) { return Decoder(r.fields).u8() != 0; }
-uint64_t read_u64(const Reply& r) { return Decoder(r.fields).u64(); }
+std::string error_message(const Reply& r) {
+  return Decoder(r.fields).bytes(k_max_frame);
+}
+std::string read_value(const Reply& r) {
+  return Decoder(r.fields).bytes(k_max_value);
+}
+int64_t read_i64(const Reply& r) {
+  return Decoder(r.fields).i64();
+}
+bool read_flag(const Reply& r) {
+  return Decoder(r.fields).u8() != 0;
+}
+uint64_t read_u64(const Reply& r) {
+  return Decoder(r.fields).u64();
+}
 
 std::string read_cas_current(const Reply& r) {
   Decoder d(r.fields);

@@ -16,11 +16,11 @@ inline constexpr uint32_t k_magic = 0x44444c31;  // "DDL1"
 inline constexpr uint16_t k_version = 1;
 
 // Limits: a peer exceeding one gets an error reply and loses its connection.
-inline constexpr size_t k_max_key = 4096;                   // bytes in a key
-inline constexpr size_t k_max_value = 1024 * 1024;          // bytes in a value
-inline constexpr size_t k_max_keys_per_request = 4096;      // keys in WAIT/CHECK/MULTI_GET
-inline constexpr size_t k_max_frame = 2 * 1024 * 1024;      // bytes in one frame body
-inline constexpr size_t k_max_store_keys = 1'000'000;       // keys held by the server
+inline constexpr size_t k_max_key = 4096;               // bytes in a key
+inline constexpr size_t k_max_value = 1024 * 1024;      // bytes in a value
+inline constexpr size_t k_max_keys_per_request = 4096;  // keys in WAIT/CHECK/MULTI_GET
+inline constexpr size_t k_max_frame = 2 * 1024 * 1024;  // bytes in one frame body
+inline constexpr size_t k_max_store_keys = 1'000'000;   // keys held by the server
 
 enum class Op : uint8_t {
   k_hello = 0,      // u32 magic, u16 version            -> OK u16 version

@@ -1,27 +1,27 @@
 #include "store/server.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <chrono>
 #include <charconv>
+#include <chrono>
 #include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
-#include "store/protocol.hpp"
 #include "posix/error.hpp"
 #include "posix/fd.hpp"
 #include "posix/net.hpp"
+#include "store/protocol.hpp"
 
 namespace ddplaunch {
 
@@ -89,8 +89,8 @@ struct StoreServer::Impl {
 
 void StoreServer::Impl::update_events(int fd) {
   Conn& c = conns.at(fd);
-  c.reading = !c.closing && c.out.size() < k_out_high_water &&
-              c.in.size() < protocol::k_max_frame + 4;
+  c.reading =
+      !c.closing && c.out.size() < k_out_high_water && c.in.size() < protocol::k_max_frame + 4;
   epoll_event ev = {};
   ev.events = EPOLLRDHUP | (c.reading ? EPOLLIN : 0u) | (c.out.empty() ? 0u : EPOLLOUT);
   ev.data.fd = fd;
@@ -241,10 +241,10 @@ void StoreServer::Impl::handle(int fd, Conn& c, std::string_view body) {
         throw protocol::ProtocolError("not a ddplaunch store client (bad magic number)");
       }
       if (version != protocol::k_version) {
-        throw protocol::ProtocolError(
-            "protocol version mismatch: this store speaks version " +
-            std::to_string(protocol::k_version) + ", the client version " +
-            std::to_string(version) + "; run the same ddplaunch version on every node");
+        throw protocol::ProtocolError("protocol version mismatch: this store speaks version " +
+                                      std::to_string(protocol::k_version) +
+                                      ", the client version " + std::to_string(version) +
+                                      "; run the same ddplaunch version on every node");
       }
       c.hello = true;
       c.out += protocol::reply::ok_u16(protocol::k_version);
@@ -269,8 +269,8 @@ void StoreServer::Impl::handle(int fd, Conn& c, std::string_view body) {
       int64_t delta = d.i64();
       int64_t current = 0;
       if (auto it = data.find(key); it != data.end()) {
-        auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(),
-                                       current);
+        auto [p, ec] =
+            std::from_chars(it->second.data(), it->second.data() + it->second.size(), current);
         if (ec != std::errc() || p != it->second.data() + it->second.size()) {
           throw protocol::ProtocolError("ADD on key '" + key + "' whose value is not a number");
         }
@@ -385,9 +385,9 @@ void StoreServer::Impl::loop() {
   while (true) {
     int timeout_ms = -1;
     if (!deadlines.empty()) {
-      auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadlines.begin()->first -
-                                                             Clock::now())
-                    .count();
+      auto ms =
+          std::chrono::ceil<std::chrono::milliseconds>(deadlines.begin()->first - Clock::now())
+              .count();
       timeout_ms = static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
     }
     int n = epoll_wait(epoll.get(), events.data(), static_cast<int>(events.size()), timeout_ms);
@@ -443,9 +443,13 @@ StoreServer::StoreServer(const std::string& host, int port) : m_impl(std::make_u
   s.thread = std::thread([this] { m_impl->loop(); });
 }
 
-StoreServer::~StoreServer() { stop(); }
+StoreServer::~StoreServer() {
+  stop();
+}
 
-int StoreServer::port() const { return m_impl->port; }
+int StoreServer::port() const {
+  return m_impl->port;
+}
 
 void StoreServer::stop() {
   if (m_impl->stopped) {

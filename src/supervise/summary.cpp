@@ -10,8 +10,8 @@ std::string ending(const RankOutcome& o) {
   if (!o.exit) {
     return "did not report an end (its node was lost or stopped first)";
   }
-  std::string text = o.exit->by_signal() ? "killed by " + o.exit->describe()
-                                         : "exited with " + o.exit->describe();
+  std::string text =
+      o.exit->by_signal() ? "killed by " + o.exit->describe() : "exited with " + o.exit->describe();
   if (o.stopped_by_launcher) {
     text += " after ddplaunch stopped it";
   }
@@ -22,10 +22,14 @@ std::string ending(const RankOutcome& o) {
 
 const char* stop_reason_name(StopReason reason) {
   switch (reason) {
-    case StopReason::k_none: return "none";
-    case StopReason::k_worker_failed: return "worker_failed";
-    case StopReason::k_signal: return "signal";
-    case StopReason::k_remote: return "remote";
+    case StopReason::k_none:
+      return "none";
+    case StopReason::k_worker_failed:
+      return "worker_failed";
+    case StopReason::k_signal:
+      return "signal";
+    case StopReason::k_remote:
+      return "remote";
   }
   return "none";
 }
@@ -59,8 +63,8 @@ std::string format_failure_report(const JobSummary& s) {
       out += "ddplaunch: " + s.message + "\n";
     }
   } else if (s.reason == StopReason::k_signal && s.stop_signal && s.message.empty()) {
-    out += fmt::format("ddplaunch: job stopped: ddplaunch received {}\n",
-                       signal_name(*s.stop_signal));
+    out +=
+        fmt::format("ddplaunch: job stopped: ddplaunch received {}\n", signal_name(*s.stop_signal));
   } else if (!s.message.empty()) {
     // A stop signal on any node "stopped" the job; anything else made it fail.
     const bool stopped = s.reason == StopReason::k_signal || s.exit_code > 128;

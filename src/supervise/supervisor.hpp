@@ -14,10 +14,10 @@
 namespace ddplaunch {
 
 enum class StopReason {
-  k_none,            // still running, or every worker succeeded
-  k_worker_failed,   // a worker on this node failed first (the root cause is local)
-  k_signal,          // the launcher was told to stop (SIGINT, SIGTERM, SIGHUP, SIGQUIT)
-  k_remote,          // another node failed or was lost; it decided the exit code
+  k_none,           // still running, or every worker succeeded
+  k_worker_failed,  // a worker on this node failed first (the root cause is local)
+  k_signal,         // the launcher was told to stop (SIGINT, SIGTERM, SIGHUP, SIGQUIT)
+  k_remote,         // another node failed or was lost; it decided the exit code
 };
 
 class Supervisor {

@@ -4,8 +4,7 @@
 
 namespace ddplaunch {
 
-Decision merge_verdict(const LocalEnd& local, const std::optional<JobVerdict>& job,
-                       int node_rank) {
+Decision merge_verdict(const LocalEnd& local, const std::optional<JobVerdict>& job, int node_rank) {
   Decision d;
   if (!job || job->success()) {
     // One node, an unconfirmed verdict, or a job every node finished: this
@@ -29,8 +28,8 @@ Decision merge_verdict(const LocalEnd& local, const std::optional<JobVerdict>& j
   if (local.late_signal) {
     d.exit_code = 128 + *local.late_signal;
     d.stop_signal = local.late_signal;
-    const std::string note = "ddplaunch received " + signal_name(*local.late_signal) +
-                             " while the job was ending";
+    const std::string note =
+        "ddplaunch received " + signal_name(*local.late_signal) + " while the job was ending";
     d.message = d.message.empty() ? note : d.message + "; " + note;
     if (d.reason == StopReason::k_none) {
       d.reason = StopReason::k_signal;

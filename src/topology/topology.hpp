@@ -30,8 +30,8 @@ struct NodeEntry {
 
 struct Topology {
   int world_size = 0;
-  std::string master_addr;  // the workers' MASTER_ADDR
-  int master_port = 0;      // the workers' MASTER_PORT (not the store's port)
+  std::string master_addr;       // the workers' MASTER_ADDR
+  int master_port = 0;           // the workers' MASTER_PORT (not the store's port)
   std::vector<NodeEntry> nodes;  // by node rank
   bool operator==(const Topology&) const = default;
 };
@@ -60,8 +60,7 @@ void assign_ranks(Topology& topology);
 // `node_rank` and the others unknown: one node's whole job, or --dry-run's
 // placeholder for a job whose other nodes have not joined.
 Topology uniform_topology(int nnodes, int nproc, int node_rank, const std::string& host,
-                          const std::string& addr, const std::string& master_addr,
-                          int worker_port);
+                          const std::string& addr, const std::string& master_addr, int worker_port);
 
 // Node `node_rank`'s view of the job. The job-wide labels (run id, role,
 // restarts) are passed through.

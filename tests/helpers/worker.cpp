@@ -196,8 +196,8 @@ int main(int argc, char** argv) {
         written += static_cast<long long>(line.size());
       }
     } else if (action == "pidfile" || action == "ready") {
-      std::string path = value + "/" +
-                         (action == "ready" ? "ready." + rank : std::to_string(getpid()));
+      std::string path =
+          value + "/" + (action == "ready" ? "ready." + rank : std::to_string(getpid()));
       int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
       if (fd >= 0) {
         close(fd);

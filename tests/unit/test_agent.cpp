@@ -1,11 +1,10 @@
 // The Agent's logic against fakes of the spawner, the clock, the job link and
 // the console (ninja's FakeCommandRunner idea): no process, socket or timer.
-#include "agent/agent.hpp"
-
 #include <gtest/gtest.h>
 
 #include <csignal>
 
+#include "agent/agent.hpp"
 #include "ddplaunch/error.hpp"
 #include "proc/spawn.hpp"
 
@@ -70,7 +69,8 @@ Topology two_nodes(int nproc) {
   Topology t;
   t.master_addr = "10.0.0.1";
   t.master_port = 1234;
-  t.nodes = {NodeEntry{0, "a", "10.0.0.1", nproc, 0, {}}, NodeEntry{1, "b", "10.0.0.2", nproc, 0, {}}};
+  t.nodes = {NodeEntry{0, "a", "10.0.0.1", nproc, 0, {}},
+             NodeEntry{1, "b", "10.0.0.2", nproc, 0, {}}};
   assign_ranks(t);
   return t;
 }

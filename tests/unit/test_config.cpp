@@ -1,8 +1,7 @@
-#include "cli/cli.hpp"
-#include "cluster/precedence.hpp"
-
 #include <gtest/gtest.h>
 
+#include "cli/cli.hpp"
+#include "cluster/precedence.hpp"
 #include "ddplaunch/error.hpp"
 
 namespace ddplaunch {
@@ -41,8 +40,8 @@ TEST(Config, GoodCommandLines) {
          EXPECT_EQ(c.program, "train.py");
          EXPECT_EQ(c.program_args, (std::vector<std::string>{"--epochs", "3"}));
        }},
-      {{"--nproc_per_node=2", "--master_addr", "h0", "--master_port", "1234", "--node_rank",
-        "1", "--nnodes", "2", "--", "p", "--nproc-per-node", "9"},
+      {{"--nproc_per_node=2", "--master_addr", "h0", "--master_port", "1234", "--node_rank", "1",
+        "--nnodes", "2", "--", "p", "--nproc-per-node", "9"},
        [](const Config& c) {
          EXPECT_EQ(c.nproc_per_node, 2);
          EXPECT_EQ(c.master_addr, "h0");
@@ -208,7 +207,8 @@ TEST(Config, BadValuesFromVariablesNameTheVariable) {
   };
   const Case cases[] = {
       {{{"PET_NNODES", "many"}}, {"prog"}, "got 'many' (set by $PET_NNODES; fix or unset it)"},
-      {{{"PET_NNODES", "2"}, {"PET_NODE_RANK", "5"}}, {"prog"},
+      {{{"PET_NNODES", "2"}, {"PET_NODE_RANK", "5"}},
+       {"prog"},
        "(set by $PET_NNODES, $PET_NODE_RANK; fix or unset it)"},
       {{{"PET_NODE_RANK", "5"}}, {"--nnodes", "2", "prog"}, "(set by $PET_NODE_RANK; fix"},
       {{{"PET_MASTER_PORT", "0"}}, {"prog"}, "--master-port must be a port"},

@@ -1,8 +1,7 @@
-#include "env/torch_env.hpp"
-
 #include <gtest/gtest.h>
 
 #include "env/plan.hpp"
+#include "env/torch_env.hpp"
 
 namespace ddplaunch {
 namespace {
@@ -25,14 +24,27 @@ TEST(EnvBuilders, TorchVariablesForOneRank) {
   EnvMap base = {{"PATH", "/bin"}, {"HOME", "/root"}};
   EnvMap env = build_torch_env(base, two_nodes(), 2);
   const std::pair<const char*, const char*> expected[] = {
-      {"RANK", "6"},          {"LOCAL_RANK", "2"},        {"WORLD_SIZE", "7"},
-      {"LOCAL_WORLD_SIZE", "3"}, {"NODE_RANK", "1"},      {"GROUP_RANK", "1"},
-      {"GROUP_WORLD_SIZE", "2"}, {"ROLE_RANK", "6"},      {"ROLE_WORLD_SIZE", "7"},
-      {"ROLE_NAME", "default"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "41234"},
-      {"TORCHELASTIC_RUN_ID", "job9"}, {"TORCHELASTIC_RESTART_COUNT", "0"},
-      {"TORCHELASTIC_MAX_RESTARTS", "2"}, {"TORCHELASTIC_USE_AGENT_STORE", "False"},
-      {"OMP_NUM_THREADS", "1"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
-      {"NCCL_ASYNC_ERROR_HANDLING", "1"}, {"PATH", "/bin"}, {"HOME", "/root"},
+      {"RANK", "6"},
+      {"LOCAL_RANK", "2"},
+      {"WORLD_SIZE", "7"},
+      {"LOCAL_WORLD_SIZE", "3"},
+      {"NODE_RANK", "1"},
+      {"GROUP_RANK", "1"},
+      {"GROUP_WORLD_SIZE", "2"},
+      {"ROLE_RANK", "6"},
+      {"ROLE_WORLD_SIZE", "7"},
+      {"ROLE_NAME", "default"},
+      {"MASTER_ADDR", "10.0.0.1"},
+      {"MASTER_PORT", "41234"},
+      {"TORCHELASTIC_RUN_ID", "job9"},
+      {"TORCHELASTIC_RESTART_COUNT", "0"},
+      {"TORCHELASTIC_MAX_RESTARTS", "2"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"OMP_NUM_THREADS", "1"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"PATH", "/bin"},
+      {"HOME", "/root"},
   };
   for (const auto& [k, v] : expected) {
     EXPECT_EQ(env[k], v) << k;
@@ -40,8 +52,7 @@ TEST(EnvBuilders, TorchVariablesForOneRank) {
 }
 
 TEST(EnvBuilders, UserSettingsWinWhereTheyShould) {
-  EnvMap base = {{"OMP_NUM_THREADS", "8"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"},
-                 {"RANK", "99"}};
+  EnvMap base = {{"OMP_NUM_THREADS", "8"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}, {"RANK", "99"}};
   EnvMap env = build_torch_env(base, two_nodes(), 0);
   EXPECT_EQ(env["OMP_NUM_THREADS"], "8");
   EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "0");

@@ -1,9 +1,9 @@
-#include "supervise/exit_info.hpp"
-
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <csignal>
+
+#include "supervise/exit_info.hpp"
 
 namespace ddplaunch {
 namespace {

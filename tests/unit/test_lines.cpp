@@ -1,9 +1,9 @@
-#include "output/lines.hpp"
-
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
+
+#include "output/lines.hpp"
 
 namespace ddplaunch {
 namespace {
@@ -32,12 +32,12 @@ TEST(LineSplitter, Table) {
   };
   const Case cases[] = {
       {{"a\nb\n"}, 100, {"a", "b"}},
-      {{"a", "b", "c\n"}, 100, {"abc"}},          // a line across three reads
-      {{"a\n", "", "b"}, 100, {"a", "b"}},         // final line without newline is flushed
-      {{"\n\n"}, 100, {"", ""}},                   // empty lines survive
+      {{"a", "b", "c\n"}, 100, {"abc"}},              // a line across three reads
+      {{"a\n", "", "b"}, 100, {"a", "b"}},            // final line without newline is flushed
+      {{"\n\n"}, 100, {"", ""}},                      // empty lines survive
       {{"abcdefghij\n"}, 4, {"abcd", "efgh", "ij"}},  // over-long line in pieces
       {{"ab", "cdefghij\n"}, 4, {"abcd", "efgh", "ij"}},
-      {{"abcdefgh"}, 4, {"abcd", "efgh"}},         // exact multiple, no newline
+      {{"abcdefgh"}, 4, {"abcd", "efgh"}},  // exact multiple, no newline
       {{"abc", "def", "\nx"}, 4, {"abcd", "ef", "x"}},
   };
   for (const auto& c : cases) {

@@ -1,6 +1,6 @@
-#include "rendezvous/planner.hpp"
-
 #include <gtest/gtest.h>
+
+#include "rendezvous/planner.hpp"
 
 namespace ddplaunch {
 namespace {
@@ -25,11 +25,26 @@ TEST(Planner, RefusesWhatDisagreesWithTheJob) {
     const char* message_part;
   };
   const Case cases[] = {
-      {"nnodes", [] { auto r = node(1, 1); r.nnodes = 4; return r; },
+      {"nnodes",
+       [] {
+         auto r = node(1, 1);
+         r.nnodes = 4;
+         return r;
+       },
        "node 1 (h1, 10.0.0.1) has --nnodes 4 but node 0 has --nnodes 3"},
-      {"run id", [] { auto r = node(1, 1); r.run_id = "other"; return r; },
+      {"run id",
+       [] {
+         auto r = node(1, 1);
+         r.run_id = "other";
+         return r;
+       },
        "has --rdzv-id other but node 0 has job"},
-      {"version", [] { auto r = node(1, -1); r.version = 1; return r; },
+      {"version",
+       [] {
+         auto r = node(1, -1);
+         r.version = 1;
+         return r;
+       },
        "the node that joined 2nd (h1, 10.0.0.1) speaks rendezvous version 1"},
       {"rank twice", [] { return node(1, 0); },
        "node rank 0 is claimed twice: by node 0 (h0, 10.0.0.0) and by node 0 (h1, 10.0.0.1)"},
@@ -65,12 +80,18 @@ TEST(Planner, AssignsRanksAndBuildsTheTopology) {
     std::vector<int> first_ranks;  // by node rank
   };
   const Case cases[] = {
-      {"explicit, any order", {node(0, 2, 1), node(1, 0, 2, true), node(2, 1, 3)}, {2, 0, 1},
+      {"explicit, any order",
+       {node(0, 2, 1), node(1, 0, 2, true), node(2, 1, 3)},
+       {2, 0, 1},
        {0, 2, 5}},
       {"automatic: the store host is 0, others by arrival",
-       {node(0, -1, 1), node(1, -1, 2, true), node(2, -1, 3)}, {1, 0, 2}, {0, 2, 3}},
-      {"automatic around a claimed rank 0", {node(0, -1, 1, true), node(1, 0, 2), node(2, -1, 1)},
-       {1, 0, 2}, {0, 2, 3}},
+       {node(0, -1, 1), node(1, -1, 2, true), node(2, -1, 3)},
+       {1, 0, 2},
+       {0, 2, 3}},
+      {"automatic around a claimed rank 0",
+       {node(0, -1, 1, true), node(1, 0, 2), node(2, -1, 1)},
+       {1, 0, 2},
+       {0, 2, 3}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);

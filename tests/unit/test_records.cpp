@@ -1,10 +1,9 @@
-#include "rendezvous/records.hpp"
-
 #include <gtest/gtest.h>
 
 #include <csignal>
-
 #include <nlohmann/json.hpp>
+
+#include "rendezvous/records.hpp"
 
 namespace ddplaunch {
 namespace {
@@ -77,7 +76,8 @@ TEST(Records, EveryStoreRecordRoundTrips) {
   RankOutcome root{3, 1, 1, "b", 77, ExitInfo::signaled(SIGSEGV), false, 1.5, 2.5, {"x", "y"}};
   JobVerdict v{139, "", root, 1};
   EXPECT_EQ(decode_verdict(encode_verdict(v)), v);
-  std::vector<RankOutcome> outcomes = {root, RankOutcome{4, 0, 2, "c", 78, std::nullopt, true, 1, 0, {}}};
+  std::vector<RankOutcome> outcomes = {root,
+                                       RankOutcome{4, 0, 2, "c", 78, std::nullopt, true, 1, 0, {}}};
   EXPECT_EQ(decode_outcomes(encode_outcomes(outcomes)), outcomes);
 }
 

@@ -1,19 +1,17 @@
-#include "node/resources.hpp"
-
-#include "env/env_map.hpp"
-
 #include <gtest/gtest.h>
 
 #include "ddplaunch/error.hpp"
+#include "env/env_map.hpp"
+#include "node/resources.hpp"
 
 namespace ddplaunch {
 namespace {
 
 TEST(Resources, CountsCudaVisibleDevicesLikeCuda) {
   const std::pair<const char*, int> cases[] = {
-      {"", 0},        {"0", 1},         {"0,1,2,3", 4},      {"3,1", 2},
-      {"0,1,-1,2", 2}, {"-1", 0},       {"NoDevFiles", 0},   {"GPU-8f2a,GPU-11aa", 2},
-      {"MIG-1234", 1}, {"0, 1", 2},     {"0,,1", 1},         {"0,x", 1},
+      {"", 0},         {"0", 1},    {"0,1,2,3", 4},    {"3,1", 2},
+      {"0,1,-1,2", 2}, {"-1", 0},   {"NoDevFiles", 0}, {"GPU-8f2a,GPU-11aa", 2},
+      {"MIG-1234", 1}, {"0, 1", 2}, {"0,,1", 1},       {"0,x", 1},
   };
   for (const auto& [value, count] : cases) {
     EXPECT_EQ(count_visible_devices(value), count) << "'" << value << "'";

@@ -1,20 +1,19 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <poll.h>
-#include <sys/epoll.h>
 
 #include <algorithm>
 #include <functional>
 #include <thread>
 
+#include "ddplaunch/store_client.hpp"
 #include "store/async_client.hpp"
 #include "store/protocol.hpp"
-#include "ddplaunch/store_client.hpp"
 #include "store/server.hpp"
 
 namespace ddplaunch {
@@ -23,7 +22,9 @@ namespace {
 using namespace std::chrono_literals;
 using Ms = std::chrono::milliseconds;
 
-StoreClient client(const StoreServer& s) { return StoreClient("127.0.0.1", s.port(), 5s); }
+StoreClient client(const StoreServer& s) {
+  return StoreClient("127.0.0.1", s.port(), 5s);
+}
 
 // A raw TCP connection for sending malformed bytes.
 struct Raw {
@@ -37,7 +38,9 @@ struct Raw {
     EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   }
   ~Raw() { close(fd); }
-  void send_bytes(const std::string& b) { ASSERT_EQ(::send(fd, b.data(), b.size(), 0), ssize_t(b.size())); }
+  void send_bytes(const std::string& b) {
+    ASSERT_EQ(::send(fd, b.data(), b.size(), 0), ssize_t(b.size()));
+  }
   // Reads until EOF; returns everything received.
   std::string read_all() {
     std::string out;
@@ -55,7 +58,8 @@ std::string hello(uint32_t magic = protocol::k_magic, uint16_t version = protoco
 }
 
 TEST(Protocol, RoundTripsBigEndian) {
-  std::string frame = protocol::Encoder().u8(1).u16(0x0203).u32(0x04050607).i64(-2).bytes("k").finish();
+  std::string frame =
+      protocol::Encoder().u8(1).u16(0x0203).u32(0x04050607).i64(-2).bytes("k").finish();
   ASSERT_EQ(frame.substr(0, 4), std::string("\0\0\0\x14", 4));
   EXPECT_EQ(frame[5], '\x02');
   auto len = protocol::complete_frame(frame);
@@ -130,9 +134,9 @@ void drive(const std::vector<AsyncClient*>& clients, const std::function<bool()>
     for (auto* c : clients) {
       if (c->fd() >= 0 && c->events() != 0) {
         const uint32_t e = c->events();
-        fds.push_back({c->fd(), static_cast<short>(((e & EPOLLIN) ? POLLIN : 0) |
-                                                   ((e & EPOLLOUT) ? POLLOUT : 0)),
-                       0});
+        fds.push_back(
+            {c->fd(),
+             static_cast<short>(((e & EPOLLIN) ? POLLIN : 0) | ((e & EPOLLOUT) ? POLLOUT : 0)), 0});
         owners.push_back(c);
       }
     }
@@ -295,7 +299,8 @@ TEST(Store, UnreachableStoreIsAClearError) {
     StoreClient c("127.0.0.1", port, Ms(200));
     FAIL();
   } catch (const StoreError& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot reach the store at 127.0.0.1:"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("cannot reach the store at 127.0.0.1:"),
+              std::string::npos);
   }
 }
 

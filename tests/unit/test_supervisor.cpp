@@ -1,8 +1,8 @@
-#include "supervise/supervisor.hpp"
-
 #include <gtest/gtest.h>
 
 #include <csignal>
+
+#include "supervise/supervisor.hpp"
 
 namespace ddplaunch {
 namespace {

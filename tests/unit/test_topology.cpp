@@ -1,6 +1,6 @@
-#include "topology/topology.hpp"
-
 #include <gtest/gtest.h>
+
+#include "topology/topology.hpp"
 
 namespace ddplaunch {
 namespace {

@@ -1,8 +1,8 @@
-#include "supervise/verdict.hpp"
-
 #include <gtest/gtest.h>
 
 #include <csignal>
+
+#include "supervise/verdict.hpp"
 
 namespace ddplaunch {
 namespace {
