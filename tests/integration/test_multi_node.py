@@ -1,4 +1,5 @@
 """Several agents on loopback forming one job: rendezvous, one verdict, one teardown."""
+import json
 import os
 import random
 import signal
@@ -237,3 +238,23 @@ def test_pytorch_gloo_across_nodes(jobs, nprocs):
     assert len(lines) == world
     total = world * (world + 1) // 2
     assert all(f"/{world}: all-reduce {total}," in l and l.endswith("replicas agree") for l in lines), lines
+
+
+def test_every_node_learns_the_whole_topology(jobs, tmp_path):
+    port = free_port()
+    procs = []
+    for n, nproc in enumerate([1, 3]):
+        procs.append(jobs.start(agent_args(port, 2, nproc, n, extra=[
+            "--local-addr", f"127.0.0.{n + 1}", "--summary-json", tmp_path / f"s{n}.json"])
+            + ["--", *worker()]))
+    for rc, out, err in finish(procs):
+        assert rc == 0, err
+    docs = [json.loads((tmp_path / f"s{n}.json").read_text()) for n in range(2)]
+    assert docs[0]["topology"] == docs[1]["topology"]
+    topo = docs[0]["topology"]
+    assert topo["world_size"] == 4 and topo["master_addr"] == "127.0.0.1"
+    assert [(n["node_rank"], n["addr"], n["nproc"], n["first_rank"]) for n in topo["nodes"]] == [
+        (0, "127.0.0.1", 1, 0), (1, "127.0.0.2", 3, 1)]
+    assert [w["rank"] for w in topo["nodes"][1]["workers"]] == [1, 2, 3]
+    assert [r["rank"] for r in docs[0]["ranks"]] == [0, 1, 2, 3], "node 0 lists every rank"
+    assert [r["rank"] for r in docs[1]["ranks"]] == [1, 2, 3]

@@ -304,3 +304,20 @@ def test_grandchildren_are_not_left_behind(jobs):
 def test_grandchildren_are_stopped_when_a_rank_fails(jobs):
     r = jobs.run(["--nproc-per-node", 2, "--", *worker("grandchild", "escape", "@0:exit=5", "sleep=300")])
     assert r.returncode == 5
+
+
+def test_dry_run_says_where_each_value_came_from(jobs):
+    env = {"PET_NPROC_PER_NODE": "3", "PET_MASTER_ADDR": "10.1.2.3"}
+    r = jobs.run(["--nnodes", 2, "--dry-run", "--", "true"], env=env)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["sources"]["nnodes"] == "flag"
+    assert doc["sources"]["nproc_per_node"] == "PET_NPROC_PER_NODE"
+    assert doc["sources"]["master_addr"] == "PET_MASTER_ADDR"
+    assert doc["sources"]["master_port"] == "default"
+    # With more than one node, ranks and the workers' port are only known at rendezvous.
+    assert {"node_rank", "RANK", "WORLD_SIZE", "MASTER_PORT"} <= set(doc["placeholders"])
+    assert doc["topology"]["world_size"] == 6
+    assert [n["first_rank"] for n in doc["topology"]["nodes"]] == [0, 3]
+    one = json.loads(jobs.run(["--dry-run", "--worker-port", 4444, "--", "true"]).stdout)
+    assert one["placeholders"] == {}, "one node with a given port: nothing is a placeholder"
