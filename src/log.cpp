@@ -32,7 +32,9 @@ void setup(std::string_view level) {
   spdlog::set_default_logger(logger);
 }
 
-bool enabled(Level level) { return spdlog::default_logger_raw()->should_log(to_spdlog(level)); }
+bool enabled(Level level) {
+  return spdlog::default_logger_raw()->should_log(to_spdlog(level));
+}
 
 void write(Level level, std::string_view message) {
   spdlog::default_logger_raw()->log(to_spdlog(level), message);
