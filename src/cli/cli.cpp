@@ -27,7 +27,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   std::vector<std::pair<const OptionSpec*, CLI::Option*>> bound;
   for (const auto& spec : option_table()) {
     std::string help = spec.help;
-    if (!spec.is_flag && spec.show != nullptr) {
+    if (!spec.is_flag && spec.show != nullptr && !spec.show(defaults).empty()) {
       help += " [" + spec.show(defaults) + "]";
     }
     CLI::Option* opt = nullptr;

@@ -35,7 +35,7 @@ void OutputRouter::start(const JobLayout& layout) {
   for (int lr = 0; lr < layout.local_world_size; ++lr) {
     const int rank = layout.rank_offset + lr;
     LinePrefix::Fields f{rank, lr, layout.node_rank, layout.hostname};
-    Worker& w = m_workers.emplace_back(Worker{LinePrefix(m_config.prefix, f), TailBuffer(), {}});
+    RankStreams& w = m_workers.emplace_back(LinePrefix(m_config.prefix, f));
     const bool console = m_config.console_allows(rank, lr);
     w.channels[0].to_console = console && !m_config.redirects.selects_stdout(lr);
     w.channels[1].to_console = console && !m_config.redirects.selects_stderr(lr);
@@ -66,8 +66,9 @@ bool OutputRouter::closed(int local_rank, Stream stream) const {
 }
 
 bool OutputRouter::all_closed() const {
-  return std::none_of(m_workers.begin(), m_workers.end(),
-                      [](const Worker& w) { return w.channels[0].open || w.channels[1].open; });
+  return std::none_of(m_workers.begin(), m_workers.end(), [](const RankStreams& w) {
+    return w.channels[0].open || w.channels[1].open;
+  });
 }
 
 std::vector<std::string> OutputRouter::stderr_tail(int local_rank) const {
@@ -82,12 +83,12 @@ void OutputRouter::flush(int fd) {
   m_batch.clear();
 }
 
-void OutputRouter::start_lines(const Worker& w) {
+void OutputRouter::start_lines(const RankStreams& w) {
   m_prefix_text.clear();
   w.prefix.append_to(m_prefix_text, std::time(nullptr));
 }
 
-void OutputRouter::take_line(Worker& w, Stream stream, std::string_view line) {
+void OutputRouter::take_line(RankStreams& w, Stream stream, std::string_view line) {
   const bool is_err = stream == Stream::k_err;
   if (is_err) {
     w.stderr_tail.push(line);
@@ -101,7 +102,7 @@ void OutputRouter::take_line(Worker& w, Stream stream, std::string_view line) {
 }
 
 void OutputRouter::on_data(int local_rank, Stream stream, std::string_view data) {
-  Worker& w = m_workers.at(static_cast<size_t>(local_rank));
+  RankStreams& w = m_workers.at(static_cast<size_t>(local_rank));
   Channel& c = w.channels[static_cast<int>(stream)];
   if (c.file) {
     posix::write_all(c.file.get(), data);
@@ -114,7 +115,7 @@ void OutputRouter::on_data(int local_rank, Stream stream, std::string_view data)
 }
 
 void OutputRouter::on_close(int local_rank, Stream stream) {
-  Worker& w = m_workers.at(static_cast<size_t>(local_rank));
+  RankStreams& w = m_workers.at(static_cast<size_t>(local_rank));
   Channel& c = w.channels[static_cast<int>(stream)];
   if (!c.open) {
     return;

@@ -54,20 +54,21 @@ class OutputRouter {
     posix::Fd file;  // --log-dir copy; invalid when not logging
     LineSplitter splitter;
   };
-  struct Worker {
+  struct RankStreams {
+    explicit RankStreams(LinePrefix p) : prefix(std::move(p)) {}
     LinePrefix prefix;
     TailBuffer stderr_tail;
     Channel channels[2];
   };
   Channel& channel(int local_rank, Stream stream);
-  void start_lines(const Worker& w);
-  void take_line(Worker& w, Stream stream, std::string_view line);
+  void start_lines(const RankStreams& w);
+  void take_line(RankStreams& w, Stream stream, std::string_view line);
   void flush(int fd);
 
   const Config& m_config;
   ConsoleSink& m_console;
   std::string m_log_dir;
-  std::vector<Worker> m_workers;
+  std::vector<RankStreams> m_workers;
   std::string m_prefix_text;  // the prefix for the lines being taken
   LineBatch m_batch;
   bool m_console_ok[3] = {true, true, true};

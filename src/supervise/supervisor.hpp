@@ -59,14 +59,14 @@ class Supervisor {
   }
 
  private:
-  struct Worker {
+  struct WorkerState {
     std::optional<ExitInfo> exit;
     bool signalled = false;
   };
   Actions begin_stop(StopReason reason, int exit_code, int sig, TimePoint now);
   Actions signal_running(int sig);
 
-  std::vector<Worker> m_workers;
+  std::vector<WorkerState> m_workers;
   std::chrono::milliseconds m_grace;
   int m_running;
   StopReason m_reason = StopReason::k_none;

@@ -4,6 +4,7 @@ host is frozen. Each agent exits 128+N long before any timeout could end it."""
 import os
 import signal
 import socket
+import subprocess
 import time
 
 import pytest
@@ -35,7 +36,12 @@ def agent(jobs, port, nnodes, node_rank, steps, nproc=1, debug=True):
 def exits(proc):
     """(exit code, stderr, seconds it took) once `proc` ends."""
     start = time.monotonic()
-    out, err = proc.communicate(timeout=PROMPT)
+    try:
+        out, err = proc.communicate(timeout=PROMPT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"still running after {PROMPT} s; its stderr:\n{err}")
     return proc.returncode, err, time.monotonic() - start
 
 
@@ -67,8 +73,10 @@ def test_signal_while_waiting_ends_rendezvous_on_every_node(jobs, target, sig):
 
 def test_signal_while_connecting_to_a_store_that_is_not_there(jobs):
     port = free_port()
-    p = agent(jobs, port, 2, 1, ["out=never"])
-    read_until(p.stderr, "joining the job through the store")  # it retries until --rdzv-timeout
+    p = agent(jobs, port, 2, 1, ["out=never"], debug=False)
+    # It retries until --rdzv-timeout, and says so every 5 s.
+    lines = read_until(p.stderr, f"connecting to the store at 127.0.0.1:{port} (attempt ")
+    assert lines and "s)" in lines[-1], lines
     p.send_signal(signal.SIGINT)
     rc, err, _ = exits(p)
     assert rc == 130, err
