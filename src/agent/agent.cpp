@@ -177,6 +177,7 @@ void Agent::on_worker_exit(int local_rank, const ExitInfo& info) {
     return;
   }
   m_end_times.at(static_cast<size_t>(local_rank)) = m_clock.wall_now();
+  log::debug("local rank {} ended: {}", local_rank, info.describe());
   auto actions = m_supervisor->on_worker_exit(local_rank, info, m_clock.now());
   apply(actions);
   if (actions.local_failure) {
@@ -351,6 +352,7 @@ void Agent::step() {
 }
 
 void Agent::start_finishing() {
+  log::debug("every local worker has ended: finishing");
   m_phase = Phase::k_finishing;
   m_spawner.kill_all();
   m_drain_deadline = m_clock.now() + k_drain_timeout;

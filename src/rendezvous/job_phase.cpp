@@ -17,6 +17,8 @@ using Ms = std::chrono::milliseconds;
 Ms ms_of(double seconds) {
   return Ms(static_cast<long long>(seconds * 1000.0));
 }
+// How long a node other than node 0 waits for its results to be acknowledged.
+constexpr auto k_result_ack_wait = Ms(1000);
 
 }  // namespace
 
@@ -138,6 +140,11 @@ void StoreLink::finish(const std::vector<RankOutcome>& local) {
     return;
   }
   m_phase = Phase::k_finishing;
+  if (!m_server) {
+    // Node 0 may be gone or frozen by now: the results are sent, and their
+    // acknowledgement awaited only briefly.
+    m_finish_deadline = Clock::now() + k_result_ack_wait;
+  }
   m_rpc->set(keys::result(m_node_rank), encode_outcomes(local), [this] {
     if (m_server) {
       collect_results();

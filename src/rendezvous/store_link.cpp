@@ -17,6 +17,7 @@ namespace {
 using Ms = std::chrono::milliseconds;
 constexpr auto k_progress_every = std::chrono::seconds(5);
 constexpr auto k_ack_wait = Ms(5000);  // how long node 0 keeps the store up for a failed rendezvous
+constexpr auto k_watch_grace = Ms(1000);  // how long the watch may take to bring the verdict
 
 Ms ms_of(double seconds) {
   return Ms(static_cast<long long>(seconds * 1000.0));
@@ -75,6 +76,12 @@ std::optional<StoreLink::TimePoint> StoreLink::deadline() const {
   if (m_phase == Phase::k_joining) {
     consider(m_next_progress);
   }
+  if (m_lost_why) {
+    consider(m_lost_deadline);
+  }
+  if (m_phase == Phase::k_finishing) {
+    consider(m_finish_deadline);
+  }
   if (m_phase == Phase::k_running) {
     consider(m_next_tick);
   }
@@ -86,6 +93,13 @@ void StoreLink::on_time(TimePoint now) {
     if (c != nullptr) {
       c->on_time(now);
     }
+  }
+  if (m_lost_why && now >= m_lost_deadline) {
+    store_lost(*m_lost_why);
+  }
+  if (m_phase == Phase::k_finishing && m_finish_deadline && now >= *m_finish_deadline) {
+    log::debug("node 0 did not acknowledge this node's results in time; leaving");
+    finished(m_local);
   }
   if (m_phase == Phase::k_joining && now >= m_next_progress) {
     progress(now);
@@ -128,10 +142,12 @@ void StoreLink::join(const JoinRecord& self) {
   for (auto* c : {&m_rpc, &m_watch, &m_wait}) {
     *c = std::make_unique<AsyncClient>(m_config.master_addr, m_config.master_port, connect_for, io,
                                        m_start);
-    (*c)->set_failure_handler([this](const std::string& why) { connection_lost(why); });
+    const bool is_watch = c == &m_watch;
+    (*c)->set_failure_handler(
+        [this, is_watch](const std::string& why) { connection_lost(why, is_watch); });
   }
   if (m_rpc->state() == AsyncClient::State::k_failed) {
-    connection_lost(m_rpc->error());  // failed at once: the host does not resolve
+    store_lost(m_rpc->error());  // failed at once: the host does not resolve
     return;
   }
   // The job's verdict can come at any phase, rendezvous included.
@@ -294,7 +310,18 @@ void StoreLink::progress(TimePoint now) {
   }
 }
 
-void StoreLink::connection_lost(const std::string& why) {
+void StoreLink::connection_lost(const std::string& why, bool is_watch) {
+  const bool watching = m_watch && m_watch->state() != AsyncClient::State::k_failed;
+  if (!is_watch && watching && m_phase != Phase::k_finishing && !m_lost_why) {
+    m_lost_why = why;
+    m_lost_deadline = Clock::now() + k_watch_grace;
+    return;
+  }
+  store_lost(m_lost_why.value_or(why));
+}
+
+void StoreLink::store_lost(const std::string& why) {
+  m_lost_why.reset();
   switch (m_phase) {
     case Phase::k_idle:
     case Phase::k_done:

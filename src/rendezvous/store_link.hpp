@@ -64,7 +64,11 @@ class StoreLink : public JobLink {
   void take_plan(const std::string& text);
   void join_failed(int exit_code, const std::string& message);
   void progress(TimePoint now);
-  void connection_lost(const std::string& why);
+  // A connection failed. The watch connection carries the verdict, and node
+  // 0 sends it before it closes anything; so when another connection fails
+  // first, the watch gets a moment (k_watch_grace) to deliver it.
+  void connection_lost(const std::string& why, bool is_watch);
+  void store_lost(const std::string& why);
   // running and finishing (job_phase.cpp)
   void start_job(const Topology& topology, int node_rank);
   void tick(TimePoint now);
@@ -87,6 +91,8 @@ class StoreLink : public JobLink {
   JoinRecord m_self;
   std::optional<RendezvousPlanner> m_planner;
   bool m_verdict_delivered = false;
+  std::optional<std::string> m_lost_why;  // a connection other than the watch failed
+  TimePoint m_lost_deadline{};
   // running
   int m_node_rank = -1;
   int m_nnodes = 0;
@@ -97,6 +103,7 @@ class StoreLink : public JobLink {
   std::vector<std::pair<long long, TimePoint>> m_last_beat;
   std::set<int> m_lost;
   std::vector<RankOutcome> m_local;
+  std::optional<TimePoint> m_finish_deadline;  // a non-host waits this long for its ack
 };
 
 }  // namespace ddplaunch

@@ -98,8 +98,10 @@ def test_signal_while_results_are_gathered(jobs, tmp_path):
     # Rank 0 fails at once; rank 1 (node 1) ignores SIGTERM, so node 1 sits in
     # its 300 s grace period and node 0 waits for its results.
     port = free_port()
-    host = agent(jobs, port, 2, 0, ["@0:exit=7", "trap=TERM", f"ready={tmp_path}", "sleep=300"])
-    other = agent(jobs, port, 2, 1, ["trap=TERM", "sleep=300"])
+    steps = ["trap=TERM", f"ready={tmp_path}", f"@0:waitfile={tmp_path / 'ready.1'}", "@0:exit=7",
+             "sleep=300"]
+    host = agent(jobs, port, 2, 0, steps)
+    other = agent(jobs, port, 2, 1, steps)
     read_until(host.stderr, "waiting for every node's results")
     read_until(other.stdout, "caught SIGTERM")  # node 1 is in its grace period
     host.send_signal(signal.SIGINT)
@@ -118,12 +120,13 @@ def test_frozen_store_host_does_not_delay_another_nodes_interrupt(jobs, tmp_path
     pids = tmp_path / "pids"
     pids.mkdir()
     procs = [agent(jobs, port, 2, n, [f"ready={tmp_path}", f"pidfile={pids}", "@2,3:out=pid",
-                                      "sleep=300"], nproc=2, debug=False)
+                                      "sleep=300"], nproc=2)
              for n in range(2)]
     assert wait_until(lambda: len([f for f in os.listdir(tmp_path) if f.startswith("ready.")]) == 4)
     node1_workers = _worker_pids(procs[1])
     procs[0].send_signal(signal.SIGSTOP)
     try:
+        assert wait_until(lambda: _stopped(procs[0].pid))  # every thread, the store's too
         procs[1].send_signal(signal.SIGINT)
         rc, err, took = exits(procs[1])
         assert rc == 130, err
@@ -140,6 +143,14 @@ def test_frozen_store_host_does_not_delay_another_nodes_interrupt(jobs, tmp_path
 def _accepts(port):
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _stopped(pid):
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            states.append(f.read().rsplit(")", 1)[1].split()[0])
+    return all(s in ("T", "t") for s in states)
 
 
 def _alive(pid):

@@ -155,7 +155,7 @@ TEST(Config, HelpShowsTheDefaultsWrittenInConfig) {
   const Config defaults;
   for (const auto& spec : option_table()) {
     EXPECT_NE(help.find(long_name(spec)), std::string::npos) << spec.key;
-    if (!spec.is_flag && spec.show != nullptr) {
+    if (!spec.is_flag && spec.show != nullptr && !spec.show(defaults).empty()) {
       EXPECT_NE(help.find("[" + spec.show(defaults) + "]"), std::string::npos) << spec.key;
     }
   }
