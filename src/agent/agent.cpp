@@ -14,10 +14,6 @@ bool is_user_signal(int sig) {
   return sig == SIGUSR1 || sig == SIGUSR2;
 }
 
-std::chrono::milliseconds grace_of(double seconds) {
-  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
-}
-
 }  // namespace
 
 Agent::Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner& spawner,
@@ -86,7 +82,7 @@ void Agent::begin(const Topology& topology, int node_rank) {
     return;
   }
   m_end_times.assign(m_pids.size(), 0);
-  m_supervisor.emplace(static_cast<int>(m_pids.size()), grace_of(m_config.term_timeout_s));
+  m_supervisor.emplace(static_cast<int>(m_pids.size()), millis(m_config.term_timeout_s));
   m_phase = Phase::k_running;
 }
 

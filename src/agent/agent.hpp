@@ -3,9 +3,10 @@
 // (the workers), finishing (the last output of the workers drains), gathering
 // (every node's results), done. It is told what happened (a signal, a worker
 // exit, output, the link's answers, time passing) and acts through small
-// interfaces: a Spawner, a Clock, a JobLink and a ConsoleSink. It makes no
-// system call of its own, so it is unit-tested with fakes; agent/launch.cpp
-// drives the real one from an epoll loop. Not thread-safe.
+// interfaces: a Spawner, a Clock, a JobLink and a ConsoleSink. Apart from its
+// log lines and the --log-dir files its OutputRouter writes, it makes no
+// system call, so it is unit-tested with fakes; agent/launch.cpp drives the
+// real one from an epoll loop. Not thread-safe.
 #pragma once
 
 #include <optional>

@@ -26,6 +26,24 @@ bool Config::console_allows(int rank, int local_rank) const {
   return true;
 }
 
+const char* nproc_mode_name(NprocMode mode) {
+  switch (mode) {
+    case NprocMode::k_fixed:
+      return "fixed";
+    case NprocMode::k_auto:
+      return "auto";
+    case NprocMode::k_cpu:
+      return "cpu";
+    case NprocMode::k_gpu:
+      return "gpu";
+  }
+  return "fixed";
+}
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
+}
+
 namespace {
 
 // A usage error about `keys`, naming the variables that set any of them.

@@ -5,6 +5,7 @@
 // changes it afterwards. Pure: no system calls.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <set>
@@ -83,6 +84,12 @@ struct Config {
   // True when stream output of this rank should reach the console at all.
   bool console_allows(int rank, int local_rank) const;
 };
+
+// "fixed", "auto", "cpu" or "gpu".
+const char* nproc_mode_name(NprocMode mode);
+
+// A duration option (seconds, as the command line takes them) in milliseconds.
+std::chrono::milliseconds millis(double seconds);
 
 // Checks what no single option can check alone (a node rank within --nnodes,
 // a heartbeat timeout longer than its interval, ...). Throws UsageError with

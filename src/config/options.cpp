@@ -105,17 +105,8 @@ void apply_nproc(Config& c, const std::string& value, const std::string& flag) {
 }
 
 std::string show_nproc(const Config& c) {
-  switch (c.nproc_mode) {
-    case NprocMode::k_auto:
-      return "auto";
-    case NprocMode::k_cpu:
-      return "cpu";
-    case NprocMode::k_gpu:
-      return "gpu";
-    case NprocMode::k_fixed:
-      break;
-  }
-  return std::to_string(c.nproc_per_node);
+  return c.nproc_mode == NprocMode::k_fixed ? std::to_string(c.nproc_per_node)
+                                            : nproc_mode_name(c.nproc_mode);
 }
 
 void apply_nnodes(Config& c, const std::string& value, const std::string& flag) {

@@ -107,55 +107,6 @@ int pick_free_port() {
   return local_port(fd.get());
 }
 
-std::optional<Fd> try_connect_tcp(const std::string& host, int port,
-                                  std::chrono::milliseconds timeout) {
-  AddrInfoPtr list;
-  try {
-    list = resolve(host, port, false);
-  } catch (const std::system_error&) {
-    errno = EHOSTUNREACH;
-    return std::nullopt;
-  }
-  std::optional<Fd> result;
-  int last_errno = ECONNREFUSED;
-  for_each_addr(list.get(), [&](addrinfo* ai) {
-    Fd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!fd) {
-      last_errno = errno;
-      return false;
-    }
-    if (connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-      if (errno != EINPROGRESS) {
-        last_errno = errno;
-        return false;
-      }
-      pollfd p = {fd.get(), POLLOUT, 0};
-      int rc = poll(&p, 1, static_cast<int>(timeout.count()));
-      int err = 0;
-      socklen_t len = sizeof(err);
-      if (rc <= 0) {
-        last_errno = rc == 0 ? ETIMEDOUT : errno;
-        return false;
-      }
-      getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-      if (err != 0) {
-        last_errno = err;
-        return false;
-      }
-    }
-    int flags = 1;
-    setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &flags, sizeof(flags));
-    int fl = fcntl(fd.get(), F_GETFL);
-    fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK);
-    result = std::move(fd);
-    return true;
-  });
-  if (!result) {
-    errno = last_errno;
-  }
-  return result;
-}
-
 std::optional<Fd> start_connect(const std::string& host, int port) {
   AddrInfoPtr list;
   try {

@@ -21,11 +21,6 @@ int local_port(int fd);
 // A port that was free on this host a moment ago (bind to port 0, read it, close).
 int pick_free_port();
 
-// One connect attempt with a deadline; nullopt (errno set) on refusal or timeout.
-// The returned socket is blocking, close-on-exec, with TCP_NODELAY.
-std::optional<Fd> try_connect_tcp(const std::string& host, int port,
-                                  std::chrono::milliseconds timeout);
-
 // Starts a non-blocking connect to the first address of host:port (IPv4
 // first). The socket is non-blocking, close-on-exec, with TCP_NODELAY; it is
 // writable once the connect ends, and connect_error() then says how. nullopt

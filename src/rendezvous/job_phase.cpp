@@ -14,9 +14,6 @@ namespace ddplaunch {
 namespace {
 
 using Ms = std::chrono::milliseconds;
-Ms ms_of(double seconds) {
-  return Ms(static_cast<long long>(seconds * 1000.0));
-}
 // How long a node other than node 0 waits for its results to be acknowledged.
 constexpr auto k_result_ack_wait = Ms(1000);
 
@@ -40,7 +37,7 @@ void StoreLink::start_job(const Topology& topology, int node_rank) {
 }
 
 void StoreLink::tick(TimePoint now) {
-  m_next_tick = now + ms_of(m_config.heartbeat_interval_s);
+  m_next_tick = now + millis(m_config.heartbeat_interval_s);
   if (m_verdict_delivered) {
     return;
   }
@@ -68,7 +65,7 @@ void StoreLink::check_heartbeats(const std::vector<std::optional<std::string>>& 
   if (m_verdict_delivered) {
     return;
   }
-  const auto limit = ms_of(m_config.heartbeat_timeout_s);
+  const auto limit = millis(m_config.heartbeat_timeout_s);
   for (int n = 0; n < m_nnodes; ++n) {
     if (values.at(static_cast<size_t>(2 * n + 1))) {
       continue;  // it finished and reported
@@ -162,7 +159,7 @@ void StoreLink::collect_results() {
       live.push_back(keys::result(n));
     }
   }
-  const auto limit = ms_of(std::min(m_config.heartbeat_timeout_s, 30.0));
+  const auto limit = millis(std::min(m_config.heartbeat_timeout_s, 30.0));
   log::debug("waiting for every node's results");
   m_wait->wait(live, limit, [this](bool all) {
     if (!all) {

@@ -24,20 +24,6 @@ auto parse_record(std::string_view text, const char* what, F&& read) {
   }
 }
 
-const char* mode_name(NprocMode mode) {
-  switch (mode) {
-    case NprocMode::k_fixed:
-      return "fixed";
-    case NprocMode::k_auto:
-      return "auto";
-    case NprocMode::k_cpu:
-      return "cpu";
-    case NprocMode::k_gpu:
-      return "gpu";
-  }
-  return "fixed";
-}
-
 json outcome_json(const RankOutcome& o) {
   json j = {{"rank", o.rank},
             {"local_rank", o.local_rank},
@@ -245,7 +231,7 @@ std::string encode_summary(const JobSummary& s) {
 
 std::string encode_dry_run(const Config& c, const Plan& plan, const Topology& topology) {
   json config = {{"nproc_per_node", plan.layout.local_world_size},
-                 {"nproc_mode", mode_name(c.nproc_mode)},
+                 {"nproc_mode", nproc_mode_name(c.nproc_mode)},
                  {"nnodes", c.nnodes},
                  {"node_rank", c.node_rank ? json(*c.node_rank) : json("auto")},
                  {"master_addr", c.master_addr},

@@ -19,10 +19,6 @@ constexpr auto k_progress_every = std::chrono::seconds(5);
 constexpr auto k_ack_wait = Ms(5000);  // how long node 0 keeps the store up for a failed rendezvous
 constexpr auto k_watch_grace = Ms(1000);  // how long the watch may take to bring the verdict
 
-Ms ms_of(double seconds) {
-  return Ms(static_cast<long long>(seconds * 1000.0));
-}
-
 std::string seconds_text(double s) {
   return std::to_string(static_cast<long long>(s));
 }
@@ -131,14 +127,14 @@ void StoreLink::host_store() {
 void StoreLink::join(const JoinRecord& self) {
   m_phase = Phase::k_joining;
   m_start = Clock::now();
-  m_deadline = m_start + ms_of(m_config.rdzv_timeout_s);
+  m_deadline = m_start + millis(m_config.rdzv_timeout_s);
   m_next_progress = m_start + k_progress_every;
   m_self = self;
   host_store();
   m_self.store_host = m_server != nullptr;
   log::debug("joining the job through the store at {}", m_where);
   const auto connect_for = std::chrono::ceil<Ms>(m_deadline - m_start);
-  const auto io = ms_of(m_config.heartbeat_timeout_s);
+  const auto io = millis(m_config.heartbeat_timeout_s);
   for (auto* c : {&m_rpc, &m_watch, &m_wait}) {
     *c = std::make_unique<AsyncClient>(m_config.master_addr, m_config.master_port, connect_for, io,
                                        m_start);
