@@ -118,6 +118,10 @@ class Driver {
       }
     }
     auto& children = m_spawner.children();
+    if (children.size() == m_children_watched) {
+      return;  // workers start once; their pipes leave the loop as they close
+    }
+    m_children_watched = children.size();
     for (size_t i = 0; i < children.size(); ++i) {
       for (int s = 0; s < 2; ++s) {
         posix::Fd& fd = s == 0 ? children[i].out() : children[i].err();
@@ -195,6 +199,7 @@ class Driver {
   StoreLink* m_link;
   posix::EventLoop m_loop;
   std::set<int> m_link_fds;
+  size_t m_children_watched = 0;
   std::array<char, k_read_chunk> m_buffer;
 };
 
