@@ -2,7 +2,8 @@
 # ddplaunch quick start on Debian 12:
 #   ./quickstart.sh demo   install what is missing, build, run the demo job
 #   ./quickstart.sh test   install what is missing, build, run the whole test suite
-# Environment: BUILD_DIR (default: build), JOBS (default: number of CPUs).
+# Environment: BUILD_DIR (default: build), JOBS (default: number of CPUs),
+# SANITIZE=0 to skip the ASan+UBSan and TSan runs of the test suite.
 set -euo pipefail
 cd "$(dirname "$0")"
 mode="${1:-demo}"
@@ -44,8 +45,18 @@ case "$mode" in
     exit $((rc0 || rc1))
     ;;
   test)
-    cd "$BUILD_DIR"
-    exec ctest --output-on-failure -j "$JOBS" --timeout 600
+    (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 600)
+    # The same suite again under ASan+UBSan and under TSan (SANITIZE=0 skips them).
+    if [ "${SANITIZE:-1}" != 0 ]; then
+      for sanitizer in address thread; do
+        dir="$BUILD_DIR-$sanitizer"
+        echo "quickstart: the suite under -DDDPLAUNCH_SANITIZE=$sanitizer ($dir)"
+        cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPLAUNCH_SANITIZE="$sanitizer" \
+          -DDDPLAUNCH_BUILD_BENCH=OFF >/dev/null
+        cmake --build "$dir" -j "$JOBS"
+        (cd "$dir" && ctest --output-on-failure -j "$JOBS" --timeout 600 -E '^format$')
+      done
+    fi
     ;;
   *)
     echo "usage: $0 demo|test" >&2
