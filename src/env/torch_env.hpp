@@ -1,6 +1,7 @@
-// The torch style of worker environment: what torchrun gives each worker. Pure functions: they
-// take the inherited environment and the job's layout and return a new map;
-// the launcher never calls setenv() to pass values to workers.
+// The torch style of worker environment: what torchrun gives each worker.
+// Pure functions: they take the inherited environment and the job's layout
+// and return a new map; the launcher never calls setenv() to pass values to
+// workers.
 #pragma once
 
 #include <string>

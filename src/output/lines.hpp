@@ -1,6 +1,6 @@
 // Turning workers' byte streams into whole, prefixed lines. Pure: no system
-// calls (LinePrefix is handed the time). One LineSplitter per stream; not thread-safe (one reader
-// owns it).
+// calls (LinePrefix is handed the time). One LineSplitter per stream; not
+// thread-safe (one reader owns it).
 #pragma once
 
 #include <algorithm>

@@ -1,5 +1,6 @@
-// TCP helpers over getaddrinfo/socket: listening, connecting with a deadline,
-// picking a free port, and telling whether an address belongs to this host.
+// TCP helpers over getaddrinfo/socket: listening, starting non-blocking
+// connects, picking a free port, and telling whether an address belongs to
+// this host.
 // Stateless; thread-compatible.
 #pragma once
 

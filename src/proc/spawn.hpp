@@ -1,4 +1,4 @@
-// Starting and stopping worker processes (ninja's subprocess-posix and folly's
+// Starting worker processes (ninja's subprocess-posix and folly's
 // Subprocess habits). Every worker gets its own process group, dies with the
 // launcher (PR_SET_PDEATHSIG), inherits only fds 0, 1 and 2, and receives an
 // envp built by the launcher. Workers start with vfork(); an exec failure is
