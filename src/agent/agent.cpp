@@ -232,6 +232,11 @@ void Agent::on_joined(const Topology& topology, int node_rank) {
   if (m_phase != Phase::k_joining) {
     return;
   }
+  if (m_join_signal) {
+    m_topology = topology;  // stopping already: no worker starts
+    advance();
+    return;
+  }
   log::debug("joined as node {} of {}", node_rank, topology.nodes.size());
   begin(topology, node_rank);
   advance();

@@ -286,6 +286,16 @@ TEST_F(AgentTest, SignalWhileJoiningWithAStalledStoreEndsAfterTheConfirmationWai
   EXPECT_EQ(agent->summary().exit_code, 143);
 }
 
+TEST_F(AgentTest, NoWorkerStartsWhenRendezvousCompletesAfterAStopSignal) {
+  make(2, true);
+  agent->on_signal(SIGINT);
+  agent->on_joined(two_nodes(2), 1);
+  EXPECT_TRUE(spawner.spawned.empty());
+  agent->on_verdict(link.published.at(0));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 130);
+}
+
 TEST_F(AgentTest, SecondSignalWhileJoiningLeavesAtOnce) {
   make(2, true);
   agent->on_signal(SIGINT);
