@@ -1,0 +1,156 @@
+#include "cluster/nodelist.hpp"
+
+#include <charconv>
+#include <optional>
+
+#include "ddplaunch/error.hpp"
+
+namespace ddplaunch {
+
+namespace {
+
+constexpr size_t k_max_hosts = 1'000'000;
+
+[[noreturn]] void bad(std::string_view list, const std::string& why) {
+  throw UsageError("cannot read the Slurm node list '" + std::string(list) + "': " + why +
+                   "; set --nnodes, --node-rank and --master-addr yourself");
+}
+
+std::optional<long long> number(std::string_view s) {
+  long long v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v < 0) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+// "01-04,07" -> {"01", "02", "03", "04", "07"}, keeping the width of each range.
+std::vector<std::string> expand_ranges(std::string_view list, std::string_view inside) {
+  std::vector<std::string> out;
+  while (true) {
+    const auto comma = inside.find(',');
+    const auto item = inside.substr(0, comma);
+    const auto dash = item.find('-');
+    const auto lo_text = item.substr(0, dash);
+    const auto lo = number(lo_text);
+    if (!lo) {
+      bad(list, "'" + std::string(item) + "' is not a number or a range");
+    }
+    long long hi = *lo;
+    if (dash != std::string_view::npos) {
+      const auto h = number(item.substr(dash + 1));
+      if (!h || *h < *lo) {
+        bad(list, "'" + std::string(item) + "' is not a range from low to high");
+      }
+      hi = *h;
+    }
+    if (static_cast<size_t>(hi - *lo) + out.size() >= k_max_hosts) {
+      bad(list, "it names more than a million hosts");
+    }
+    for (long long v = *lo; v <= hi; ++v) {
+      std::string s = std::to_string(v);
+      if (s.size() < lo_text.size()) {
+        s.insert(0, lo_text.size() - s.size(), '0');
+      }
+      out.push_back(std::move(s));
+    }
+    if (comma == std::string_view::npos) {
+      return out;
+    }
+    inside.remove_prefix(comma + 1);
+  }
+}
+
+// One host expression (no top-level comma): "rack[1-2]-n[01-02]".
+void expand_one(std::string_view list, std::string_view expr, std::vector<std::string>& out) {
+  std::vector<std::string> names = {""};
+  while (!expr.empty()) {
+    const auto open = expr.find('[');
+    const auto text = expr.substr(0, open);
+    if (text.find(']') != std::string_view::npos) {
+      bad(list, "a ']' without its '['");
+    }
+    for (auto& n : names) {
+      n += text;
+    }
+    if (open == std::string_view::npos) {
+      break;
+    }
+    const auto close = expr.find(']', open);
+    if (close == std::string_view::npos) {
+      bad(list, "a '[' without its ']'");
+    }
+    const auto parts = expand_ranges(list, expr.substr(open + 1, close - open - 1));
+    std::vector<std::string> next;
+    for (const auto& n : names) {
+      for (const auto& p : parts) {
+        next.push_back(n + p);
+      }
+    }
+    if (next.size() > k_max_hosts) {
+      bad(list, "it names more than a million hosts");
+    }
+    names = std::move(next);
+    expr.remove_prefix(close + 1);
+  }
+  for (auto& n : names) {
+    if (n.empty()) {
+      bad(list, "an empty host name");
+    }
+    out.push_back(std::move(n));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> expand_nodelist(std::string_view list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  int depth = 0;
+  for (size_t i = 0; i <= list.size(); ++i) {
+    if (i < list.size() && list[i] == '[') {
+      ++depth;
+    } else if (i < list.size() && list[i] == ']') {
+      --depth;
+    }
+    if (i == list.size() || (list[i] == ',' && depth == 0)) {
+      expand_one(list, list.substr(start, i - start), out);
+      start = i + 1;
+    }
+  }
+  if (depth != 0) {
+    bad(list, "unbalanced brackets");
+  }
+  return out;
+}
+
+std::vector<int> expand_tasks_per_node(std::string_view value) {
+  std::vector<int> out;
+  while (!value.empty()) {
+    const auto comma = value.find(',');
+    auto item = value.substr(0, comma);
+    long long repeat = 1;
+    if (const auto paren = item.find("(x"); paren != std::string_view::npos) {
+      auto r = item.back() == ')' ? number(item.substr(paren + 2, item.size() - paren - 3))
+                                  : std::nullopt;
+      if (!r) {
+        throw UsageError("cannot read Slurm's tasks per node '" + std::string(value) + "'");
+      }
+      repeat = *r;
+      item = item.substr(0, paren);
+    }
+    const auto n = number(item);
+    if (!n || repeat > static_cast<long long>(k_max_hosts) || out.size() + repeat > k_max_hosts) {
+      throw UsageError("cannot read Slurm's tasks per node '" + std::string(value) + "'");
+    }
+    out.insert(out.end(), static_cast<size_t>(repeat), static_cast<int>(*n));
+    if (comma == std::string_view::npos) {
+      break;
+    }
+    value.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+}  // namespace ddplaunch

@@ -1,0 +1,19 @@
+// Slurm's host-list syntax, expanded: "n[01-04,07]", "gpu-[1-2],cpu3",
+// "rack[1-2]-n[01-02]" (several bracket groups multiply), zero padding kept,
+// names with dashes and dots. Pure.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddplaunch {
+
+// Every host of `list`, in Slurm's order. Throws UsageError naming the list
+// and what is wrong with it (an unclosed bracket, a reversed range, ...).
+std::vector<std::string> expand_nodelist(std::string_view list);
+
+// Slurm's per-node task counts: "2(x3),1" -> {2, 2, 2, 1}. Throws UsageError.
+std::vector<int> expand_tasks_per_node(std::string_view value);
+
+}  // namespace ddplaunch

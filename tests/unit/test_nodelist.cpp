@@ -1,0 +1,58 @@
+#include <gtest/gtest.h>
+
+#include "cluster/nodelist.hpp"
+#include "ddplaunch/error.hpp"
+
+namespace ddplaunch {
+namespace {
+
+using Hosts = std::vector<std::string>;
+
+TEST(Nodelist, EveryFormSlurmWrites) {
+  const std::pair<const char*, Hosts> cases[] = {
+      {"n01", {"n01"}},
+      {"n[01-04,07]", {"n01", "n02", "n03", "n04", "n07"}},
+      {"gpu-[1-2],cpu3", {"gpu-1", "gpu-2", "cpu3"}},
+      {"node[8-11]", {"node8", "node9", "node10", "node11"}},
+      {"n[098-101]", {"n098", "n099", "n100", "n101"}},
+      {"rack[1-2]-n[01-02]", {"rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"}},
+      {"a.cluster.org,b.cluster.org", {"a.cluster.org", "b.cluster.org"}},
+      {"x[1,3]y.dom,z", {"x1y.dom", "x3y.dom", "z"}},
+      {"[1-2]", {"1", "2"}},
+  };
+  for (const auto& [list, hosts] : cases) {
+    EXPECT_EQ(expand_nodelist(list), hosts) << list;
+  }
+}
+
+TEST(Nodelist, MalformedListsAreClearErrors) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"n[01-04", "without its ']'"},
+      {"n01-04]", "']' without"},
+      {"n[4-1]", "low to high"},
+      {"n[a-b]", "not a number"},
+      {"n[1-1000000000]", "million"},
+      {"a,,b", "empty host"},
+      {"", "empty host"},
+  };
+  for (const auto& [list, part] : cases) {
+    try {
+      expand_nodelist(list);
+      ADD_FAILURE() << list;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--master-addr"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Nodelist, TasksPerNode) {
+  EXPECT_EQ(expand_tasks_per_node("2(x3),1"), (std::vector<int>{2, 2, 2, 1}));
+  EXPECT_EQ(expand_tasks_per_node("1"), (std::vector<int>{1}));
+  EXPECT_EQ(expand_tasks_per_node("4,2"), (std::vector<int>{4, 2}));
+  EXPECT_THROW(expand_tasks_per_node("2(x"), UsageError);
+  EXPECT_THROW(expand_tasks_per_node("x"), UsageError);
+}
+
+}  // namespace
+}  // namespace ddplaunch
