@@ -224,6 +224,9 @@ int run_launch(const Config& config, const EnvMap& env) {
   ::signal(SIGPIPE, SIG_IGN);
   become_subreaper();
 
+  for (const auto& note : config.notes) {
+    log::warn("{}", note);
+  }
   NodeIdentity self;
   self.nproc = resolve_nproc(config.nproc_mode, config.nproc_per_node, probe_resources(env));
   self.host = local_hostname();

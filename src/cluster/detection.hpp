@@ -4,6 +4,8 @@
 // Slurm, Open MPI and the platforms sit beside it). Plain values.
 #pragma once
 
+#include <map>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,9 +14,15 @@
 namespace ddplaunch {
 
 struct Detection {
-  std::string detector;            // "torchrun PET_*"
+  std::string detector;            // "torchrun PET_*", "Slurm", "Open MPI"
   Settings values;                 // by option key; source = the variable's name
   std::vector<std::string> notes;  // said once at start-up
+  // The environment is one ddplaunch cannot run in as it is (a usage error,
+  // unless --nnodes was given on the command line).
+  std::string error;
+  // Options this environment needs from someone (a flag or another
+  // detector): key -> the usage error when nobody gives one.
+  std::map<std::string, std::string> needs;
 };
 
 }  // namespace ddplaunch

@@ -2,14 +2,40 @@
 
 #include <string_view>
 
+#include "cluster/openmpi.hpp"
 #include "cluster/pet.hpp"
+#include "cluster/slurm.hpp"
 #include "ddplaunch/error.hpp"
 
 namespace ddplaunch {
 
 std::vector<Detection> detect_all(const EnvMap& env) {
-  return {detect_pet(env)};
+  return {detect_pet(env), detect_slurm(env), detect_openmpi(env)};
 }
+
+namespace {
+
+// Says where sources disagree on the job's shape, naming both.
+void note_disagreements(Config& c, const std::vector<Detection>& detections) {
+  for (const char* key : {"nnodes", "node_rank", "master_addr", "master_port", "rdzv_id"}) {
+    const OptionSpec* spec = find_option(key);
+    const std::string chosen = c.source_of(key);
+    const std::string value = spec->show != nullptr ? spec->show(c) : "";
+    for (const auto& d : detections) {
+      auto it = d.values.find(key);
+      if (it == d.values.end() || it->second.source == chosen || it->second.value == value) {
+        continue;
+      }
+      const std::string who = chosen == "flag"      ? "the command line"
+                              : chosen == "default" ? "the default"
+                                                    : "$" + chosen;
+      c.notes.push_back(long_name(*spec) + " " + value + " from " + who + " wins over $" +
+                        it->second.source + "=" + it->second.value + " (" + d.detector + ")");
+    }
+  }
+}
+
+}  // namespace
 
 Config resolve(const CommandLine& command_line, const std::vector<Detection>& detections) {
   Config c;
@@ -47,6 +73,21 @@ Config resolve(const CommandLine& command_line, const std::vector<Detection>& de
       }
     }
   }
+  for (const auto& d : detections) {
+    c.notes.insert(c.notes.end(), d.notes.begin(), d.notes.end());
+    if (!d.error.empty()) {
+      if (!command_line.flags.contains("nnodes")) {
+        throw UsageError(d.error);
+      }
+      c.notes.push_back(d.error + " (going on: --nnodes was given)");
+    }
+    for (const auto& [key, message] : d.needs) {
+      if (c.source_of(key) == "default") {
+        throw UsageError(message);
+      }
+    }
+  }
+  note_disagreements(c, detections);
   if (!command_line.command.empty()) {
     c.program = command_line.command.front();
     c.program_args.assign(command_line.command.begin() + 1, command_line.command.end());

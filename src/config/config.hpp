@@ -79,6 +79,9 @@ struct Config {
   // Where each value came from, by option key ("nnodes" -> "flag" or
   // "PET_NNODES"). A key that is absent has its default.
   std::map<std::string, std::string> sources;
+  // What the user should hear once at start-up: detectors' notes, sources that
+  // disagree.
+  std::vector<std::string> notes;
 
   std::string source_of(const std::string& key) const;
   // True when stream output of this rank should reach the console at all.

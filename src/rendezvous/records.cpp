@@ -277,12 +277,14 @@ std::string encode_dry_run(const Config& c, const Plan& plan, const Topology& to
                        {"stdin", w.inherit_stdin ? "inherited" : "/dev/null"},
                        {"env", w.env}});
   }
+  std::vector<std::string> notices = c.notes;
+  notices.insert(notices.end(), plan.notices.begin(), plan.notices.end());
   json doc = {{"config", config},
               {"sources", sources},
               {"placeholders", placeholders},
               {"topology", topology_json(topology)},
               {"workers", workers},
-              {"notices", plan.notices}};
+              {"notices", notices}};
   return text_of(doc, 2) + "\n";
 }
 

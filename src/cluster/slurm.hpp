@@ -1,0 +1,18 @@
+// Slurm: what srun tells each task. Under `srun --ntasks-per-node=1
+// ddplaunch ...` every node's agent learns the job from the step: the node
+// count (SLURM_STEP_NUM_NODES), its node rank (SLURM_NODEID), node 0's host
+// (the first of SLURM_STEP_NODELIST), the job id (SLURM_JOB_ID, with the step
+// id) and a master port derived from them, so nothing is typed. More than one
+// task on a node is refused (each would start its own workers). In a batch
+// script outside srun, nothing is taken and a note says how to use every node.
+// Pure.
+#pragma once
+
+#include "cluster/detection.hpp"
+#include "env/env_map.hpp"
+
+namespace ddplaunch {
+
+Detection detect_slurm(const EnvMap& env);
+
+}  // namespace ddplaunch

@@ -1,0 +1,154 @@
+// The cluster detectors over recorded environments (what srun and mpirun set),
+// and the precedence between them.
+#include <gtest/gtest.h>
+
+#include "cli/cli.hpp"
+#include "cluster/openmpi.hpp"
+#include "cluster/precedence.hpp"
+#include "cluster/slurm.hpp"
+#include "ddplaunch/error.hpp"
+
+namespace ddplaunch {
+namespace {
+
+// `srun -N2 --ntasks-per-node=1 ddplaunch ...`, as seen by the task on the second node.
+EnvMap srun_second_node() {
+  return {{"SLURM_JOB_ID", "4242"},
+          {"SLURM_JOB_NODELIST", "gpu-[07-08]"},
+          {"SLURM_NNODES", "2"},
+          {"SLURM_JOB_NUM_NODES", "2"},
+          {"SLURM_STEP_ID", "0"},
+          {"SLURM_STEP_NODELIST", "gpu-[07-08]"},
+          {"SLURM_STEP_NUM_NODES", "2"},
+          {"SLURM_STEP_NUM_TASKS", "2"},
+          {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
+          {"SLURM_TASKS_PER_NODE", "1(x2)"},
+          {"SLURM_NODEID", "1"},
+          {"SLURM_PROCID", "1"},
+          {"SLURM_LOCALID", "0"},
+          {"SLURM_NTASKS", "2"},
+          {"SLURMD_NODENAME", "gpu-08"}};
+}
+
+Config configure_args(const std::vector<std::string>& args, const EnvMap& env) {
+  return configure(parse_command_line(args), env);
+}
+
+TEST(Slurm, AnSrunStepGivesTheWholeJob) {
+  Config c = configure_args({"--nproc-per-node", "2", "train"}, srun_second_node());
+  EXPECT_EQ(c.nnodes, 2);
+  EXPECT_EQ(c.node_rank, 1);
+  EXPECT_EQ(c.master_addr, "gpu-07");
+  EXPECT_EQ(c.rdzv_id, "slurm-4242.0");
+  EXPECT_EQ(c.source_of("nnodes"), "SLURM_STEP_NUM_NODES");
+  EXPECT_EQ(c.source_of("node_rank"), "SLURM_NODEID");
+  EXPECT_EQ(c.source_of("master_addr"), "SLURM_STEP_NODELIST");
+  // The same port on every node of the step, away from the default.
+  EnvMap first = srun_second_node();
+  first["SLURM_NODEID"] = "0";
+  first["SLURM_PROCID"] = "0";
+  EXPECT_EQ(configure_args({"train"}, first).master_port, c.master_port);
+  EXPECT_NE(c.master_port, 29500);
+  EXPECT_GE(c.master_port, 20000);
+}
+
+TEST(Slurm, TwoTasksOnANodeAreRefusedWithHowToCallSrun) {
+  EnvMap env = srun_second_node();
+  env["SLURM_STEP_TASKS_PER_NODE"] = "2(x2)";
+  try {
+    configure_args({"train"}, env);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("srun --ntasks-per-node=1"), std::string::npos);
+  }
+}
+
+TEST(Slurm, ABatchScriptWithoutSrunRunsHereAndSaysSo) {
+  EnvMap env = {{"SLURM_JOB_ID", "7"},
+                {"SLURM_JOB_NODELIST", "n[1-4]"},
+                {"SLURM_NNODES", "4"},
+                {"SLURM_NODEID", "0"},
+                {"SLURM_TASKS_PER_NODE", "1(x4)"}};
+  Config c = configure_args({"train"}, env);
+  EXPECT_EQ(c.nnodes, 1);
+  ASSERT_EQ(c.notes.size(), 1u);
+  EXPECT_NE(c.notes[0].find("srun --ntasks-per-node=1"), std::string::npos);
+}
+
+TEST(Slurm, AFlagWinsAndTheDisagreementIsSaid) {
+  EnvMap first = srun_second_node();
+  first["SLURM_NODEID"] = "0";
+  Config c = configure_args({"--nnodes", "1", "train"}, first);
+  EXPECT_EQ(c.nnodes, 1);
+  bool said = false;
+  for (const auto& n : c.notes) {
+    said = said || n.find("--nnodes 1 from the command line wins over $SLURM_STEP_NUM_NODES=2") !=
+                       std::string::npos;
+  }
+  EXPECT_TRUE(said);
+  // On the second node the scheduler's node rank does not fit the flag: said, naming both.
+  try {
+    configure_args({"--nnodes", "1", "train"}, srun_second_node());
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("$SLURM_NODEID"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Slurm, NoSlurmNoValues) {
+  EXPECT_TRUE(detect_slurm({{"PATH", "/bin"}}).values.empty());
+}
+
+// `mpirun -np 2 ddplaunch ...` on one host, as seen by the second process.
+EnvMap mpirun_one_host() {
+  return {{"OMPI_COMM_WORLD_SIZE", "2"},
+          {"OMPI_COMM_WORLD_RANK", "1"},
+          {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+          {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+          {"OMPI_COMM_WORLD_NODE_RANK", "1"},
+          {"PMIX_NAMESPACE", "prterun-host-1234@1"},
+          {"PMIX_RANK", "1"}};
+}
+
+TEST(OpenMpi, OneProcessPerNodeMakesTheNodeRanks) {
+  Config c = configure_args({"train"}, mpirun_one_host());
+  EXPECT_EQ(c.nnodes, 2);
+  EXPECT_EQ(c.node_rank, 1);
+  EXPECT_EQ(c.master_addr, "127.0.0.1");
+  EXPECT_EQ(c.rdzv_id, "mpirun-prterun-host-1234@1");
+  EXPECT_EQ(c.source_of("node_rank"), "OMPI_COMM_WORLD_RANK");
+  EnvMap other = mpirun_one_host();
+  other["PMIX_NAMESPACE"] = "prterun-host-999@1";
+  EXPECT_NE(configure_args({"train"}, other).master_port, c.master_port)
+      << "two mpirun jobs on one host do not meet";
+}
+
+TEST(OpenMpi, AzureNamesTheMaster) {
+  EnvMap env = mpirun_one_host();
+  env["OMPI_COMM_WORLD_LOCAL_SIZE"] = "1";
+  env["AZ_BATCH_MASTER_NODE"] = "10.0.0.4:6105";
+  Config c = configure_args({"train"}, env);
+  EXPECT_EQ(c.master_addr, "10.0.0.4");
+  EXPECT_EQ(c.master_port, 6105);
+  EXPECT_EQ(c.source_of("master_addr"), "AZ_BATCH_MASTER_NODE");
+}
+
+TEST(OpenMpi, SeveralHostsWithoutAMasterAskForOne) {
+  EnvMap env = mpirun_one_host();
+  env["OMPI_COMM_WORLD_LOCAL_SIZE"] = "1";
+  EXPECT_THROW(configure_args({"train"}, env), UsageError);
+  Config c = configure_args({"--master-addr", "host0", "train"}, env);
+  EXPECT_EQ(c.master_addr, "host0");
+}
+
+TEST(Precedence, TorchrunVariablesWinOverTheScheduler) {
+  EnvMap env = srun_second_node();
+  env["PET_MASTER_ADDR"] = "login1";
+  Config c = configure_args({"train"}, env);
+  EXPECT_EQ(c.master_addr, "login1");
+  EXPECT_EQ(c.source_of("master_addr"), "PET_MASTER_ADDR");
+  EXPECT_EQ(c.node_rank, 1);
+}
+
+}  // namespace
+}  // namespace ddplaunch
