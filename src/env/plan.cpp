@@ -1,5 +1,6 @@
 #include "env/plan.hpp"
 
+#include "env/scheduler_env.hpp"
 #include "env/torch_env.hpp"
 
 namespace ddplaunch {
@@ -33,6 +34,7 @@ Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base
     spec.rank = layout.rank_offset + local_rank;
     spec.argv = argv;
     spec.env = build_torch_env(base_env, layout, local_rank);
+    rewrite_scheduler_identity(spec.env, layout, local_rank);
     spec.inherit_stdin = local_rank == 0;
     plan.workers.push_back(std::move(spec));
   }

@@ -53,6 +53,9 @@ JobLayout layout_of(const Topology& t, int node_rank, const std::string& run_id,
   l.local_world_size = it->nproc;
   l.world_size = t.world_size;
   l.rank_offset = it->first_rank;
+  for (const auto& n : t.nodes) {
+    l.node_sizes.push_back(n.nproc);
+  }
   l.master_addr = t.master_addr;
   l.master_port = t.master_port;
   l.run_id = run_id;

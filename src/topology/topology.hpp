@@ -40,9 +40,10 @@ struct Topology {
 struct JobLayout {
   int node_rank = 0;
   int nnodes = 1;
-  int local_world_size = 1;  // workers on this node
-  int world_size = 1;        // workers on every node
-  int rank_offset = 0;       // global rank of this node's local rank 0
+  int local_world_size = 1;     // workers on this node
+  int world_size = 1;           // workers on every node
+  int rank_offset = 0;          // global rank of this node's local rank 0
+  std::vector<int> node_sizes;  // workers on each node, by node rank
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // the workers' MASTER_PORT (not the store's port)
   std::string run_id = "none";

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "env/plan.hpp"
+#include "env/scheduler_env.hpp"
 #include "env/torch_env.hpp"
 
 namespace ddplaunch {
@@ -110,6 +111,77 @@ TEST(Plan, OneSpecPerLocalRankAndStdinOnlyForRankZero) {
     EXPECT_EQ(plan.workers[i].inherit_stdin, i == 0);
   }
   EXPECT_EQ(plan.notices.size(), 1u) << "OMP_NUM_THREADS is mentioned once";
+}
+
+}  // namespace
+}  // namespace ddplaunch
+
+namespace ddplaunch {
+namespace {
+
+JobLayout second_node_of_three() {
+  JobLayout l;
+  l.node_rank = 1;
+  l.nnodes = 3;
+  l.local_world_size = 2;
+  l.world_size = 5;
+  l.rank_offset = 2;
+  l.node_sizes = {2, 2, 1};
+  return l;
+}
+
+TEST(SchedulerEnv, SlurmIdentityAgreesWithTheRanks) {
+  // What srun gave the launcher: task 1 of 3, one per node.
+  EnvMap base = {{"SLURM_JOB_ID", "42"},         {"SLURM_PROCID", "1"},
+                 {"SLURM_LOCALID", "0"},         {"SLURM_NODEID", "1"},
+                 {"SLURM_NTASKS", "3"},          {"SLURM_TASKS_PER_NODE", "1(x3)"},
+                 {"SLURM_NTASKS_PER_NODE", "1"}, {"SLURM_JOB_NODELIST", "n[1-3]"}};
+  Plan plan = make_plan(
+      [] {
+        Config c;
+        c.program = "train";
+        return c;
+      }(),
+      second_node_of_three(), base);
+  ASSERT_EQ(plan.workers.size(), 2u);
+  for (const auto& w : plan.workers) {
+    EXPECT_EQ(w.env.at("SLURM_PROCID"), w.env.at("RANK"));
+    EXPECT_EQ(w.env.at("SLURM_LOCALID"), w.env.at("LOCAL_RANK"));
+    EXPECT_EQ(w.env.at("SLURM_NODEID"), w.env.at("NODE_RANK"));
+    EXPECT_EQ(w.env.at("SLURM_NTASKS"), "5");
+    EXPECT_EQ(w.env.at("SLURM_NTASKS_PER_NODE"), "2");
+    EXPECT_EQ(w.env.at("SLURM_TASKS_PER_NODE"), "2(x2),1");
+    EXPECT_EQ(w.env.at("SLURM_JOB_NODELIST"), "n[1-3]") << "the rest is inherited";
+  }
+}
+
+TEST(SchedulerEnv, NoSlurmNoSlurmVariables) {
+  EnvMap env = {{"PATH", "/bin"}};
+  rewrite_scheduler_identity(env, second_node_of_three(), 0);
+  EXPECT_EQ(env, (EnvMap{{"PATH", "/bin"}}));
+}
+
+TEST(SchedulerEnv, TheOuterMpirunsIdentityIsRemoved) {
+  EnvMap env = {{"OMPI_COMM_WORLD_RANK", "1"},
+                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                {"PMIX_RANK", "1"},
+                {"PMIX_NAMESPACE", "ns"},
+                {"PMIX_SERVER_URI41", "x"},
+                {"OMPI_MCA_ess_base_jobid", "1"},
+                {"OMPI_UNIVERSE_SIZE", "2"},
+                {"OMPI_MCA_orte_ess_num_procs", "2"},
+                {"OMPI_MCA_btl_tcp_if_include", "eth0"},
+                {"OMPI_MCA_mpi_yield_when_idle", "1"}};
+  rewrite_scheduler_identity(env, second_node_of_three(), 0);
+  EXPECT_EQ(
+      env, (EnvMap{{"OMPI_MCA_btl_tcp_if_include", "eth0"}, {"OMPI_MCA_mpi_yield_when_idle", "1"}}))
+      << "the user's own MCA settings stay";
+}
+
+TEST(SchedulerEnv, SlurmCounts) {
+  EXPECT_EQ(slurm_counts({4}), "4");
+  EXPECT_EQ(slurm_counts({2, 2, 2}), "2(x3)");
+  EXPECT_EQ(slurm_counts({1, 3, 3}), "1,3(x2)");
 }
 
 }  // namespace

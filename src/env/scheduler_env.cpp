@@ -1,0 +1,62 @@
+#include "env/scheduler_env.hpp"
+
+#include <iterator>
+
+namespace ddplaunch {
+
+bool is_outer_mpi_identity(const std::string& name) {
+  static const char* const k_prefixes[] = {"PMIX_",         "PRTE_",         "OMPI_COMM_WORLD_",
+                                           "OMPI_APP_CTX_", "OMPI_MCA_ess_", "OMPI_MCA_orte_",
+                                           "OMPI_MCA_pmix", "OMPI_MCA_prte_"};
+  static const char* const k_names[] = {
+      "OMPI_UNIVERSE_SIZE", "OMPI_FIRST_RANKS",     "OMPI_ARGV", "OMPI_COMMAND", "OMPI_NUM_APP_CTX",
+      "OMPI_FILE_LOCATION", "OMPI_MCA_initial_wdir"};
+  for (const char* p : k_prefixes) {
+    if (name.starts_with(p)) {
+      return true;
+    }
+  }
+  for (const char* n : k_names) {
+    if (name == n) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string slurm_counts(const std::vector<int>& counts) {
+  std::string out;
+  for (size_t i = 0; i < counts.size();) {
+    size_t j = i;
+    while (j < counts.size() && counts[j] == counts[i]) {
+      ++j;
+    }
+    out += (out.empty() ? "" : ",") + std::to_string(counts[i]);
+    if (j - i > 1) {
+      out += "(x" + std::to_string(j - i) + ")";
+    }
+    i = j;
+  }
+  return out;
+}
+
+void rewrite_scheduler_identity(EnvMap& env, const JobLayout& layout, int local_rank) {
+  for (auto it = env.begin(); it != env.end();) {
+    it = is_outer_mpi_identity(it->first) ? env.erase(it) : std::next(it);
+  }
+  if (!env.contains("SLURM_JOB_ID") && !env.contains("SLURM_JOBID")) {
+    return;
+  }
+  const std::string tasks = slurm_counts(
+      layout.node_sizes.empty() ? std::vector<int>{layout.local_world_size} : layout.node_sizes);
+  env["SLURM_PROCID"] = std::to_string(layout.rank_offset + local_rank);
+  env["SLURM_LOCALID"] = std::to_string(local_rank);
+  env["SLURM_NODEID"] = std::to_string(layout.node_rank);
+  env["SLURM_NTASKS"] = std::to_string(layout.world_size);
+  env["SLURM_STEP_NUM_TASKS"] = std::to_string(layout.world_size);
+  env["SLURM_NTASKS_PER_NODE"] = std::to_string(layout.local_world_size);
+  env["SLURM_TASKS_PER_NODE"] = tasks;
+  env["SLURM_STEP_TASKS_PER_NODE"] = tasks;
+}
+
+}  // namespace ddplaunch

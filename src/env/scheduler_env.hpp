@@ -1,0 +1,27 @@
+// Workers never inherit the launcher's own scheduler identity. Under srun the
+// launcher is one Slurm task per node, so SLURM_PROCID, SLURM_LOCALID,
+// SLURM_NODEID, SLURM_NTASKS, SLURM_STEP_NUM_TASKS, SLURM_NTASKS_PER_NODE,
+// SLURM_TASKS_PER_NODE and SLURM_STEP_TASKS_PER_NODE are rewritten to agree
+// with RANK, LOCAL_RANK, NODE_RANK and WORLD_SIZE (one task per worker, as
+// srun would give; code that reads SLURM_*, Lightning's included, then sees
+// the right rank). Under mpirun the launcher is one MPI process per node, so
+// the outer job's identity (PMIX_*, PRTE_*, OMPI_COMM_WORLD_*, and Open MPI's
+// run-time variables) is removed: MPI_Init in a worker does not try to join
+// the outer job. Pure.
+#pragma once
+
+#include "env/env_map.hpp"
+#include "topology/topology.hpp"
+
+namespace ddplaunch {
+
+// Applies both rules to one local rank's environment.
+void rewrite_scheduler_identity(EnvMap& env, const JobLayout& layout, int local_rank);
+
+// True for a variable that is part of an outer mpirun's identity.
+bool is_outer_mpi_identity(const std::string& name);
+
+// Slurm's compressed per-node counts: {2, 2, 1} -> "2(x2),1".
+std::string slurm_counts(const std::vector<int>& counts);
+
+}  // namespace ddplaunch
