@@ -56,9 +56,12 @@ struct Config {
   bool standalone = false;                // Default: false. --standalone: one node
   std::optional<int> worker_port;         // Default: nullopt = pick a free port on the master host
   std::string local_addr;                 // Default: empty = this host's name's address
-  double rdzv_timeout_s = 600;            // Default: 600 seconds
-  double heartbeat_interval_s = 1;        // Default: 1 second
-  double heartbeat_timeout_s = 15;        // Default: 15 seconds
+  // Where node 0's store listens. Default: empty = every interface (as
+  // PyTorch's TCPStore), or loopback when --master-addr is a loopback address.
+  std::string store_bind;
+  double rdzv_timeout_s = 600;      // Default: 600 seconds
+  double heartbeat_interval_s = 1;  // Default: 1 second
+  double heartbeat_timeout_s = 15;  // Default: 15 seconds
 
   // --- Supervision -------------------------------------------------------------
   double term_timeout_s = 30;  // Default: 30 seconds between SIGTERM and SIGKILL

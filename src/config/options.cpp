@@ -253,6 +253,9 @@ const OptionSpec k_options[] = {
   {"local_addr", "--local-addr,--local_addr", k_nodes,
    "Address this node advertises (default: its host name's address)", false, nullptr, nullptr,
    DDPLAUNCH_STRING(local_addr)},
+  {"store_bind", "--store-bind,--store_bind", k_nodes,
+   "Address node 0's store listens on (default: every interface; loopback for a loopback "
+   "--master-addr)", false, nullptr, nullptr, DDPLAUNCH_STRING(store_bind)},
   {"heartbeat_interval", "--heartbeat-interval", k_nodes,
    "Seconds between liveness reports to the store", false, nullptr, nullptr,
    DDPLAUNCH_SECONDS(heartbeat_interval_s, false)},

@@ -76,7 +76,8 @@ Fd listen_tcp(const std::string& host, int port, int backlog) {
   });
   if (!result) {
     errno = last_errno;
-    throw_errno("cannot listen on " + host + ":" + std::to_string(port));
+    throw_errno("cannot listen on " + (host.empty() ? std::string("*") : host) + ":" +
+                std::to_string(port));
   }
   return result;
 }

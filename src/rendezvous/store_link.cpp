@@ -19,6 +19,18 @@ constexpr auto k_progress_every = std::chrono::seconds(5);
 constexpr auto k_ack_wait = Ms(5000);  // how long node 0 keeps the store up for a failed rendezvous
 constexpr auto k_watch_grace = Ms(1000);  // how long the watch may take to bring the verdict
 
+// Every interface (as TCPStore), so that other hosts reach node 0 whatever its
+// own name resolves to there (Debian maps it to 127.0.1.1); loopback for a
+// loopback job; or what --store-bind says.
+std::string store_bind_address(const Config& c) {
+  if (!c.store_bind.empty()) {
+    return c.store_bind;
+  }
+  const std::string& m = c.master_addr;
+  const bool loopback = m == "localhost" || m == "::1" || m.starts_with("127.");
+  return loopback ? m : "";
+}
+
 std::string seconds_text(double s) {
   return std::to_string(static_cast<long long>(s));
 }
@@ -111,7 +123,7 @@ void StoreLink::host_store() {
     return;
   }
   try {
-    m_server = std::make_unique<StoreServer>(m_config.master_addr, m_config.master_port);
+    m_server = std::make_unique<StoreServer>(store_bind_address(m_config), m_config.master_port);
     log::debug("hosting the store on {}", m_where);
   } catch (const std::system_error& e) {
     if (explicit_host) {
