@@ -48,6 +48,10 @@ void Agent::start() {
   }
   JoinRecord self;
   self.run_id = m_config.rdzv_id;
+  self.command = m_config.program;
+  for (const auto& arg : m_config.program_args) {
+    self.command += " " + arg;
+  }
   self.nnodes = m_config.nnodes;
   self.nproc = m_self.nproc;
   self.node_rank = m_config.node_rank.value_or(-1);

@@ -227,6 +227,14 @@ int run_launch(const Config& config, const EnvMap& env) {
   for (const auto& note : config.notes) {
     log::warn("{}", note);
   }
+  const std::string& m = config.master_addr;
+  if (config.nnodes > 1 && !config.dry_run &&
+      (m == "localhost" || m == "::1" || m.starts_with("127."))) {
+    log::info(
+        "--master-addr {} is a loopback address: every node of this job must run on this "
+        "host; for a job across hosts give node 0's host name or address",
+        m);
+  }
   NodeIdentity self;
   self.nproc = resolve_nproc(config.nproc_mode, config.nproc_per_node, probe_resources(env));
   self.host = local_hostname();

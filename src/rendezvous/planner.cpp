@@ -14,6 +14,11 @@ std::string ordinal(int n) {
   return std::to_string(n) + suffix;
 }
 
+// A command line as messages show it: at most 120 characters.
+std::string shorten(const std::string& command) {
+  return command.size() <= 120 ? command : command.substr(0, 117) + "...";
+}
+
 }  // namespace
 
 std::string describe_node(const JoinRecord& r) {
@@ -31,6 +36,13 @@ std::optional<std::string> RendezvousPlanner::add(const JoinRecord& r) {
   if (r.run_id != m_expected.run_id) {
     return describe_node(r) + " has --rdzv-id " + r.run_id + " but node 0 has " +
            m_expected.run_id + "; give every node the same job id";
+  }
+  if (r.command != m_expected.command) {
+    // Two unrelated jobs that picked the same store port, or a mistyped node.
+    return describe_node(r) + " runs '" + shorten(r.command) + "' but node 0 runs '" +
+           shorten(m_expected.command) +
+           "'; start the same program with the same arguments on every node, and give "
+           "unrelated jobs their own --master-port";
   }
   if (r.nnodes != m_expected.nnodes) {
     return describe_node(r) + " has --nnodes " + std::to_string(r.nnodes) +

@@ -20,6 +20,7 @@ inline constexpr int k_rendezvous_version = 2;
 struct JoinRecord {
   int version = k_rendezvous_version;
   std::string run_id;
+  std::string command;  // the program and its arguments, as the user gave them
   int nnodes = 1;
   int nproc = 1;
   int node_rank = -1;  // -1: automatic

@@ -122,6 +122,7 @@ Topology topology_from(const json& j) {
 std::string encode_join(const JoinRecord& r) {
   return text_of({{"version", r.version},
                   {"run_id", r.run_id},
+                  {"command", r.command},
                   {"nnodes", r.nnodes},
                   {"nproc", r.nproc},
                   {"node_rank", r.node_rank},
@@ -136,6 +137,7 @@ JoinRecord decode_join(std::string_view text) {
     JoinRecord r;
     r.version = j.at("version").get<int>();
     r.run_id = j.at("run_id").get<std::string>();
+    r.command = j.at("command").get<std::string>();
     r.nnodes = j.at("nnodes").get<int>();
     r.nproc = j.at("nproc").get<int>();
     r.node_rank = j.at("node_rank").get<int>();

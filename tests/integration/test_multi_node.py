@@ -102,6 +102,16 @@ def test_disagreement_ends_rendezvous_on_every_node(jobs, nnodes, extra, fragmen
         assert len([l for l in err.splitlines() if "error" in l]) == 1
 
 
+def test_an_unrelated_job_on_the_same_port_is_refused(jobs):
+    port = free_port()
+    mine = jobs.start(agent_args(port, 2, node_rank=0) + ["--", *worker("out=mine")])
+    theirs = jobs.start(agent_args(port, 2, node_rank=1) + ["--", *worker("out=theirs")])
+    for rc, out, err in finish([mine, theirs]):
+        assert rc == 3, err
+        assert "runs '" in err and "out=theirs" in err and "give unrelated jobs their own" in err, err
+        assert "[rank" not in out, "no worker of either job started"
+
+
 def test_duplicate_node_rank_names_both_nodes_by_their_address(jobs):
     port = free_port()
     a = jobs.start(agent_args(port, 3, node_rank=0) + ["--", *worker()])

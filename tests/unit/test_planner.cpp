@@ -8,6 +8,7 @@ namespace {
 JoinRecord node(int arrival, int node_rank, int nproc = 2, bool store_host = false) {
   JoinRecord r;
   r.run_id = "job";
+  r.command = "train.py --lr 1";
   r.nnodes = 3;
   r.nproc = nproc;
   r.node_rank = node_rank;
@@ -32,6 +33,13 @@ TEST(Planner, RefusesWhatDisagreesWithTheJob) {
          return r;
        },
        "node 1 (h1, 10.0.0.1) has --nnodes 4 but node 0 has --nnodes 3"},
+      {"command",
+       [] {
+         auto r = node(1, 1);
+         r.command = "train.py --lr 2";
+         return r;
+       },
+       "node 1 (h1, 10.0.0.1) runs 'train.py --lr 2' but node 0 runs 'train.py --lr 1'"},
       {"run id",
        [] {
          auto r = node(1, 1);
