@@ -6,6 +6,12 @@ Every rank joins the process group from the environment ddplaunch sets
 (init_method="env://": MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), checks an
 all-reduce, trains a tiny model with DistributedDataParallel, and checks that
 the replicas still agree. Exits non-zero if anything disagrees.
+
+    ddplaunch --env-style torch,mpi ... examples/ddp_gloo.py 5 mpi
+
+takes the rank, world size and master the way MPI-based set-ups read them
+(OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, AZ_BATCH_MASTER_NODE), and checks
+that they agree with torch's.
 """
 import os
 import sys
@@ -17,7 +23,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 def main():
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    dist.init_process_group("gloo", init_method="env://")
+    if len(sys.argv) > 2 and sys.argv[2] == "mpi":
+        mpi_rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+        assert mpi_rank == int(os.environ["RANK"]), "OMPI_COMM_WORLD_RANK differs from RANK"
+        dist.init_process_group("gloo", init_method="tcp://" + os.environ["AZ_BATCH_MASTER_NODE"],
+                                rank=mpi_rank, world_size=int(os.environ["OMPI_COMM_WORLD_SIZE"]))
+    else:
+        dist.init_process_group("gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     assert world == int(os.environ["WORLD_SIZE"]), "process group size differs from WORLD_SIZE"
 

@@ -45,6 +45,11 @@ struct Config {
   std::string python;            // Default: empty = $PYTHON_EXEC, else python3 on PATH
   std::string role = "default";  // Default: "default" (ROLE_NAME)
   int max_restarts = 0;          // Default: 0. Passed to workers as TORCHELASTIC_MAX_RESTARTS.
+  // Worker environment styles on top of torch's (always on). Default: none.
+  bool env_mpi = false;  // "mpi": OMPI_COMM_WORLD_* and Azure ML's master variables
+  // torch.distributed.launch's script argument: "" none, "dash" --local-rank=N,
+  // "underscore" --local_rank=N (1.x). Default: "" (none).
+  std::string local_rank_arg;
 
   // --- Nodes and rendezvous ----------------------------------------------------
   int nnodes = 1;                         // Default: 1

@@ -162,6 +162,24 @@ void apply_log_level(Config& c, const std::string& value, const std::string& fla
 
 void apply_nothing(Config&, const std::string&, const std::string&) {}
 
+void apply_env_style(Config& c, const std::string& value, const std::string& flag) {
+  c.env_mpi = false;
+  std::string_view rest = value;
+  while (true) {
+    const auto comma = rest.find(',');
+    const auto style = rest.substr(0, comma);
+    if (style == "mpi") {
+      c.env_mpi = true;
+    } else if (style != "torch") {
+      throw UsageError(flag + " takes torch and mpi, comma-separated; got '" + value + "'");
+    }
+    if (comma == std::string_view::npos) {
+      return;
+    }
+    rest.remove_prefix(comma + 1);
+  }
+}
+
 #define DDPLAUNCH_STRING(field)                                             \
   [](Config& c, const std::string& v, const std::string&) { c.field = v; }, \
       [](const Config& c) { return c.field; }
@@ -194,6 +212,25 @@ const OptionSpec k_options[] = {
    false, nullptr, nullptr, DDPLAUNCH_STRING(python)},
   {"role", "--role", k_workers, "ROLE_NAME given to the workers", false, "PET_ROLE", nullptr,
    DDPLAUNCH_STRING(role)},
+  {"env_style", "--env-style,--env_style", k_workers,
+   "Worker environment styles besides torch's, comma-separated: mpi (OMPI_COMM_WORLD_*, "
+   "AZ_BATCH_MASTER_NODE)",
+   false, nullptr, nullptr, apply_env_style,
+   [](const Config& c) { return std::string(c.env_mpi ? "torch,mpi" : "torch"); }},
+  {"local_rank_arg", "--local-rank-arg,--local_rank_arg", k_workers,
+   "Pass --local-rank=N (dash, as torch.distributed.launch 2.x) or --local_rank=N (underscore, "
+   "1.x) as the script's first argument",
+   false, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     if (v != "dash" && v != "underscore" && v != "none") {
+       throw UsageError(f + " must be dash, underscore or none, got '" + v + "'");
+     }
+     c.local_rank_arg = v == "none" ? "" : v;
+   },
+   [](const Config& c) { return c.local_rank_arg.empty() ? "none" : c.local_rank_arg; }},
+  {"use_env", "--use-env,--use_env", k_workers,
+   "Accepted for torch.distributed.launch scripts: the environment is always set", true,
+   nullptr, nullptr, apply_nothing, nullptr},
   {"max_restarts", "--max-restarts,--max_restarts", k_workers,
    "Passed to workers as TORCHELASTIC_MAX_RESTARTS; workers are not restarted", false,
    "PET_MAX_RESTARTS", nullptr,

@@ -1,5 +1,6 @@
 #include "env/plan.hpp"
 
+#include "env/mpi_env.hpp"
 #include "env/scheduler_env.hpp"
 #include "env/torch_env.hpp"
 
@@ -33,8 +34,23 @@ Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base
     spec.local_rank = local_rank;
     spec.rank = layout.rank_offset + local_rank;
     spec.argv = argv;
+    // torchrun's macro, and torch.distributed.launch's script argument.
+    const size_t first_arg = argv.size() - config.program_args.size();
+    for (size_t i = first_arg; i < spec.argv.size(); ++i) {
+      for (size_t at; (at = spec.argv[i].find("${local_rank}")) != std::string::npos;) {
+        spec.argv[i].replace(at, 13, std::to_string(local_rank));
+      }
+    }
+    if (!config.local_rank_arg.empty()) {
+      const char* name = config.local_rank_arg == "dash" ? "--local-rank=" : "--local_rank=";
+      spec.argv.insert(spec.argv.begin() + static_cast<std::ptrdiff_t>(first_arg),
+                       name + std::to_string(local_rank));
+    }
     spec.env = build_torch_env(base_env, layout, local_rank);
     rewrite_scheduler_identity(spec.env, layout, local_rank);
+    if (config.env_mpi) {
+      add_mpi_env(spec.env, layout, local_rank);
+    }
     spec.inherit_stdin = local_rank == 0;
     plan.workers.push_back(std::move(spec));
   }

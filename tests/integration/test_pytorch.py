@@ -42,3 +42,13 @@ def test_a_crashing_pytorch_rank_ends_the_job(jobs, tmp_path):
     assert r.returncode == 1
     assert "job failed: rank 1" in r.stderr
     assert "  | RuntimeError: rank 1 gives up" in r.stderr
+
+
+def test_mpi_style_ranks_drive_a_real_process_group(jobs):
+    # The example takes its rank, world size and master from OMPI_COMM_WORLD_* and
+    # AZ_BATCH_MASTER_NODE, as MPI-based set-ups do, and checks they agree with RANK.
+    r = jobs.run(["--nproc-per-node", 3, "--env-style", "torch,mpi", "--python", TORCH_PYTHON, "--",
+                  EXAMPLE, "2", "mpi"], timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if "replicas agree" in l]
+    assert len(lines) == 3 and all("/3: all-reduce 6," in l for l in lines), r.stdout

@@ -186,3 +186,48 @@ TEST(SchedulerEnv, SlurmCounts) {
 
 }  // namespace
 }  // namespace ddplaunch
+
+namespace ddplaunch {
+namespace {
+
+Config script(std::vector<std::string> args) {
+  Config c;
+  c.program = "train.py";
+  c.program_args = std::move(args);
+  c.python = "python3";
+  return c;
+}
+
+TEST(Plan, LocalRankMacroAndLegacyArgument) {
+  Config c = script({"--out", "run${local_rank}/x${local_rank}"});
+  c.local_rank_arg = "underscore";
+  Plan plan = make_plan(c, second_node_of_three(), {});
+  EXPECT_EQ(plan.workers[1].argv, (std::vector<std::string>{"python3", "-u", "train.py",
+                                                            "--local_rank=1", "--out", "run1/x1"}));
+  c.local_rank_arg = "dash";
+  EXPECT_EQ(make_plan(c, second_node_of_three(), {}).workers[0].argv[3], "--local-rank=0");
+  c.local_rank_arg.clear();
+  EXPECT_EQ(make_plan(c, second_node_of_three(), {}).workers[0].argv.size(), 5u);
+}
+
+TEST(Plan, MpiStyleAgreesWithTheTorchVariables) {
+  Config c = script({});
+  c.env_mpi = true;
+  JobLayout l = second_node_of_three();
+  l.master_addr = "10.0.0.1";
+  l.master_port = 6000;
+  // The outer mpirun's own identity is replaced, not kept.
+  Plan plan = make_plan(c, l, {{"OMPI_COMM_WORLD_RANK", "9"}, {"PMIX_RANK", "9"}});
+  for (const auto& w : plan.workers) {
+    EXPECT_EQ(w.env.at("OMPI_COMM_WORLD_RANK"), w.env.at("RANK"));
+    EXPECT_EQ(w.env.at("OMPI_COMM_WORLD_SIZE"), "5");
+    EXPECT_EQ(w.env.at("OMPI_COMM_WORLD_LOCAL_RANK"), w.env.at("LOCAL_RANK"));
+    EXPECT_EQ(w.env.at("OMPI_COMM_WORLD_LOCAL_SIZE"), "2");
+    EXPECT_EQ(w.env.at("AZ_BATCH_MASTER_NODE"), "10.0.0.1:6000");
+    EXPECT_EQ(w.env.at("AZ_BATCHAI_MPI_MASTER_NODE"), "10.0.0.1");
+    EXPECT_FALSE(w.env.contains("PMIX_RANK"));
+  }
+}
+
+}  // namespace
+}  // namespace ddplaunch
