@@ -40,9 +40,12 @@ void Agent::start() {
   m_start_time = m_clock.wall_now();
   if (m_link == nullptr) {
     const int port = m_config.worker_port.value_or(m_self.free_port);
-    begin(
-        uniform_topology(1, m_self.nproc, 0, m_self.host, m_self.addr, m_config.master_addr, port),
-        0);
+    Topology t =
+        uniform_topology(1, m_self.nproc, 0, m_self.host, m_self.addr, m_config.master_addr, port);
+    for (size_t w = 0; w < m_self.worker_ports.size() && w < t.nodes[0].workers.size(); ++w) {
+      t.nodes[0].workers[w].port = m_self.worker_ports[w];
+    }
+    begin(t, 0);
     advance();
     return;
   }
@@ -57,6 +60,7 @@ void Agent::start() {
   self.node_rank = m_config.node_rank.value_or(-1);
   self.host = m_self.host;
   self.addr = m_self.addr;
+  self.ports = m_self.worker_ports;
   m_link->join(self);
 }
 

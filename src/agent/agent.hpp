@@ -28,10 +28,11 @@ namespace ddplaunch {
 
 // This node as the agent presents it to the job.
 struct NodeIdentity {
-  std::string host;   // host name
-  std::string addr;   // advertised address
-  int nproc = 1;      // workers (--nproc-per-node resolved)
-  int free_port = 0;  // MASTER_PORT for a one-node job without --worker-port
+  std::string host;               // host name
+  std::string addr;               // advertised address
+  int nproc = 1;                  // workers (--nproc-per-node resolved)
+  int free_port = 0;              // MASTER_PORT for a one-node job without --worker-port
+  std::vector<int> worker_ports;  // one reserved port per worker (--env-style tf)
 };
 
 // How long an agent that stopped the job waits for the store to confirm the

@@ -208,6 +208,10 @@ int dry_run(const Config& config, const EnvMap& env, const NodeIdentity& self) {
   const int node_rank = config.node_rank.value_or(0);
   Topology topology = uniform_topology(config.nnodes, self.nproc, node_rank, self.host, self.addr,
                                        config.master_addr, port);
+  auto& mine = topology.nodes[static_cast<size_t>(node_rank)].workers;
+  for (size_t i = 0; i < self.worker_ports.size() && i < mine.size(); ++i) {
+    mine[i].port = self.worker_ports[i];
+  }
   Plan plan = make_plan(
       config, layout_of(topology, node_rank, config.rdzv_id, config.role, config.max_restarts),
       env);
@@ -241,6 +245,12 @@ int run_launch(const Config& config, const EnvMap& env) {
   self.addr = config.local_addr.empty() ? posix::resolve_numeric(self.host) : config.local_addr;
   if (config.nnodes == 1 || config.dry_run) {
     self.free_port = config.worker_port ? 0 : posix::pick_free_port();
+  }
+  if (config.env_tf) {
+    // Free a moment ago; TensorFlow binds them as its workers start.
+    for (int i = 0; i < self.nproc; ++i) {
+      self.worker_ports.push_back(posix::pick_free_port());
+    }
   }
   if (config.dry_run) {
     return dry_run(config, env, self);

@@ -47,6 +47,7 @@ struct Config {
   int max_restarts = 0;          // Default: 0. Passed to workers as TORCHELASTIC_MAX_RESTARTS.
   // Worker environment styles on top of torch's (always on). Default: none.
   bool env_mpi = false;  // "mpi": OMPI_COMM_WORLD_* and Azure ML's master variables
+  bool env_tf = false;   // "tf": TF_CONFIG, with a port reserved for each worker
   // torch.distributed.launch's script argument: "" none, "dash" --local-rank=N,
   // "underscore" --local_rank=N (1.x). Default: "" (none).
   std::string local_rank_arg;

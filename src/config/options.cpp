@@ -164,14 +164,17 @@ void apply_nothing(Config&, const std::string&, const std::string&) {}
 
 void apply_env_style(Config& c, const std::string& value, const std::string& flag) {
   c.env_mpi = false;
+  c.env_tf = false;
   std::string_view rest = value;
   while (true) {
     const auto comma = rest.find(',');
     const auto style = rest.substr(0, comma);
     if (style == "mpi") {
       c.env_mpi = true;
+    } else if (style == "tf") {
+      c.env_tf = true;
     } else if (style != "torch") {
-      throw UsageError(flag + " takes torch and mpi, comma-separated; got '" + value + "'");
+      throw UsageError(flag + " takes torch, tf and mpi, comma-separated; got '" + value + "'");
     }
     if (comma == std::string_view::npos) {
       return;
@@ -213,10 +216,12 @@ const OptionSpec k_options[] = {
   {"role", "--role", k_workers, "ROLE_NAME given to the workers", false, "PET_ROLE", nullptr,
    DDPLAUNCH_STRING(role)},
   {"env_style", "--env-style,--env_style", k_workers,
-   "Worker environment styles besides torch's, comma-separated: mpi (OMPI_COMM_WORLD_*, "
-   "AZ_BATCH_MASTER_NODE)",
+   "Worker environment styles besides torch's, comma-separated: tf (TF_CONFIG), mpi "
+   "(OMPI_COMM_WORLD_*, AZ_BATCH_MASTER_NODE)",
    false, nullptr, nullptr, apply_env_style,
-   [](const Config& c) { return std::string(c.env_mpi ? "torch,mpi" : "torch"); }},
+   [](const Config& c) {
+     return std::string("torch") + (c.env_tf ? ",tf" : "") + (c.env_mpi ? ",mpi" : "");
+   }},
   {"local_rank_arg", "--local-rank-arg,--local_rank_arg", k_workers,
    "Pass --local-rank=N (dash, as torch.distributed.launch 2.x) or --local_rank=N (underscore, "
    "1.x) as the script's first argument",

@@ -2,6 +2,7 @@
 
 #include "env/mpi_env.hpp"
 #include "env/scheduler_env.hpp"
+#include "env/tf_env.hpp"
 #include "env/torch_env.hpp"
 
 namespace ddplaunch {
@@ -50,6 +51,11 @@ Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base
     rewrite_scheduler_identity(spec.env, layout, local_rank);
     if (config.env_mpi) {
       add_mpi_env(spec.env, layout, local_rank);
+    }
+    if (config.env_tf) {
+      if (auto tf = tf_config(layout, local_rank); !tf.empty()) {
+        spec.env["TF_CONFIG"] = tf;
+      }
     }
     spec.inherit_stdin = local_rank == 0;
     plan.workers.push_back(std::move(spec));

@@ -126,6 +126,11 @@ JobPlan RendezvousPlanner::plan(const std::string& worker_addr, int worker_port)
     n.host = r.host;
     n.addr = r.addr;
     n.nproc = r.nproc;
+    if (static_cast<int>(r.ports.size()) == r.nproc) {
+      for (int lr = 0; lr < r.nproc; ++lr) {
+        n.workers.push_back(WorkerSlot{0, lr, r.ports[static_cast<size_t>(lr)]});
+      }
+    }
     t.nodes.push_back(std::move(n));
   }
   assign_ranks(t);

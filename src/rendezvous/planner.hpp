@@ -26,6 +26,7 @@ struct JoinRecord {
   int node_rank = -1;  // -1: automatic
   std::string host;
   std::string addr;
+  std::vector<int> ports;   // a port reserved for each of its workers (--env-style tf)
   bool store_host = false;  // this agent hosts the store
   int arrival = 0;          // 0 for the first agent to join, 1 for the next, ...
   bool operator==(const JoinRecord&) const = default;

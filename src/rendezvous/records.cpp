@@ -82,7 +82,7 @@ json topology_json(const Topology& t) {
   for (const auto& n : t.nodes) {
     json workers = json::array();
     for (const auto& w : n.workers) {
-      workers.push_back({{"rank", w.rank}, {"local_rank", w.local_rank}});
+      workers.push_back({{"rank", w.rank}, {"local_rank", w.local_rank}, {"port", w.port}});
     }
     nodes.push_back({{"node_rank", n.node_rank},
                      {"host", n.host},
@@ -110,7 +110,8 @@ Topology topology_from(const json& j) {
     e.nproc = n.at("nproc").get<int>();
     e.first_rank = n.at("first_rank").get<int>();
     for (const auto& w : n.at("workers")) {
-      e.workers.push_back(WorkerSlot{w.at("rank").get<int>(), w.at("local_rank").get<int>()});
+      e.workers.push_back(WorkerSlot{w.at("rank").get<int>(), w.at("local_rank").get<int>(),
+                                     w.at("port").get<int>()});
     }
     t.nodes.push_back(std::move(e));
   }
@@ -128,6 +129,7 @@ std::string encode_join(const JoinRecord& r) {
                   {"node_rank", r.node_rank},
                   {"host", r.host},
                   {"addr", r.addr},
+                  {"ports", r.ports},
                   {"store_host", r.store_host},
                   {"arrival", r.arrival}});
 }
@@ -143,6 +145,7 @@ JoinRecord decode_join(std::string_view text) {
     r.node_rank = j.at("node_rank").get<int>();
     r.host = j.at("host").get<std::string>();
     r.addr = j.at("addr").get<std::string>();
+    r.ports = j.at("ports").get<std::vector<int>>();
     r.store_host = j.at("store_host").get<bool>();
     r.arrival = j.at("arrival").get<int>();
     return r;

@@ -11,9 +11,10 @@ void assign_ranks(Topology& t) {
   int next = 0;
   for (auto& n : t.nodes) {
     n.first_rank = next;
-    n.workers.clear();
+    n.workers.resize(static_cast<size_t>(n.nproc));
     for (int lr = 0; lr < n.nproc; ++lr) {
-      n.workers.push_back(WorkerSlot{next + lr, lr});
+      n.workers[static_cast<size_t>(lr)].rank = next + lr;
+      n.workers[static_cast<size_t>(lr)].local_rank = lr;
     }
     next += n.nproc;
   }
@@ -53,8 +54,16 @@ JobLayout layout_of(const Topology& t, int node_rank, const std::string& run_id,
   l.local_world_size = it->nproc;
   l.world_size = t.world_size;
   l.rank_offset = it->first_rank;
+  bool ports = true;
   for (const auto& n : t.nodes) {
     l.node_sizes.push_back(n.nproc);
+    for (const auto& w : n.workers) {
+      ports = ports && w.port > 0 && !n.addr.empty();
+      l.worker_endpoints.push_back(n.addr + ":" + std::to_string(w.port));
+    }
+  }
+  if (!ports) {
+    l.worker_endpoints.clear();
   }
   l.master_addr = t.master_addr;
   l.master_port = t.master_port;

@@ -15,6 +15,7 @@ namespace ddplaunch {
 struct WorkerSlot {
   int rank = 0;
   int local_rank = 0;
+  int port = 0;  // a port reserved on its node for it (--env-style tf); 0: none
   bool operator==(const WorkerSlot&) const = default;
 };
 
@@ -44,6 +45,8 @@ struct JobLayout {
   int world_size = 1;           // workers on every node
   int rank_offset = 0;          // global rank of this node's local rank 0
   std::vector<int> node_sizes;  // workers on each node, by node rank
+  // "addr:port" of every worker, by rank, when each has a reserved port.
+  std::vector<std::string> worker_endpoints;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // the workers' MASTER_PORT (not the store's port)
   std::string run_id = "none";

@@ -268,3 +268,24 @@ def test_every_node_learns_the_whole_topology(jobs, tmp_path):
     assert [w["rank"] for w in topo["nodes"][1]["workers"]] == [1, 2, 3]
     assert [r["rank"] for r in docs[0]["ranks"]] == [0, 1, 2, 3], "node 0 lists every rank"
     assert [r["rank"] for r in docs[1]["ranks"]] == [1, 2, 3]
+
+
+def test_tf_config_is_one_cluster_with_a_port_for_every_worker(jobs):
+    port = free_port()
+    procs = [jobs.start(agent_args(port, 2, nproc, n, extra=["--env-style", "tf",
+                                                             "--local-addr", f"127.0.0.{n + 1}"])
+                        + ["--", *worker("env")])
+             for n, nproc in enumerate([2, 1])]
+    envs = {}
+    for rc, out, err in finish(procs):
+        assert rc == 0, err
+        envs.update(env_lines(out))
+    configs = {rank: json.loads(e["TF_CONFIG"]) for rank, e in envs.items()}
+    clusters = {json.dumps(c["cluster"], sort_keys=True) for c in configs.values()}
+    assert len(clusters) == 1, "every worker sees the same cluster"
+    workers = next(iter(configs.values()))["cluster"]["worker"]
+    assert list(configs[0]["cluster"]) == ["worker"] and len(workers) == 3
+    assert len(set(workers)) == 3, "each worker has its own port"
+    assert [w.split(":")[0] for w in workers] == ["127.0.0.1", "127.0.0.1", "127.0.0.2"]
+    for rank, c in configs.items():
+        assert c["task"] == {"type": "worker", "index": rank}

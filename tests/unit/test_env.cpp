@@ -1,7 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+#include <set>
+
 #include "env/plan.hpp"
 #include "env/scheduler_env.hpp"
+#include "env/tf_env.hpp"
 #include "env/torch_env.hpp"
 
 namespace ddplaunch {
@@ -227,6 +231,35 @@ TEST(Plan, MpiStyleAgreesWithTheTorchVariables) {
     EXPECT_EQ(w.env.at("AZ_BATCHAI_MPI_MASTER_NODE"), "10.0.0.1");
     EXPECT_FALSE(w.env.contains("PMIX_RANK"));
   }
+}
+
+}  // namespace
+}  // namespace ddplaunch
+
+namespace ddplaunch {
+namespace {
+
+TEST(TfConfig, FollowsTensorFlowsRules) {
+  Topology t;
+  t.nodes = {NodeEntry{0, "a", "10.0.0.1", 2, 0, {WorkerSlot{0, 0, 5001}, WorkerSlot{0, 1, 5002}}},
+             NodeEntry{1, "b", "10.0.0.2", 1, 0, {WorkerSlot{0, 0, 6001}}}};
+  assign_ranks(t);
+  std::set<std::string> clusters;
+  for (int node = 0; node < 2; ++node) {
+    JobLayout l = layout_of(t, node, "job", "default", 0);
+    for (int lr = 0; lr < l.local_world_size; ++lr) {
+      auto doc = nlohmann::json::parse(tf_config(l, lr));
+      clusters.insert(doc["cluster"].dump());
+      EXPECT_EQ(doc["task"]["type"], "worker");
+      EXPECT_EQ(doc["task"]["index"], l.rank_offset + lr);
+      EXPECT_LT(doc["task"]["index"].get<size_t>(), doc["cluster"]["worker"].size());
+    }
+  }
+  ASSERT_EQ(clusters.size(), 1u);
+  EXPECT_EQ(*clusters.begin(), R"({"worker":["10.0.0.1:5001","10.0.0.1:5002","10.0.0.2:6001"]})");
+  // Without reserved ports there is no TF_CONFIG to give.
+  EXPECT_EQ(tf_config(layout_of(uniform_topology(1, 2, 0, "a", "x", "x", 1), 0, "j", "r", 0), 0),
+            "");
 }
 
 }  // namespace
