@@ -71,6 +71,12 @@ void validate(const Config& c) {
              std::to_string(c.nnodes) + "; node ranks go from 0 to " + std::to_string(c.nnodes - 1),
          {"nnodes", "node_rank"});
   }
+  if (c.master_port == 0 && c.nnodes > 1) {
+    fail(c,
+         "--rdzv-endpoint HOST:0 (any free port) works for one node only; give the port every "
+         "node will use",
+         {"rdzv_endpoint", "nnodes"});
+  }
   if (c.heartbeat_timeout_s <= c.heartbeat_interval_s) {
     fail(c, "--heartbeat-timeout must be longer than --heartbeat-interval",
          {"heartbeat_timeout", "heartbeat_interval"});

@@ -134,14 +134,34 @@ void apply_node_rank(Config& c, const std::string& value, const std::string& fla
       parse_int_in(value, flag, 0, k_max_nodes - 1, "a number from 0 to nnodes-1, or auto");
 }
 
+// torchrun's forms: HOST, HOST:PORT, [IPV6], [IPV6]:PORT; PORT defaults to
+// 29400 (torchrun's c10d default) and 0 means any free port (one node only).
 void apply_endpoint(Config& c, const std::string& value, const std::string& flag) {
-  auto colon = value.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    throw UsageError(flag + " must be HOST:PORT, got '" + value + "'");
+  const std::string what = flag + " must be HOST, HOST:PORT or [IPV6]:PORT, got '" + value + "'";
+  std::string host = value;
+  std::string port;
+  if (value.starts_with("[")) {
+    const auto close = value.find(']');
+    if (close == std::string::npos || close == 1 ||
+        (close + 1 < value.size() && value[close + 1] != ':')) {
+      throw UsageError(what);
+    }
+    host = value.substr(1, close - 1);
+    port = close + 1 < value.size() ? value.substr(close + 2) : "";
+  } else if (const auto colon = value.find(':'); colon != std::string::npos) {
+    if (value.find(':', colon + 1) != std::string::npos) {
+      throw UsageError(what + " (put an IPv6 address in brackets)");
+    }
+    host = value.substr(0, colon);
+    port = value.substr(colon + 1);
   }
-  c.master_addr = value.substr(0, colon);
-  c.master_port =
-      parse_int_in(value.substr(colon + 1), flag + " port", 1, 65535, "a port from 1 to 65535");
+  if (host.empty()) {
+    throw UsageError(what);
+  }
+  c.master_addr = host;
+  c.master_port = port.empty() ? 29400
+                               : parse_int_in(port, flag + " port", 0, 65535,
+                                              "a port from 1 to 65535, or 0 for any free port");
 }
 
 void apply_backend(Config& c, const std::string& value, const std::string& flag) {
@@ -266,7 +286,9 @@ const OptionSpec k_options[] = {
    },
    [](const Config& c) { return std::to_string(c.master_port); }},
   {"rdzv_endpoint", "--rdzv-endpoint,--rdzv_endpoint", k_nodes,
-   "HOST:PORT, the same as --master-addr HOST --master-port PORT", false, "PET_RDZV_ENDPOINT",
+   "HOST[:PORT] or [IPV6][:PORT]: --master-addr HOST --master-port PORT (29400 when not "
+   "given; 0: any free port, one node only)",
+   false, "PET_RDZV_ENDPOINT",
    "master_addr,master_port", apply_endpoint, nullptr},
   {"rdzv_id", "--rdzv-id,--rdzv_id", k_nodes, "Job id every node must agree on", false,
    "PET_RDZV_ID", nullptr,

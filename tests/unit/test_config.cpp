@@ -114,7 +114,7 @@ TEST(Config, BadCommandLinesAreUsageErrorsNamingTheFlag) {
       {{"--master-port", "0", "p"}, "--master-port"},
       {{"--master-port", "65536", "p"}, "--master-port"},
       {{"--worker-port", "70000", "p"}, "--worker-port"},
-      {{"--rdzv-endpoint", "nohostport", "p"}, "--rdzv-endpoint"},
+      {{"--rdzv-endpoint", "a:b:c", "p"}, "--rdzv-endpoint"},
       {{"--rdzv-backend", "etcd", "p"}, "--rdzv-backend"},
       {{"--term-timeout", "-1", "p"}, "--term-timeout"},
       {{"--rdzv-timeout", "0", "p"}, "--rdzv-timeout"},
@@ -230,6 +230,30 @@ TEST(Config, BadValuesFromVariablesNameTheVariable) {
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()).find("PET_"), std::string::npos) << e.what();
   }
+}
+
+TEST(Config, RendezvousEndpointForms) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* addr;
+    int port;
+  };
+  const Case cases[] = {
+      {{"--rdzv-endpoint", "node7:4000", "p"}, "node7", 4000},
+      {{"--rdzv-endpoint", "node7", "p"}, "node7", 29400},
+      {{"--rdzv-endpoint", "[::1]:4000", "p"}, "::1", 4000},
+      {{"--rdzv-endpoint", "[fe80::2]", "p"}, "fe80::2", 29400},
+      {{"--rdzv-endpoint", "localhost:0", "p"}, "localhost", 0},
+  };
+  for (const auto& c : cases) {
+    Config cfg = parse(c.args);
+    EXPECT_EQ(cfg.master_addr, c.addr);
+    EXPECT_EQ(cfg.master_port, c.port);
+  }
+  for (const char* bad : {"::1:4000", "[::1", "[]:5", ":5", "h:x", "[::1]x"}) {
+    EXPECT_THROW(parse({"--rdzv-endpoint", bad, "p"}), UsageError) << bad;
+  }
+  EXPECT_THROW(parse({"--rdzv-endpoint", "h:0", "--nnodes", "2", "p"}), UsageError);
 }
 
 TEST(Config, TheLastOfARepeatedOptionWins) {
