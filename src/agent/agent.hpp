@@ -76,9 +76,6 @@ class Agent : public JobLink::Listener {
   // Set when the run ended with an error rather than a job verdict (exit 2,
   // 3, 4, 127): the one line main() prints.
   const std::optional<std::string>& error() const { return m_error; }
-  // The plan, once joined (the driver reads its workers' pids through the spawner).
-  const Plan* plan() const { return m_plan ? &*m_plan : nullptr; }
-  bool running() const { return m_phase == Phase::k_running; }
 
  private:
   enum class Phase { k_joining, k_running, k_finishing, k_gathering, k_done };

@@ -61,10 +61,6 @@ OutputRouter::Channel& OutputRouter::channel(int local_rank, Stream stream) {
   return m_workers.at(static_cast<size_t>(local_rank)).channels[static_cast<int>(stream)];
 }
 
-bool OutputRouter::closed(int local_rank, Stream stream) const {
-  return !m_workers.at(static_cast<size_t>(local_rank)).channels[static_cast<int>(stream)].open;
-}
-
 bool OutputRouter::all_closed() const {
   return std::none_of(m_workers.begin(), m_workers.end(), [](const RankStreams& w) {
     return w.channels[0].open || w.channels[1].open;

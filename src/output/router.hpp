@@ -39,7 +39,6 @@ class OutputRouter {
   void on_data(int local_rank, Stream stream, std::string_view data);
   // End of a stream: its unfinished last line is printed. Idempotent.
   void on_close(int local_rank, Stream stream);
-  bool closed(int local_rank, Stream stream) const;
   bool all_closed() const;
 
   // The last lines of a worker's stderr, oldest first.

@@ -50,7 +50,6 @@ class StoreLink : public JobLink {
   void on_ready(int fd, uint32_t events, TimePoint now);
   std::optional<TimePoint> deadline() const;
   void on_time(TimePoint now);
-  bool hosts_store() const { return m_server != nullptr; }
 
  private:
   enum class Phase { k_idle, k_joining, k_running, k_finishing, k_done };
