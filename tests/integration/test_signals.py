@@ -94,7 +94,8 @@ def test_signal_while_workers_run_ends_every_node(jobs, tmp_path, sig):
         assert rc == 128 + sig, err
 
 
-def test_signal_while_results_are_gathered(jobs, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_while_results_are_gathered(jobs, tmp_path, sig):
     # Rank 0 fails at once; rank 1 (node 1) ignores SIGTERM, so node 1 sits in
     # its 300 s grace period and node 0 waits for its results.
     port = free_port()
@@ -104,14 +105,14 @@ def test_signal_while_results_are_gathered(jobs, tmp_path):
     other = agent(jobs, port, 2, 1, steps)
     read_until(host.stderr, "waiting for every node's results")
     read_until(other.stdout, "caught SIGTERM")  # node 1 is in its grace period
-    host.send_signal(signal.SIGINT)
+    host.send_signal(sig)
     rc, err, _ = exits(host)
-    assert rc == 130, err
+    assert rc == 128 + sig, err
     assert "job failed: rank 0 (node 0" in err, "the report keeps the root cause"
-    assert "received SIGINT while the job was ending" in err, err
-    other.send_signal(signal.SIGINT)
+    assert f"received {signal.Signals(sig).name} while the job was ending" in err, err
+    other.send_signal(sig)
     rc, err, _ = exits(other)
-    assert rc == 130, err
+    assert rc == 128 + sig, err
     assert "job failed: rank 0 (node 0" in err, err
 
 
