@@ -25,7 +25,8 @@ spdlog::level::level_enum to_spdlog(Level level) {
 
 void setup(std::string_view level) {
   // Unbuffered stderr sink: launcher messages and workers' lines never interleave mid-line.
-  auto logger = spdlog::stderr_logger_st("ddplaunch");
+  // Thread-safe: the store server thread warns too.
+  auto logger = spdlog::stderr_logger_mt("ddplaunch");
   logger->set_pattern("ddplaunch: %^%l%$: %v");
   logger->set_level(spdlog::level::from_str(std::string(level)));
   logger->flush_on(spdlog::level::trace);

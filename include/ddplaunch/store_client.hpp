@@ -27,10 +27,11 @@ class StoreClient {
   using Duration = std::chrono::milliseconds;
 
   // Connects to host:port, retrying with back-off (10 ms doubling to 1 s)
-  // until `connect_timeout` passes, then says HELLO. Throws StoreError.
+  // until `connect_timeout` passes, then says HELLO (and proves it knows
+  // `token`, the job's secret, when the store has one). Throws StoreError.
   // `io_timeout` bounds every later exchange (on top of a call's own timeout).
   StoreClient(const std::string& host, int port, Duration connect_timeout,
-              Duration io_timeout = std::chrono::seconds(30));
+              Duration io_timeout = std::chrono::seconds(30), const std::string& token = {});
   ~StoreClient();
   StoreClient(StoreClient&&) noexcept;
   StoreClient& operator=(StoreClient&&) noexcept;

@@ -5,6 +5,7 @@
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
 #include "proc/spawn.hpp"
+#include "rendezvous/records.hpp"
 
 namespace ddplaunch {
 
@@ -66,17 +67,36 @@ void Agent::start() {
 
 void Agent::begin(const Topology& topology, int node_rank) {
   m_topology = topology;
-  const JobLayout layout =
+  JobLayout layout =
       layout_of(topology, node_rank, m_config.rdzv_id, m_config.role, m_config.max_restarts);
-  m_plan = make_plan(m_config, layout, m_env);
+  layout.socket_ifname = m_self.ifname;
+  m_plan = make_plan(m_config, layout, m_env, m_self.bindings);
   for (const auto& notice : m_plan->notices) {
     log::info("{}", notice);
+  }
+  if (m_config.report_bindings) {
+    for (const auto& w : m_plan->workers) {
+      const auto i = static_cast<size_t>(w.local_rank);
+      log::info("rank {} (node {}, local rank {}): {}", w.rank, layout.node_rank, w.local_rank,
+                i < m_self.bindings.size() ? describe_binding(m_self.bindings[i])
+                                           : "CPUs inherited, GPUs inherited");
+    }
   }
   log::debug("starting {} worker(s) for ranks {}..{} of {}", m_plan->workers.size(),
              layout.rank_offset, layout.rank_offset + layout.local_world_size - 1,
              layout.world_size);
   try {
     m_router.start(layout);
+    m_error_files.start(m_router.log_dir(), layout);
+    for (auto& w : m_plan->workers) {
+      // Each rank its own (torchrun's rule); the launcher's own, if it
+      // inherited one, receives the root cause's error at the end.
+      if (std::string path = m_error_files.path(w.local_rank); !path.empty()) {
+        w.env["TORCHELASTIC_ERROR_FILE"] = path;
+      } else {
+        w.env.erase("TORCHELASTIC_ERROR_FILE");
+      }
+    }
     m_start_time = m_clock.wall_now();
     m_pids = m_spawner.spawn(m_plan->workers);
   } catch (const LaunchError& e) {
@@ -118,6 +138,18 @@ RankOutcome Agent::outcome(int local_rank) const {
   o.stopped_by_launcher = m_supervisor->stopped_by_launcher(local_rank);
   o.start_time = m_start_time;
   o.end_time = m_end_times.at(i);
+  return o;
+}
+
+RankOutcome Agent::root_outcome(int local_rank) const {
+  RankOutcome o = outcome(local_rank);
+  o.last_stderr = m_router.stderr_tail(local_rank);
+  if (auto text = m_error_files.read(local_rank)) {
+    o.error = decode_error_file(*text);
+    if (!o.error) {
+      log::debug("rank {}'s error file is not PyTorch's format: not shown", o.rank);
+    }
+  }
   return o;
 }
 
@@ -185,8 +217,7 @@ void Agent::on_worker_exit(int local_rank, const ExitInfo& info) {
   auto actions = m_supervisor->on_worker_exit(local_rank, info, m_clock.now());
   apply(actions);
   if (actions.local_failure) {
-    RankOutcome root = outcome(local_rank);
-    root.last_stderr = m_router.stderr_tail(local_rank);
+    RankOutcome root = root_outcome(local_rank);
     log::debug("rank {} failed first: {}", root.rank, info.describe());
     if (m_link != nullptr && !m_verdict) {
       publish(JobVerdict{info.shell_code(), "", root, m_plan->layout.node_rank});
@@ -381,8 +412,7 @@ void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
   local.stop_signal = m_supervisor->stop_signal();
   local.late_signal = m_late_signal;
   if (auto root = m_supervisor->root_cause()) {
-    local.root_cause = outcome(*root);
-    local.root_cause->last_stderr = m_router.stderr_tail(*root);
+    local.root_cause = root_outcome(*root);
   }
   const int node_rank = m_plan->layout.node_rank;
   const Decision d = merge_verdict(local, m_link != nullptr ? m_verdict : std::nullopt, node_rank);

@@ -18,6 +18,7 @@
 #include "config/config.hpp"
 #include "env/env_map.hpp"
 #include "env/plan.hpp"
+#include "output/error_files.hpp"
 #include "output/router.hpp"
 #include "proc/spawner.hpp"
 #include "rendezvous/job_link.hpp"
@@ -33,6 +34,8 @@ struct NodeIdentity {
   int nproc = 1;                  // workers (--nproc-per-node resolved)
   int free_port = 0;              // MASTER_PORT for a one-node job without --worker-port
   std::vector<int> worker_ports;  // one reserved port per worker (--env-style tf)
+  std::string ifname;             // the interface holding it (gloo's and NCCL's); empty: unset
+  std::vector<Binding> bindings;  // CPUs and GPUs per local rank; empty: inherited
 };
 
 // How long an agent that stopped the job waits for the store to confirm the
@@ -90,6 +93,8 @@ class Agent : public JobLink::Listener {
   void end_gathering(std::optional<std::vector<RankOutcome>> ranks);
   void end_early(int exit_code, StopReason reason, const std::string& message, bool is_error);
   RankOutcome outcome(int local_rank) const;
+  // outcome() with what explains a failure: the stderr tail and the error file.
+  RankOutcome root_outcome(int local_rank) const;
   std::string node_name() const;
 
   const Config& m_config;
@@ -99,6 +104,7 @@ class Agent : public JobLink::Listener {
   const Clock& m_clock;
   JobLink* m_link;
   OutputRouter m_router;
+  ErrorFiles m_error_files;
   Phase m_phase = Phase::k_joining;
 
   std::optional<Topology> m_topology;

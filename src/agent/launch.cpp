@@ -1,26 +1,34 @@
 #include "agent/launch.hpp"
 
 #include <fcntl.h>
+#include <netdb.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 
 #include "agent/agent.hpp"
+#include "cluster/pmix_exchange.hpp"
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
 #include "node/resources.hpp"
 #include "posix/event_loop.hpp"
+#include "posix/interfaces.hpp"
 #include "posix/net.hpp"
 #include "posix/signals.hpp"
+#include "proc/guard.hpp"
 #include "proc/reap.hpp"
+#include "proc/spawn.hpp"
 #include "rendezvous/records.hpp"
 #include "rendezvous/store_link.hpp"
 
@@ -57,6 +65,33 @@ long peak_rss_kib() {
   rusage usage = {};
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_maxrss;
+}
+
+// An inherited TORCHELASTIC_ERROR_FILE (a scheduler's, or an outer torchrun's)
+// receives the root cause's error, as torchrun's own @record writes it; with
+// no error file from that rank, what ddplaunch knows of its end.
+void write_inherited_error_file(const EnvMap& env, const JobSummary& summary) {
+  auto it = env.find("TORCHELASTIC_ERROR_FILE");
+  if (it == env.end() || it->second.empty() || summary.exit_code == 0 || !summary.root_cause) {
+    return;
+  }
+  const RankOutcome& r = *summary.root_cause;
+  WorkerError error;
+  if (r.error) {
+    error = *r.error;
+  } else {
+    error.message = "ddplaunch: " + describe_outcome(r);
+    for (const auto& line : r.last_stderr) {
+      error.traceback += line + "\n";
+    }
+    error.timestamp = std::to_string(static_cast<long long>(r.end_time));
+  }
+  std::ofstream out(it->second, std::ios::trunc);
+  out << encode_error_file(error, summary.exit_code);
+  out.close();
+  if (!out) {
+    log::warn("cannot write the root cause's error to TORCHELASTIC_ERROR_FILE={}", it->second);
+  }
 }
 
 void write_summary_json(const std::string& path, const JobSummary& summary) {
@@ -213,36 +248,198 @@ int dry_run(const Config& config, const EnvMap& env, const NodeIdentity& self) {
     mine[i].port = self.worker_ports[i];
   }
   Plan plan = make_plan(
-      config, layout_of(topology, node_rank, config.rdzv_id, config.role, config.max_restarts),
-      env);
+      config, layout_of(topology, node_rank, config.rdzv_id, config.role, config.max_restarts), env,
+      self.bindings);
   posix::write_all(1, encode_dry_run(config, plan, topology));
   return k_exit_ok;
 }
 
+// Refuses, before anything starts, a --summary-json path that cannot be
+// written (the summary would otherwise be lost at the very end).
+void check_summary_path(const std::string& path) {
+  if (path.empty()) {
+    return;
+  }
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const bool created = fd >= 0;
+  if (!created && errno == EEXIST) {
+    fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  }
+  if (fd < 0) {
+    throw UsageError("--summary-json " + path + ": cannot write it (" + std::strerror(errno) +
+                     "); check the directory exists and is writable");
+  }
+  ::close(fd);
+  if (created) {
+    ::unlink(path.c_str());
+  }
+}
+
+// Refuses a --master-addr this node cannot resolve at all (a typo), rather
+// than retrying it until --rdzv-timeout; a passing DNS failure is retried.
+void check_master_resolves(const Config& config) {
+  if (config.nnodes == 1 || config.dry_run) {
+    return;
+  }
+  addrinfo hints = {};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = getaddrinfo(config.master_addr.c_str(), nullptr, &hints, &res);
+  if (res != nullptr) {
+    freeaddrinfo(res);
+  }
+  if (rc == EAI_NONAME || rc == EAI_NODATA || rc == EAI_FAIL) {
+    throw UsageError("cannot resolve --master-addr " + config.master_addr + " (" +
+                     gai_strerror(rc) +
+                     "); give node 0's host name or address as this node can "
+                     "resolve it");
+  }
+}
+
+// The job's secret: --rdzv-token-file, else DDPLAUNCH_RDZV_TOKEN; trailing
+// whitespace (a file's newline) is not part of it. Empty: none.
+std::string load_token(const Config& config, const EnvMap& env) {
+  std::string token;
+  if (!config.rdzv_token_file.empty()) {
+    std::ifstream in(config.rdzv_token_file, std::ios::binary);
+    if (!in) {
+      throw UsageError("--rdzv-token-file " + config.rdzv_token_file + ": cannot read it (" +
+                       std::strerror(errno) + "); give a readable file holding the job's secret");
+    }
+    token.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    struct stat st = {};
+    if (::stat(config.rdzv_token_file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      log::warn("--rdzv-token-file {} can be read by other users: chmod 600 it",
+                config.rdzv_token_file);
+    }
+  } else if (auto it = env.find("DDPLAUNCH_RDZV_TOKEN"); it != env.end()) {
+    token = it->second;
+  }
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
+    token.pop_back();
+  }
+  if (token.empty() && (!config.rdzv_token_file.empty() || env.contains("DDPLAUNCH_RDZV_TOKEN"))) {
+    throw UsageError(
+        "the job token is empty: put a secret in --rdzv-token-file or DDPLAUNCH_RDZV_TOKEN "
+        "(for example: head -c 32 /dev/urandom | base64 > token; chmod 600 token)");
+  }
+  return token;
+}
+
+// This host's addresses other hosts may dial: every non-loopback one, else loopback.
+std::vector<std::string> dialable_addrs() {
+  std::vector<std::string> out;
+  for (const auto& i : posix::interfaces()) {
+    if (!i.loopback && !i.addr.starts_with("fe80:")) {
+      out.push_back(i.addr);
+    }
+  }
+  if (out.empty()) {
+    out.push_back("127.0.0.1");
+  }
+  return out;
+}
+
+// The address other hosts most likely reach this one at: the one holding the
+// default route, else the first non-loopback one.
+std::optional<std::string> outward_addr() {
+  auto candidates = dialable_addrs();
+  if (candidates.size() == 1 && posix::is_loopback(candidates.front())) {
+    return std::nullopt;
+  }
+  if (candidates.size() > 1) {
+    // Any address outside this host's networks takes the default route
+    // (nothing is sent); none when there is no default route.
+    if (auto via = posix::route_source("192.0.2.255"); via && !posix::is_loopback(*via)) {
+      return via;
+    }
+  }
+  return candidates.front();
+}
+
+// The address this node advertises (--local-addr, else the one its packets to
+// the master leave from, else its host name's) and the interface holding it.
+void find_own_address(const Config& config, NodeIdentity& self) {
+  self.host = local_hostname();
+  if (!config.local_addr.empty()) {
+    self.addr = config.local_addr;
+  } else if (config.nnodes > 1 && !config.dry_run) {
+    self.addr = posix::route_source(config.master_addr).value_or(posix::resolve_numeric(self.host));
+    if (posix::is_loopback(self.addr) && !posix::is_loopback(config.master_addr)) {
+      // The master's name is this host's and maps to loopback here (Debian's
+      // 127.0.1.1 self entry): advertise what other hosts reach instead.
+      self.addr = outward_addr().value_or(self.addr);
+    }
+  } else {
+    self.addr = posix::resolve_numeric(self.host);
+  }
+  if (config.nnodes == 1) {
+    return;  // one node: gloo and NCCL find each other on this host
+  }
+  if (auto iface = posix::interface_holding(self.addr, posix::interfaces())) {
+    self.ifname = iface->name;
+  }
+  if (posix::is_loopback(self.addr) && !posix::is_loopback(config.master_addr) && !config.dry_run) {
+    log::warn(
+        "this node advertises the loopback address {} in a job across hosts: other nodes "
+        "cannot reach its workers; give --local-addr with an address they can dial",
+        self.addr);
+  }
+}
+
 }  // namespace
 
-int run_launch(const Config& config, const EnvMap& env) {
-  // Signals first, before any thread (the store server) exists: from here to
-  // exit they arrive only through this signalfd, which the loop always reads.
+int run_launch(const Config& given, const EnvMap& env) {
+  // Signals first, before any thread (the store server, PMIx's) exists: from
+  // here to exit they arrive only through this signalfd, which the loop always reads.
   posix::SignalFd signals({SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2});
   ::signal(SIGPIPE, SIG_IGN);
   become_subreaper();
+  raise_fd_limit_for_launcher();
+  // Before any thread (PMIx's, the store's) exists: the guard is a fork.
+  std::optional<JobGuard> guard;
+  EnvMap worker_env = env;
+  if (!given.dry_run) {
+    auto mode = env.find("DDPLAUNCH_GUARD");
+    guard.emplace(mode == env.end() || mode->second != "process");
+    worker_env["DDPLAUNCH_AGENT_ID"] = guard->marker();
+  }
 
-  for (const auto& note : config.notes) {
+  for (const auto& note : given.notes) {
     log::warn("{}", note);
   }
+  Config config = given;
+  check_summary_path(config.summary_json);
+  check_master_resolves(config);
+  config.rdzv_token = load_token(config, env);
+  if (config.nnodes > 1 && config.rdzv_token.empty() && !config.dry_run &&
+      !posix::is_loopback(config.master_addr)) {
+    log::info(
+        "the store admits any client that can reach {}:{}; to admit only this job's nodes, give "
+        "every node the same secret with --rdzv-token-file FILE or DDPLAUNCH_RDZV_TOKEN",
+        config.master_addr, config.master_port);
+  }
+  if (config.master_via_pmix && config.nnodes > 1 && !config.dry_run) {
+    config.master_addr = pmix_exchange_master_addr(config.node_rank.value_or(-1), dialable_addrs(),
+                                                   millis(config.rdzv_timeout_s), signals);
+    log::debug("node 0's address, through PMIx: {}", config.master_addr);
+  }
   const std::string& m = config.master_addr;
-  if (config.nnodes > 1 && !config.dry_run &&
-      (m == "localhost" || m == "::1" || m.starts_with("127."))) {
+  if (config.nnodes > 1 && !config.dry_run && !config.master_via_pmix && posix::is_loopback(m)) {
     log::info(
         "--master-addr {} is a loopback address: every node of this job must run on this "
         "host; for a job across hosts give node 0's host name or address",
         m);
   }
   NodeIdentity self;
-  self.nproc = resolve_nproc(config.nproc_mode, config.nproc_per_node, probe_resources(env));
-  self.host = local_hostname();
-  self.addr = config.local_addr.empty() ? posix::resolve_numeric(self.host) : config.local_addr;
+  const NodeResources resources = probe_resources(env);
+  self.nproc = resolve_nproc(config.nproc_mode, config.nproc_per_node, resources);
+  std::vector<std::string> binding_notes;
+  self.bindings = plan_bindings(config, self.nproc, resources, binding_notes);
+  for (const auto& note : binding_notes) {
+    log::warn("{}", note);
+  }
+  find_own_address(config, self);
   if (config.nnodes == 1 || config.dry_run) {
     self.free_port = config.worker_port ? 0 : posix::pick_free_port();
   }
@@ -259,11 +456,14 @@ int run_launch(const Config& config, const EnvMap& env) {
   StdioConsole console;
   SystemClock clock;
   ProcessSpawner spawner;
+  if (guard) {
+    spawner.spare(guard->guard_pid());
+  }
   std::unique_ptr<StoreLink> link;
   if (config.nnodes > 1) {
     link = std::make_unique<StoreLink>(config);
   }
-  Agent agent(config, env, self, spawner, clock, link.get(), console);
+  Agent agent(config, worker_env, self, spawner, clock, link.get(), console);
   if (link) {
     link->set_listener(agent);
   }
@@ -277,6 +477,7 @@ int run_launch(const Config& config, const EnvMap& env) {
   if (!config.summary_json.empty()) {
     write_summary_json(config.summary_json, summary);
   }
+  write_inherited_error_file(env, summary);
   if (agent.error()) {
     throw LaunchError(summary.exit_code, *agent.error());
   }

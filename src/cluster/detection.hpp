@@ -22,6 +22,9 @@ struct Detection {
   // Options this environment needs from someone (a flag or another
   // detector): key -> the usage error when nobody gives one.
   std::map<std::string, std::string> needs;
+  // Node 0's address is to be exchanged through the PMIx server that started
+  // this process (mpirun), unless a flag or an earlier detector gives it.
+  bool master_via_pmix = false;
 };
 
 }  // namespace ddplaunch

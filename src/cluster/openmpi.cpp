@@ -36,6 +36,10 @@ Detection detect_openmpi(const EnvMap& env) {
     d.values["rdzv_endpoint"] = Setting{*master, "AZ_BATCH_MASTER_NODE"};
   } else if (const std::string* host = get(env, "AZ_BATCHAI_MPI_MASTER_NODE")) {
     d.values["master_addr"] = Setting{*host, "AZ_BATCHAI_MPI_MASTER_NODE"};
+  } else if (get(env, "PMIX_SERVER_URI41") != nullptr || get(env, "PMIX_SERVER_URI4") != nullptr ||
+             get(env, "PMIX_SERVER_URI3") != nullptr || get(env, "PMIX_SERVER_URI2") != nullptr) {
+    // mpirun runs a PMIx server: node 0 tells the others its address through it.
+    d.master_via_pmix = true;
   } else {
     const std::string* local = get(env, "OMPI_COMM_WORLD_LOCAL_SIZE");
     if (local == nullptr || *local != *size) {

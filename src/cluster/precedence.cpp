@@ -4,13 +4,14 @@
 
 #include "cluster/openmpi.hpp"
 #include "cluster/pet.hpp"
+#include "cluster/platform.hpp"
 #include "cluster/slurm.hpp"
 #include "ddplaunch/error.hpp"
 
 namespace ddplaunch {
 
 std::vector<Detection> detect_all(const EnvMap& env) {
-  return {detect_pet(env), detect_slurm(env), detect_openmpi(env)};
+  return {detect_pet(env), detect_slurm(env), detect_openmpi(env), detect_platform(env)};
 }
 
 namespace {
@@ -80,6 +81,10 @@ Config resolve(const CommandLine& command_line, const std::vector<Detection>& de
         throw UsageError(d.error);
       }
       c.notes.push_back(d.error + " (going on: --nnodes was given)");
+    }
+    if (d.master_via_pmix && c.source_of("master_addr") == "default") {
+      c.master_via_pmix = true;
+      c.sources["master_addr"] = "PMIx";
     }
     for (const auto& [key, message] : d.needs) {
       if (c.source_of(key) == "default") {

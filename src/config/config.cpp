@@ -1,5 +1,7 @@
 #include "config/config.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <initializer_list>
 
 #include "ddplaunch/error.hpp"
@@ -36,12 +38,17 @@ const char* nproc_mode_name(NprocMode mode) {
       return "cpu";
     case NprocMode::k_gpu:
       return "gpu";
+    case NprocMode::k_xpu:
+      return "xpu";
   }
   return "fixed";
 }
 
 std::chrono::milliseconds millis(double seconds) {
-  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
+  // Options are checked to lie in [0, k_max_seconds]; a positive value under
+  // a millisecond still waits one (never a busy loop).
+  const double ms = std::ceil(std::clamp(seconds, 0.0, k_max_seconds) * 1000.0);
+  return std::chrono::milliseconds(static_cast<long long>(ms));
 }
 
 namespace {
@@ -80,6 +87,16 @@ void validate(const Config& c) {
   if (c.heartbeat_timeout_s <= c.heartbeat_interval_s) {
     fail(c, "--heartbeat-timeout must be longer than --heartbeat-interval",
          {"heartbeat_timeout", "heartbeat_interval"});
+  }
+  if (c.nproc_mode == NprocMode::k_fixed &&
+      static_cast<long>(c.nnodes) * c.nproc_per_node <= c.tf_ps + (c.tf_chief ? 1 : 0) &&
+      (c.tf_ps > 0 || c.tf_chief)) {
+    fail(c,
+         "--tf-ps " + std::to_string(c.tf_ps) + (c.tf_chief ? " and --tf-chief" : "") +
+             " leave no rank to be a worker in a job of " +
+             std::to_string(c.nnodes * c.nproc_per_node) +
+             " ranks; run more workers or fewer parameter servers",
+         {"tf_ps", "tf_chief", "nnodes", "nproc_per_node"});
   }
   if (c.module && c.no_python) {
     fail(c, "-m/--module runs a Python module and cannot be combined with --no-python",

@@ -19,6 +19,14 @@ enum class NprocMode {
   k_auto,   // GPUs if any, else CPUs
   k_cpu,    // online CPUs
   k_gpu,    // GPUs this node may use; an error when there are none
+  k_xpu,    // Intel GPUs (/sys/class/drm); an error when there are none
+};
+
+// How local ranks are bound to this node's allowed CPUs.
+enum class CpuBind {
+  k_none,   // inherit the launcher's affinity
+  k_cores,  // split the allowed CPUs into one contiguous share per local rank
+  k_numa,   // each local rank gets the allowed CPUs of one NUMA node, ranks spread in blocks
 };
 
 // Which standard streams a torchrun-style --redirects/--tee value selects:
@@ -48,9 +56,18 @@ struct Config {
   // Worker environment styles on top of torch's (always on). Default: none.
   bool env_mpi = false;  // "mpi": OMPI_COMM_WORLD_* and Azure ML's master variables
   bool env_tf = false;   // "tf": TF_CONFIG, with a port reserved for each worker
+  // TensorFlow parameter-server jobs (env/tf_env.hpp places them by rank).
+  bool tf_chief = false;  // Default: false. Rank 0 is the chief.
+  int tf_ps = 0;          // Default: 0. Parameter servers after the chief.
   // torch.distributed.launch's script argument: "" none, "dash" --local-rank=N,
   // "underscore" --local_rank=N (1.x). Default: "" (none).
   std::string local_rank_arg;
+  // torchrun's --run-path: run the program with Python whatever its name (and
+  // despite --no-python). Default: false.
+  bool run_path = false;
+  int gpus_per_proc = 0;               // Default: 0 = CUDA_VISIBLE_DEVICES inherited as is
+  CpuBind cpu_bind = CpuBind::k_none;  // Default: k_none
+  bool report_bindings = false;        // Default: false
 
   // --- Nodes and rendezvous ----------------------------------------------------
   int nnodes = 1;                         // Default: 1
@@ -65,6 +82,15 @@ struct Config {
   // Where node 0's store listens. Default: empty = every interface (as
   // PyTorch's TCPStore), or loopback when --master-addr is a loopback address.
   std::string store_bind;
+  // Node 0's address comes from mpirun's PMIx server at start (the Open MPI
+  // detector sets it when nothing else names node 0). Default: false.
+  bool master_via_pmix = false;
+  // The job's secret for the store: read from this file (or
+  // DDPLAUNCH_RDZV_TOKEN) at start, never taken on the command line, which
+  // `ps` shows. Default: empty = none.
+  std::string rdzv_token_file;
+  std::string rdzv_token;           // the secret itself, filled in at start; never shown
+  int rdzv_max_clients = 4096;      // Default: 4096 connections to node 0's store
   double rdzv_timeout_s = 600;      // Default: 600 seconds
   double heartbeat_interval_s = 1;  // Default: 1 second
   double heartbeat_timeout_s = 15;  // Default: 15 seconds
@@ -99,6 +125,10 @@ struct Config {
 
 // "fixed", "auto", "cpu" or "gpu".
 const char* nproc_mode_name(NprocMode mode);
+
+// The longest duration any option takes: ten years, far inside what the
+// clocks can add to the present.
+inline constexpr double k_max_seconds = 315'360'000;
 
 // A duration option (seconds, as the command line takes them) in milliseconds.
 std::chrono::milliseconds millis(double seconds);

@@ -37,10 +37,10 @@ double parse_seconds(const std::string& value, const std::string& flag, bool all
   double v = 0;
   auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
   const bool ok = ec == std::errc() && ptr == value.data() + value.size() && !value.empty() &&
-                  std::isfinite(v) && v >= 0 && (allow_zero || v > 0);
+                  std::isfinite(v) && v >= 0 && (allow_zero || v > 0) && v <= k_max_seconds;
   if (!ok) {
     throw UsageError(flag + " must be a " + (allow_zero ? "non-negative" : "positive") +
-                     " number of seconds, got '" + value + "'");
+                     " number of seconds up to 315360000 (ten years), got '" + value + "'");
   }
   return v;
 }
@@ -97,10 +97,12 @@ void apply_nproc(Config& c, const std::string& value, const std::string& flag) {
     c.nproc_mode = NprocMode::k_cpu;
   } else if (value == "gpu") {
     c.nproc_mode = NprocMode::k_gpu;
+  } else if (value == "xpu") {
+    c.nproc_mode = NprocMode::k_xpu;
   } else {
     c.nproc_mode = NprocMode::k_fixed;
-    c.nproc_per_node =
-        parse_int_in(value, flag, 1, k_max_nproc, "a number from 1 to 4096, or auto, cpu or gpu");
+    c.nproc_per_node = parse_int_in(value, flag, 1, k_max_nproc,
+                                    "a number from 1 to 4096, or auto, cpu, gpu or xpu");
   }
 }
 
@@ -182,6 +184,79 @@ void apply_log_level(Config& c, const std::string& value, const std::string& fla
 
 void apply_nothing(Config&, const std::string&, const std::string&) {}
 
+void apply_cpu_bind(Config& c, const std::string& value, const std::string& flag) {
+  if (value == "none") {
+    c.cpu_bind = CpuBind::k_none;
+  } else if (value == "cores") {
+    c.cpu_bind = CpuBind::k_cores;
+  } else if (value == "numa") {
+    c.cpu_bind = CpuBind::k_numa;
+  } else {
+    throw UsageError(flag + " takes none, cores or numa; got '" + value + "'");
+  }
+}
+
+std::string show_cpu_bind(const Config& c) {
+  switch (c.cpu_bind) {
+    case CpuBind::k_cores:
+      return "cores";
+    case CpuBind::k_numa:
+      return "numa";
+    case CpuBind::k_none:
+      break;
+  }
+  return "none";
+}
+
+// torchrun's --numa-binding modes, as --cpu-bind modes.
+void apply_numa_binding(Config& c, const std::string& value, const std::string& flag) {
+  if (value == "node" || value == "socket") {
+    c.cpu_bind = CpuBind::k_numa;
+  } else if (value == "exclusive" || value == "core-complex") {
+    c.cpu_bind = CpuBind::k_cores;
+  } else {
+    throw UsageError(flag +
+                     " takes node, socket, exclusive or core-complex (torchrun's modes); got '" +
+                     value + "'");
+  }
+  if (value == "socket" || value == "core-complex") {
+    c.notes.push_back(flag + " " + value + ": bound as --cpu-bind " + show_cpu_bind(c) +
+                      " (ddplaunch binds by NUMA node or by core share)");
+  }
+}
+
+// torchrun's --signals-to-handle: checked; ddplaunch's own handling stays.
+void apply_signals_to_handle(Config& c, const std::string& value, const std::string& flag) {
+  static const std::set<std::string> known = {"SIGTERM", "SIGINT",  "SIGHUP",
+                                              "SIGQUIT", "SIGUSR1", "SIGUSR2"};
+  std::set<std::string> listed;
+  std::string_view rest = value;
+  while (!rest.empty()) {
+    const auto comma = rest.find(',');
+    std::string name(rest.substr(0, comma));
+    name.erase(0, name.find_first_not_of(' '));
+    name.erase(name.find_last_not_of(' ') + 1);
+    if (!known.contains(name)) {
+      throw UsageError(flag + ": '" + name +
+                       "' is not a signal ddplaunch handles; give a comma-separated list of "
+                       "SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2");
+    }
+    listed.insert(name);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  std::string left_out;
+  for (const char* stop : {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"}) {
+    if (!listed.contains(stop)) {
+      left_out += (left_out.empty() ? "" : ", ") + std::string(stop);
+    }
+  }
+  if (!left_out.empty()) {
+    c.notes.push_back(flag + " leaves out " + left_out +
+                      ": ddplaunch still stops the job cleanly on them (their default action "
+                      "would leave the workers running)");
+  }
+}
+
 void apply_env_style(Config& c, const std::string& value, const std::string& flag) {
   c.env_mpi = false;
   c.env_tf = false;
@@ -224,12 +299,12 @@ const char* const k_launcher = "Launcher";
 // clang-format off
 const OptionSpec k_options[] = {
   {"nproc_per_node", "--nproc-per-node,--nproc_per_node", k_workers,
-   "Workers on this node: N, auto (GPUs if any, else CPUs), cpu or gpu", false,
+   "Workers on this node: N, auto (GPUs if any, else CPUs), cpu, gpu or xpu (Intel GPUs)", false,
    "PET_NPROC_PER_NODE", nullptr, apply_nproc, show_nproc},
   {"module", "-m,--module", k_workers, "Run the program as a Python module: python -m program",
-   true, nullptr, nullptr, DDPLAUNCH_FLAG(module)},
+   true, "PET_MODULE", nullptr, DDPLAUNCH_FLAG(module)},
   {"no_python", "--no-python,--no_python", k_workers,
-   "Run the program as given, even if it ends in .py", true, nullptr, nullptr,
+   "Run the program as given, even if it ends in .py", true, "PET_NO_PYTHON", nullptr,
    DDPLAUNCH_FLAG(no_python)},
   {"python", "--python", k_workers, "Python for .py programs (empty: $PYTHON_EXEC, else python3)",
    false, nullptr, nullptr, DDPLAUNCH_STRING(python)},
@@ -242,6 +317,21 @@ const OptionSpec k_options[] = {
    [](const Config& c) {
      return std::string("torch") + (c.env_tf ? ",tf" : "") + (c.env_mpi ? ",mpi" : "");
    }},
+  {"tf_chief", "--tf-chief,--tf_chief", k_workers,
+   "TF_CONFIG with a chief: rank 0 is chief:0 (implies --env-style tf)", true, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.tf_chief = parse_bool(v, f);
+     c.env_tf = c.env_tf || c.tf_chief;
+   },
+   [](const Config& c) { return show_bool(c.tf_chief); }},
+  {"tf_ps", "--tf-ps,--tf_ps", k_workers,
+   "TF_CONFIG with N parameter servers: the ranks after the chief (implies --env-style tf)",
+   false, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.tf_ps = parse_int_in(v, f, 0, 65536, "a number of parameter servers");
+     c.env_tf = c.env_tf || c.tf_ps > 0;
+   },
+   [](const Config& c) { return std::to_string(c.tf_ps); }},
   {"local_rank_arg", "--local-rank-arg,--local_rank_arg", k_workers,
    "Pass --local-rank=N (dash, as torch.distributed.launch 2.x) or --local_rank=N (underscore, "
    "1.x) as the script's first argument",
@@ -253,6 +343,28 @@ const OptionSpec k_options[] = {
      c.local_rank_arg = v == "none" ? "" : v;
    },
    [](const Config& c) { return c.local_rank_arg.empty() ? "none" : c.local_rank_arg; }},
+  {"run_path", "--run-path,--run_path", k_workers,
+   "Run the program with Python whatever its name, even with --no-python (torchrun's runpy)",
+   true, "PET_RUN_PATH", nullptr, DDPLAUNCH_FLAG(run_path)},
+  {"gpus_per_proc", "--gpus-per-proc,--gpus_per_proc", k_workers,
+   "Give each local rank its own K of this node's GPUs through CUDA_VISIBLE_DEVICES", false,
+   nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.gpus_per_proc = parse_int_in(v, f, 1, 1024, "a number of GPUs from 1 to 1024");
+   },
+   [](const Config& c) {
+     return c.gpus_per_proc == 0 ? std::string("off") : std::to_string(c.gpus_per_proc);
+   }},
+  {"cpu_bind", "--cpu-bind,--cpu_bind", k_workers,
+   "Bind local ranks to CPUs: none, cores (a share of the allowed CPUs each) or numa (a NUMA "
+   "node each); OMP_NUM_THREADS is the share unless set",
+   false, nullptr, nullptr, apply_cpu_bind, show_cpu_bind},
+  {"numa_binding", "--numa-binding,--numa_binding", k_workers,
+   "torchrun's form: node or socket is --cpu-bind numa, exclusive or core-complex is --cpu-bind "
+   "cores", false, nullptr, nullptr, apply_numa_binding, nullptr},
+  {"report_bindings", "--report-bindings,--report_bindings", k_workers,
+   "Print each local rank's CPUs and GPUs at start", true, nullptr, nullptr,
+   DDPLAUNCH_FLAG(report_bindings)},
   {"use_env", "--use-env,--use_env", k_workers,
    "Accepted for torch.distributed.launch scripts: the environment is always set", true,
    nullptr, nullptr, apply_nothing, nullptr},
@@ -315,11 +427,20 @@ const OptionSpec k_options[] = {
    },
    nullptr},
   {"local_addr", "--local-addr,--local_addr", k_nodes,
-   "Address this node advertises (default: its host name's address)", false, nullptr, nullptr,
-   DDPLAUNCH_STRING(local_addr)},
+   "Address this node advertises (default: the one its packets to node 0 leave from)", false,
+   "PET_LOCAL_ADDR", nullptr, DDPLAUNCH_STRING(local_addr)},
   {"store_bind", "--store-bind,--store_bind", k_nodes,
    "Address node 0's store listens on (default: every interface; loopback for a loopback "
    "--master-addr)", false, nullptr, nullptr, DDPLAUNCH_STRING(store_bind)},
+  {"rdzv_token_file", "--rdzv-token-file,--rdzv_token_file", k_nodes,
+   "File holding the job's secret: the store then admits only nodes that know it (or set "
+   "DDPLAUNCH_RDZV_TOKEN)", false, nullptr, nullptr, DDPLAUNCH_STRING(rdzv_token_file)},
+  {"rdzv_max_clients", "--rdzv-max-clients,--rdzv_max_clients", k_nodes,
+   "Connections node 0's store accepts at once", false, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.rdzv_max_clients = parse_int_in(v, f, 4, 1'000'000, "a number from 4 to 1000000");
+   },
+   [](const Config& c) { return std::to_string(c.rdzv_max_clients); }},
   {"heartbeat_interval", "--heartbeat-interval", k_nodes,
    "Seconds between liveness reports to the store", false, nullptr, nullptr,
    DDPLAUNCH_SECONDS(heartbeat_interval_s, false)},
@@ -341,6 +462,21 @@ const OptionSpec k_options[] = {
   {"start_method", "--start-method,--start_method", k_supervision,
    "Accepted for torchrun scripts; ignored", false, "PET_START_METHOD", nullptr, apply_nothing,
    nullptr},
+  {"event_log_handler", "--event-log-handler,--event_log_handler", k_supervision,
+   "Accepted for torchrun scripts: ddplaunch has no event handlers (--summary-json has the "
+   "job's events)", false, "PET_EVENT_LOG_HANDLER", nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     if (v != "null" && !v.empty()) {
+       c.notes.push_back(f + " " + v +
+                         " is ignored: ddplaunch has no event handlers; --summary-json writes "
+                         "the job's outcome");
+     }
+   },
+   nullptr},
+  {"signals_to_handle", "--signals-to-handle,--signals_to_handle", k_supervision,
+   "Accepted for torchrun scripts and checked: SIGINT, SIGTERM, SIGHUP and SIGQUIT always stop "
+   "the job, SIGUSR1 and SIGUSR2 always reach every worker",
+   false, "PET_SIGNALS_TO_HANDLE", nullptr, apply_signals_to_handle, nullptr},
 
   {"prefix", "--prefix", k_output,
    "Line prefix; fields {rank} {local_rank} {node_rank} {host} {time}", false, nullptr, nullptr,
@@ -379,11 +515,20 @@ const OptionSpec k_options[] = {
    },
    [](const Config& c) { return show_ranks(c.ranks_filter); }},
   {"local_ranks_filter", "--local-ranks-filter,--local_ranks_filter", k_output,
-   "Only these local ranks reach the console", false, nullptr, nullptr,
+   "Only these local ranks reach the console", false, "PET_LOCAL_RANKS_FILTER", nullptr,
    [](Config& c, const std::string& v, const std::string& f) {
      c.local_ranks_filter = parse_rank_list(v, f);
    },
    [](const Config& c) { return show_ranks(c.local_ranks_filter); }},
+  {"logs_specs", "--logs-specs,--logs_specs", k_output,
+   "Accepted for torchrun scripts: the log layout is --log-dir's (no plugins)", false, nullptr,
+   nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.notes.push_back(f + " " + v +
+                       " is ignored: ddplaunch has no log plugins; --log-dir DIR writes "
+                       "DIR/<rank>/{stdout,stderr}.log");
+   },
+   nullptr},
 
   {"dry_run", "--dry-run", k_launcher,
    "Print the configuration, where each value came from, and every local rank's environment "

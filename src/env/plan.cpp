@@ -10,14 +10,14 @@ namespace ddplaunch {
 std::vector<std::string> worker_argv(const Config& config, const EnvMap& env) {
   std::vector<std::string> argv;
   const bool is_script = config.program.size() > 3 && config.program.ends_with(".py");
-  if (!config.no_python && (config.module || is_script)) {
+  if (config.run_path || (!config.no_python && (config.module || is_script))) {
     std::string python = config.python;
     if (python.empty()) {
       auto it = env.find("PYTHON_EXEC");
       python = (it != env.end() && !it->second.empty()) ? it->second : "python3";
     }
     argv = {python, "-u"};
-    if (config.module) {
+    if (config.module && !config.run_path) {
       argv.emplace_back("-m");
     }
   }
@@ -26,7 +26,8 @@ std::vector<std::string> worker_argv(const Config& config, const EnvMap& env) {
   return argv;
 }
 
-Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base_env) {
+Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base_env,
+               const std::vector<Binding>& bindings) {
   Plan plan;
   plan.layout = layout;
   const auto argv = worker_argv(config, base_env);
@@ -53,14 +54,30 @@ Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base
       add_mpi_env(spec.env, layout, local_rank);
     }
     if (config.env_tf) {
-      if (auto tf = tf_config(layout, local_rank); !tf.empty()) {
+      if (auto tf = tf_config(layout, local_rank, TfRoles{config.tf_chief, config.tf_ps});
+          !tf.empty()) {
         spec.env["TF_CONFIG"] = tf;
+      }
+    }
+    if (static_cast<size_t>(local_rank) < bindings.size()) {
+      const Binding& b = bindings[static_cast<size_t>(local_rank)];
+      spec.cpus = b.cpus;
+      if (b.set_gpus) {
+        std::string list;
+        for (const auto& g : b.gpus) {
+          list += (list.empty() ? "" : ",") + g;
+        }
+        spec.env["CUDA_VISIBLE_DEVICES"] = list;
+      }
+      if (b.omp_threads > 0 && !base_env.contains("OMP_NUM_THREADS")) {
+        spec.env["OMP_NUM_THREADS"] = std::to_string(b.omp_threads);
       }
     }
     spec.inherit_stdin = local_rank == 0;
     plan.workers.push_back(std::move(spec));
   }
-  if (sets_omp_num_threads(base_env, layout)) {
+  const bool bound = !bindings.empty() && bindings.front().omp_threads > 0;
+  if (sets_omp_num_threads(base_env, layout) && !bound) {
     plan.notices.push_back(
         "OMP_NUM_THREADS is not set: setting it to 1 for each worker to avoid "
         "oversubscribing the CPUs; set it yourself to tune it");

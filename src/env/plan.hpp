@@ -8,6 +8,7 @@
 
 #include "config/config.hpp"
 #include "env/env_map.hpp"
+#include "node/binding.hpp"
 #include "topology/topology.hpp"
 
 namespace ddplaunch {
@@ -17,6 +18,7 @@ struct WorkerSpec {
   int rank = 0;
   std::vector<std::string> argv;  // argv[0] is the program as the user named it
   EnvMap env;
+  std::vector<int> cpus;       // CPUs to bind it to before exec; empty: inherited
   bool inherit_stdin = false;  // local rank 0 reads the launcher's stdin; others /dev/null
 };
 
@@ -31,6 +33,8 @@ struct Plan {
 // Python is --python, else $PYTHON_EXEC from `env`, else "python3".
 std::vector<std::string> worker_argv(const Config& config, const EnvMap& env);
 
-Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base_env);
+// `bindings` (one per local rank, or none) come from node/binding.hpp.
+Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base_env,
+               const std::vector<Binding>& bindings = {});
 
 }  // namespace ddplaunch

@@ -8,6 +8,7 @@ bool sets_omp_num_threads(const EnvMap& base, const JobLayout& layout) {
 
 EnvMap build_torch_env(const EnvMap& base, const JobLayout& layout, int local_rank) {
   EnvMap env = base;
+  env.erase("DDPLAUNCH_RDZV_TOKEN");  // the launcher's secret, not the workers'
   const int rank = layout.rank_offset + local_rank;
   auto put = [&env](const char* name, const std::string& value) { env[name] = value; };
   auto num = [](int v) { return std::to_string(v); };
@@ -30,6 +31,10 @@ EnvMap build_torch_env(const EnvMap& base, const JobLayout& layout, int local_ra
   put("TORCHELASTIC_USE_AGENT_STORE", "False");
   if (sets_omp_num_threads(base, layout)) {
     put("OMP_NUM_THREADS", "1");
+  }
+  if (!layout.socket_ifname.empty()) {
+    env.try_emplace("GLOO_SOCKET_IFNAME", layout.socket_ifname);
+    env.try_emplace("NCCL_SOCKET_IFNAME", layout.socket_ifname);
   }
   env.try_emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   env.try_emplace("NCCL_ASYNC_ERROR_HANDLING", "1");

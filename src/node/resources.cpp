@@ -1,12 +1,18 @@
 #include "node/resources.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <filesystem>
+#include <iterator>
+#include <set>
 #include <system_error>
 
 #include "ddplaunch/error.hpp"
+#include "posix/fd.hpp"
 
 namespace ddplaunch {
 
@@ -36,34 +42,177 @@ bool valid_device_entry(std::string_view entry) {
 }  // namespace
 
 int count_visible_devices(std::string_view value) {
-  int count = 0;
+  return static_cast<int>(visible_devices(value).size());
+}
+
+std::vector<std::string> visible_devices(std::string_view value) {
+  std::vector<std::string> out;
   while (!value.empty()) {
     auto comma = value.find(',');
     std::string_view entry = value.substr(0, comma);
     if (!valid_device_entry(entry)) {
       break;
     }
-    ++count;
+    while (std::isspace(static_cast<unsigned char>(entry.front()))) {
+      entry.remove_prefix(1);
+    }
+    while (std::isspace(static_cast<unsigned char>(entry.back()))) {
+      entry.remove_suffix(1);
+    }
+    out.emplace_back(entry);
     if (comma == std::string_view::npos) {
       break;
     }
     value.remove_prefix(comma + 1);
   }
-  return count;
+  return out;
 }
+
+std::optional<std::vector<int>> parse_cpu_list(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+    text.remove_suffix(1);
+  }
+  std::set<int> cpus;
+  auto number = [](std::string_view t) -> std::optional<int> {
+    int v = 0;
+    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (ec != std::errc() || end != t.data() + t.size() || v < 0 || v > 1 << 20) {
+      return std::nullopt;
+    }
+    return v;
+  };
+  while (!text.empty()) {
+    const auto comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    const auto dash = item.find('-');
+    auto lo = number(item.substr(0, dash));
+    auto hi = dash == std::string_view::npos ? lo : number(item.substr(dash + 1));
+    if (!lo || !hi || *hi < *lo) {
+      return std::nullopt;
+    }
+    for (int c = *lo; c <= *hi; ++c) {
+      cpus.insert(c);
+    }
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+  }
+  return std::vector<int>(cpus.begin(), cpus.end());
+}
+
+std::string format_cpu_list(const std::vector<int>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) {
+      ++j;
+    }
+    out += (out.empty() ? "" : ",") + std::to_string(cpus[i]);
+    if (j > i) {
+      out += "-" + std::to_string(cpus[j]);
+    }
+    i = j + 1;
+  }
+  return out;
+}
+
+namespace {
+
+// The first line of a small sysfs file; empty when it cannot be read.
+std::string first_line(const std::filesystem::path& path) {
+  std::string text = posix::read_small_file(path.string(), 4096).value_or("");
+  return text.substr(0, text.find('\n'));
+}
+
+int count_intel_gpus() {
+  int n = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/sys/class/drm", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with("card") || name.find('-') != std::string::npos) {
+      continue;  // card0-HDMI-A-1 and the like are connectors
+    }
+    const std::string vendor = first_line(it->path() / "device" / "vendor");
+    const std::string cls = first_line(it->path() / "device" / "class");
+    if (vendor == "0x8086" && cls.starts_with("0x03")) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+std::vector<std::vector<int>> numa_nodes(const std::vector<int>& allowed) {
+  std::vector<std::vector<int>> out;
+  std::error_code ec;
+  std::vector<std::filesystem::path> nodes;
+  for (auto it = std::filesystem::directory_iterator("/sys/devices/system/node", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with("node") && name.size() > 4 &&
+        std::isdigit(static_cast<unsigned char>(name[4]))) {
+      nodes.push_back(it->path());
+    }
+  }
+  std::sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) {
+    return std::stoi(a.filename().string().substr(4)) < std::stoi(b.filename().string().substr(4));
+  });
+  const std::set<int> ok(allowed.begin(), allowed.end());
+  for (const auto& node : nodes) {
+    auto cpus = parse_cpu_list(first_line(node / "cpulist"));
+    if (!cpus) {
+      continue;
+    }
+    std::vector<int> mine;
+    std::copy_if(cpus->begin(), cpus->end(), std::back_inserter(mine),
+                 [&ok](int c) { return ok.contains(c); });
+    if (!mine.empty()) {
+      out.push_back(std::move(mine));
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 NodeResources probe_resources(const EnvMap& env) {
   NodeResources r;
-  if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) {
-    r.visible_gpus = count_visible_devices(it->second);
-  }
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec);
        !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
     ++r.driver_gpus;
   }
+  if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) {
+    r.gpu_ids = visible_devices(it->second);
+    r.visible_gpus = static_cast<int>(r.gpu_ids.size());
+    r.gpu_source = "CUDA_VISIBLE_DEVICES";
+  } else {
+    for (const char* grant : {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS"}) {
+      if (auto g = env.find(grant); g != env.end() && !g->second.empty()) {
+        r.gpu_ids = visible_devices(g->second);
+        r.visible_gpus = static_cast<int>(r.gpu_ids.size());
+        r.gpu_source = grant;
+        break;
+      }
+    }
+    if (r.gpu_source.empty()) {
+      for (int i = 0; i < r.driver_gpus; ++i) {
+        r.gpu_ids.push_back(std::to_string(i));
+      }
+      r.gpu_source = "the NVIDIA driver";
+    }
+  }
+  r.xpus = count_intel_gpus();
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   r.cpus = cpus > 0 ? static_cast<int>(cpus) : 1;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) {
+        r.allowed_cpus.push_back(c);
+      }
+    }
+  }
+  r.numa_cpus = numa_nodes(r.allowed_cpus);
   return r;
 }
 
@@ -76,6 +225,13 @@ int resolve_nproc(NprocMode mode, int fixed, const NodeResources& resources) {
       return resources.cpus;
     case NprocMode::k_auto:
       return gpus > 0 ? gpus : resources.cpus;
+    case NprocMode::k_xpu:
+      if (resources.xpus == 0) {
+        throw UsageError(
+            "--nproc-per-node xpu: no Intel GPU found on this node (/sys/class/drm lists none "
+            "from vendor 0x8086); give a number, 'cpu' or 'auto'");
+      }
+      return resources.xpus;
     case NprocMode::k_gpu:
       if (gpus == 0) {
         if (resources.visible_gpus) {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "config/config.hpp"
 #include "env/env_map.hpp"
@@ -17,15 +18,32 @@ namespace ddplaunch {
 // that the list ends at the first invalid entry ("0,1,-1,2" names 2).
 // "" names none. Entries are indices, or GPU-/MIG- UUIDs.
 int count_visible_devices(std::string_view value);
+// The entries themselves, trimmed, up to the first invalid one.
+std::vector<std::string> visible_devices(std::string_view value);
 
-// What a node offers to --nproc-per-node auto|cpu|gpu.
+// A Linux CPU list ("0-3,8,10-11", as /sys and Cpus_allowed_list write it).
+// nullopt when malformed.
+std::optional<std::vector<int>> parse_cpu_list(std::string_view text);
+// The other way: ascending CPUs as "0-3,8".
+std::string format_cpu_list(const std::vector<int>& cpus);
+
+// What a node offers to --nproc-per-node auto|cpu|gpu|xpu and to binding.
 struct NodeResources {
   std::optional<int> visible_gpus;  // from CUDA_VISIBLE_DEVICES when it is set
   int driver_gpus = 0;              // devices the NVIDIA driver lists
+  int xpus = 0;                     // Intel GPUs (/sys/class/drm, vendor 0x8086)
   int cpus = 1;                     // online CPUs
+  // The GPUs this node may use, as CUDA_VISIBLE_DEVICES entries: its own
+  // list when set, else Slurm's grant (SLURM_STEP_GPUS, SLURM_JOB_GPUS), else
+  // the driver's indices. `gpu_source` names where they came from.
+  std::vector<std::string> gpu_ids;
+  std::string gpu_source;
+  std::vector<int> allowed_cpus;            // sched_getaffinity, ascending
+  std::vector<std::vector<int>> numa_cpus;  // allowed CPUs of each NUMA node that has any
 };
 
-// Reads CUDA_VISIBLE_DEVICES from `env`, /proc/driver/nvidia/gpus and the CPU count.
+// Reads CUDA_VISIBLE_DEVICES and Slurm's grant from `env`,
+// /proc/driver/nvidia/gpus, /sys/class/drm, the affinity and the NUMA nodes.
 NodeResources probe_resources(const EnvMap& env);
 
 // Turns --nproc-per-node into a number. Throws UsageError for `gpu` when the

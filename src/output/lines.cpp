@@ -53,7 +53,7 @@ void LinePrefix::append_to(std::string& out, std::time_t now) const {
   }
 }
 
-void LineBatch::add(std::string_view prefix, std::string_view line) {
+void LineBatch::add(std::string_view prefix, std::string_view line, char end) {
   const size_t need = prefix.size() + line.size() + 1;
   if (m_size + need > m_capacity) {
     size_t cap = std::max({m_capacity * 2, m_size + need, k_flush_bytes + 4096});
@@ -72,7 +72,7 @@ void LineBatch::add(std::string_view prefix, std::string_view line) {
   if (!line.empty()) {
     std::memcpy(p + prefix.size(), line.data(), line.size());
   }
-  p[prefix.size() + line.size()] = '\n';
+  p[prefix.size() + line.size()] = end;
   m_size += need;
 }
 

@@ -14,15 +14,26 @@
 
 namespace ddplaunch {
 
-// Splits a byte stream into lines. Holds at most `max_line` bytes of an
-// unfinished line: a longer line is handed out in pieces of that size.
+// How a piece of output ended.
+enum class LineEnd : char {
+  k_newline,       // '\n' (or "\r\n"): a whole line
+  k_return,        // '\r': a progress bar's update, redrawn in place
+  k_piece,         // a piece of an over-long line, or the unfinished end of a stream
+  k_bare_newline,  // the '\n' of a "\r\n" whose '\r' came in the previous read
+};
+
+// Splits a byte stream into lines, and into the '\r'-terminated updates
+// progress bars (tqdm, Hugging Face, Lightning) redraw one line with. Holds
+// at most `max_line` bytes of an unfinished line: a longer line is handed out
+// in pieces of that size.
 class LineSplitter {
  public:
   static constexpr size_t k_default_max_line = 64 * 1024;
   explicit LineSplitter(size_t max_line = k_default_max_line) : m_max_line(max_line) {}
 
-  // Calls on_line(text) for every complete line in `data` (text without '\n'),
-  // and for every `max_line` piece of an over-long line.
+  // Calls on_line(text, end) for every complete line or '\r' update in
+  // `data` (text without its terminator), and for every `max_line` piece of
+  // an over-long line.
   template <typename OnLine>
   void feed(std::string_view data, OnLine&& on_line);
 
@@ -33,8 +44,13 @@ class LineSplitter {
   size_t buffered() const { return m_partial.size(); }
 
  private:
+  template <typename OnLine>
+  void emit(std::string_view text, LineEnd end, OnLine& on_line);
+
   size_t m_max_line;
   std::string m_partial;
+  bool m_after_return = false;  // the last read ended with '\r'
+  bool m_updating = false;      // the last end was '\r': a progress bar is drawing
 };
 
 // A --prefix template with fields {rank} {local_rank} {node_rank} {host} {time}.
@@ -65,8 +81,8 @@ class LineBatch {
  public:
   static constexpr size_t k_flush_bytes = 128 * 1024;
 
-  // Appends prefix + line + "\n".
-  void add(std::string_view prefix, std::string_view line);
+  // Appends prefix + line + "\n" ("\r" for a progress update).
+  void add(std::string_view prefix, std::string_view line, char end = '\n');
   bool must_flush() const { return m_size >= k_flush_bytes; }
   bool empty() const { return m_size == 0; }
   std::string_view data() const { return {m_buf.get(), m_size}; }
@@ -94,43 +110,65 @@ class TailBuffer {
 };
 
 template <typename OnLine>
+void LineSplitter::emit(std::string_view text, LineEnd end, OnLine& on_line) {
+  if (m_partial.empty() && text.size() <= m_max_line) {
+    on_line(text, end);
+    return;
+  }
+  while (m_partial.size() + text.size() > m_max_line) {
+    const size_t take = m_max_line - m_partial.size();
+    m_partial.append(text.substr(0, take));
+    on_line(std::string_view(m_partial), LineEnd::k_piece);
+    m_partial.clear();
+    text.remove_prefix(take);
+  }
+  m_partial.append(text);
+  on_line(std::string_view(m_partial), end);
+  m_partial.clear();
+}
+
+template <typename OnLine>
 void LineSplitter::feed(std::string_view data, OnLine&& on_line) {
   while (!data.empty()) {
-    const void* nl = std::memchr(data.data(), '\n', data.size());
-    if (nl == nullptr) {
+    if (m_after_return) {
+      m_after_return = false;
+      if (data.front() == '\n') {  // "\r\n" split across reads: end the line
+        on_line(std::string_view(), LineEnd::k_bare_newline);
+        data.remove_prefix(1);
+        continue;
+      }
+    }
+    const char* begin = data.data();
+    const char* nl = static_cast<const char*>(std::memchr(begin, '\n', data.size()));
+    const size_t scan = nl != nullptr ? static_cast<size_t>(nl - begin) : data.size();
+    const char* cr = static_cast<const char*>(std::memchr(begin, '\r', scan));
+    const char* end = cr != nullptr ? cr : nl;
+    if (end == nullptr) {
       // No end of line: buffer, flushing full pieces of an over-long line.
       while (m_partial.size() + data.size() >= m_max_line) {
         size_t take = m_max_line - m_partial.size();
         m_partial.append(data.substr(0, take));
-        on_line(std::string_view(m_partial));
+        on_line(std::string_view(m_partial), LineEnd::k_piece);
         m_partial.clear();
         data.remove_prefix(take);
       }
       m_partial.append(data);
+      if (m_updating && !m_partial.empty()) {
+        // A progress update shown now, whole so far; redrawn whole when it ends.
+        on_line(std::string_view(m_partial), LineEnd::k_return);
+      }
       return;
     }
-    size_t len = static_cast<size_t>(static_cast<const char*>(nl) - data.data());
-    if (m_partial.empty()) {
-      if (len <= m_max_line) {
-        on_line(data.substr(0, len));
-      } else {
-        for (size_t off = 0; off < len; off += m_max_line) {
-          on_line(data.substr(off, std::min(m_max_line, len - off)));
-        }
-      }
-    } else {
-      std::string_view rest = data.substr(0, len);
-      while (m_partial.size() + rest.size() > m_max_line) {
-        size_t take = m_max_line - m_partial.size();
-        m_partial.append(rest.substr(0, take));
-        on_line(std::string_view(m_partial));
-        m_partial.clear();
-        rest.remove_prefix(take);
-      }
-      m_partial.append(rest);
-      on_line(std::string_view(m_partial));
-      m_partial.clear();
+    const auto len = static_cast<size_t>(end - begin);
+    if (*end == '\r' && len + 1 < data.size() && data[len + 1] == '\n') {
+      emit(data.substr(0, len), LineEnd::k_newline, on_line);  // "\r\n"
+      m_updating = false;
+      data.remove_prefix(len + 2);
+      continue;
     }
+    emit(data.substr(0, len), *end == '\r' ? LineEnd::k_return : LineEnd::k_newline, on_line);
+    m_after_return = *end == '\r' && len + 1 == data.size();
+    m_updating = *end == '\r';
     data.remove_prefix(len + 1);
   }
 }
@@ -138,7 +176,7 @@ void LineSplitter::feed(std::string_view data, OnLine&& on_line) {
 template <typename OnLine>
 void LineSplitter::finish(OnLine&& on_line) {
   if (!m_partial.empty()) {
-    on_line(std::string_view(m_partial));
+    on_line(std::string_view(m_partial), LineEnd::k_piece);
     m_partial.clear();
   }
 }

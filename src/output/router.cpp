@@ -84,13 +84,20 @@ void OutputRouter::start_lines(const RankStreams& w) {
   w.prefix.append_to(m_prefix_text, std::time(nullptr));
 }
 
-void OutputRouter::take_line(RankStreams& w, Stream stream, std::string_view line) {
+void OutputRouter::take_line(RankStreams& w, Stream stream, std::string_view line, LineEnd end) {
   const bool is_err = stream == Stream::k_err;
-  if (is_err) {
-    w.stderr_tail.push(line);
+  if (end == LineEnd::k_return && line.empty()) {
+    return;  // "\r" that starts an update: nothing to show yet
+  }
+  if (is_err && end != LineEnd::k_return && end != LineEnd::k_bare_newline) {
+    w.stderr_tail.push(line);  // a progress bar's updates are not the tail
   }
   if (w.channels[static_cast<int>(stream)].to_console) {
-    m_batch.add(m_prefix_text, line);
+    if (end == LineEnd::k_bare_newline) {
+      m_batch.add({}, {});  // the update above stays, and the next line starts below it
+    } else {
+      m_batch.add(m_prefix_text, line, end == LineEnd::k_return ? '\r' : '\n');
+    }
     if (m_batch.must_flush()) {
       flush(is_err ? 2 : 1);
     }
@@ -105,7 +112,8 @@ void OutputRouter::on_data(int local_rank, Stream stream, std::string_view data)
   }
   if (c.to_console || stream == Stream::k_err) {
     start_lines(w);
-    c.splitter.feed(data, [&](std::string_view line) { take_line(w, stream, line); });
+    c.splitter.feed(data,
+                    [&](std::string_view line, LineEnd end) { take_line(w, stream, line, end); });
     flush(stream == Stream::k_err ? 2 : 1);
   }
 }
@@ -118,7 +126,7 @@ void OutputRouter::on_close(int local_rank, Stream stream) {
   }
   c.open = false;
   start_lines(w);
-  c.splitter.finish([&](std::string_view line) { take_line(w, stream, line); });
+  c.splitter.finish([&](std::string_view line, LineEnd end) { take_line(w, stream, line, end); });
   flush(stream == Stream::k_err ? 2 : 1);
   c.file.close();
 }

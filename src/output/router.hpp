@@ -61,7 +61,7 @@ class OutputRouter {
   };
   Channel& channel(int local_rank, Stream stream);
   void start_lines(const RankStreams& w);
-  void take_line(RankStreams& w, Stream stream, std::string_view line);
+  void take_line(RankStreams& w, Stream stream, std::string_view line, LineEnd end);
   void flush(int fd);
 
   const Config& m_config;

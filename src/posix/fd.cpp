@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "posix/error.hpp"
@@ -51,6 +52,29 @@ bool write_all(int fd, std::string_view data) {
     data.remove_prefix(static_cast<size_t>(n));
   }
   return true;
+}
+
+std::optional<std::string> read_small_file(const std::string& path, size_t max_bytes) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd) {
+    return std::nullopt;
+  }
+  std::string out;
+  char buf[4096];
+  while (out.size() < max_bytes) {
+    ssize_t n = ::read(fd.get(), buf, std::min(sizeof(buf), max_bytes - out.size()));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      return std::nullopt;
+    }
+    if (n == 0) {
+      break;
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
 }
 
 }  // namespace ddplaunch::posix

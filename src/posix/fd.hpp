@@ -2,6 +2,8 @@
 // destruction. Not thread-safe; one owner at a time.
 #pragma once
 
+#include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -39,5 +41,10 @@ void set_nonblocking(int fd);
 // Writes all of `data`, retrying on EINTR and short writes. Returns false on
 // any other error (EPIPE, EBADF...), leaving errno set.
 bool write_all(int fd, std::string_view data);
+
+// Up to `max_bytes` of a file, with plain read(2): nothing throws, even for
+// /proc files of a process that exits while they are read. nullopt when it
+// cannot be opened or read.
+std::optional<std::string> read_small_file(const std::string& path, size_t max_bytes = 1 << 20);
 
 }  // namespace ddplaunch::posix

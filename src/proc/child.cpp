@@ -12,7 +12,8 @@ Child::Child(Child&& other) noexcept
     : m_pid(std::exchange(other.m_pid, -1)),
       m_out(std::move(other.m_out)),
       m_err(std::move(other.m_err)),
-      m_reaped(other.m_reaped) {}
+      m_reaped(other.m_reaped),
+      m_own_group(other.m_own_group) {}
 
 Child& Child::operator=(Child&& other) noexcept {
   if (this != &other) {
@@ -21,6 +22,7 @@ Child& Child::operator=(Child&& other) noexcept {
     m_out = std::move(other.m_out);
     m_err = std::move(other.m_err);
     m_reaped = other.m_reaped;
+    m_own_group = other.m_own_group;
   }
   return *this;
 }
@@ -31,13 +33,13 @@ Child::~Child() {
 
 void Child::signal(int sig) const {
   if (m_pid > 0 && !m_reaped) {
-    kill(-m_pid, sig);
+    kill(m_own_group ? -m_pid : m_pid, sig);
   }
 }
 
 void Child::kill_and_reap() {
   if (m_pid > 0 && !m_reaped) {
-    kill(-m_pid, SIGKILL);
+    kill(m_own_group ? -m_pid : m_pid, SIGKILL);
     int status = 0;
     while (waitpid(m_pid, &status, 0) < 0 && errno == EINTR) {
     }

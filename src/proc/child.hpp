@@ -13,8 +13,10 @@ namespace ddplaunch {
 
 class Child {
  public:
-  Child(pid_t pid, posix::Fd out, posix::Fd err)
-      : m_pid(pid), m_out(std::move(out)), m_err(std::move(err)) {}
+  // `own_group`: the child leads its own process group (every worker, except
+  // rank 0 sharing the launcher's terminal).
+  Child(pid_t pid, posix::Fd out, posix::Fd err, bool own_group = true)
+      : m_pid(pid), m_out(std::move(out)), m_err(std::move(err)), m_own_group(own_group) {}
   Child(Child&& other) noexcept;
   Child& operator=(Child&& other) noexcept;
   Child(const Child&) = delete;
@@ -24,7 +26,8 @@ class Child {
   pid_t pid() const { return m_pid; }
   posix::Fd& out() { return m_out; }
   posix::Fd& err() { return m_err; }
-  // Sends `sig` to the child's process group (gone already: not an error).
+  // Sends `sig` to the child's process group, or to the child alone when it
+  // shares the launcher's (gone already: not an error).
   void signal(int sig) const;
   // Someone (reap_any) has collected the child's exit status.
   void mark_reaped() { m_reaped = true; }
@@ -36,6 +39,7 @@ class Child {
   posix::Fd m_out;
   posix::Fd m_err;
   bool m_reaped = false;
+  bool m_own_group = true;
 };
 
 }  // namespace ddplaunch

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <string>
 
+#include "posix/fd.hpp"
+
 namespace ddplaunch {
 
 std::optional<std::pair<pid_t, ExitInfo>> reap_any() {
@@ -31,7 +33,7 @@ void become_subreaper() {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
 }
 
-int kill_stray_children() {
+int kill_stray_children(pid_t spare) {
   // No child at all (the usual case): skip the /proc scan.
   siginfo_t info = {};
   if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD) {
@@ -49,15 +51,16 @@ int kill_stray_children() {
     if (pid <= 0 || *end != '\0') {
       continue;
     }
-    std::ifstream stat("/proc/" + std::string(ent->d_name) + "/stat");
-    std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    // Plain read(2): the process may exit while its stat is read.
+    const std::string content =
+        posix::read_small_file("/proc/" + std::string(ent->d_name) + "/stat", 4096).value_or("");
     auto rparen = content.rfind(')');
     if (rparen == std::string::npos || rparen + 4 > content.size()) {
       continue;
     }
     // After "pid (comm) " come: state, ppid.
     long ppid = std::strtol(content.c_str() + rparen + 4, nullptr, 10);
-    if (ppid == self) {
+    if (ppid == self && pid != spare) {
       kill(static_cast<pid_t>(pid), SIGKILL);
       ++killed;
     }

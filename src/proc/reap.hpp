@@ -21,7 +21,8 @@ void become_subreaper();
 
 // SIGKILLs every remaining child of this process (descendants that left their
 // worker's process group and were reparented to us) and returns how many.
-// Call only after every worker has been reaped.
-int kill_stray_children();
+// Call only after every worker has been reaped. `spare`: a child that is not
+// the job's (the JobGuard's process).
+int kill_stray_children(pid_t spare = -1);
 
 }  // namespace ddplaunch

@@ -3,7 +3,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <sched.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "posix/error.hpp"
 #include "posix/fd.hpp"
@@ -22,11 +25,15 @@ namespace ddplaunch {
 
 namespace {
 
+// The soft fd limit the user had, for the workers; unset: leave as is.
+std::optional<rlimit> g_worker_nofile;
+
 struct Prepared {
   std::string path;
   std::vector<std::string> env_strings;
   std::vector<char*> argv;
   std::vector<char*> envp;
+  std::vector<cpu_set_t> cpus;  // the affinity to set before exec; empty: inherited
 };
 
 Prepared prepare(const WorkerSpec& spec) {
@@ -48,6 +55,17 @@ Prepared prepare(const WorkerSpec& spec) {
     p.envp.push_back(e.data());
   }
   p.envp.push_back(nullptr);
+  if (!spec.cpus.empty()) {
+    const int highest = *std::max_element(spec.cpus.begin(), spec.cpus.end());
+    p.cpus.resize(static_cast<size_t>(highest) / CPU_SETSIZE + 1);
+    for (auto& set : p.cpus) {
+      CPU_ZERO(&set);
+    }
+    const size_t bytes = p.cpus.size() * sizeof(cpu_set_t);
+    for (int c : spec.cpus) {
+      CPU_SET_S(static_cast<size_t>(c), bytes, p.cpus.data());
+    }
+  }
   return p;
 }
 
@@ -61,9 +79,11 @@ struct ChildReport {
 // until it calls execve or _exit: only async-signal-safe calls, no
 // allocation, and no writes to memory except *report.
 [[noreturn]] void exec_child(const Prepared& p, pid_t parent, int stdin_fd, int out_fd, int err_fd,
-                             int report_fd, ChildReport* report) {
+                             int report_fd, ChildReport* report, bool own_group) {
   report->shared = 1;
-  setpgid(0, 0);
+  if (own_group) {
+    setpgid(0, 0);
+  }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) {
     _exit(127);  // the launcher died before prctl took effect
@@ -72,6 +92,13 @@ struct ChildReport {
     // Everything above 2 closes on exec, including fds the launcher inherited.
     syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
     posix::reset_signals_for_child();
+    if (g_worker_nofile) {
+      (void)setrlimit(RLIMIT_NOFILE, &*g_worker_nofile);
+    }
+    if (!p.cpus.empty()) {
+      // A CPU that went offline since the probe: run unbound rather than not at all.
+      (void)sched_setaffinity(0, p.cpus.size() * sizeof(cpu_set_t), p.cpus.data());
+    }
     execve(p.path.c_str(), p.argv.data(), p.envp.data());
   }
   const int err = errno;
@@ -89,13 +116,13 @@ struct ChildReport {
 // then does the parent wait on that pipe. Returns the pid, or -1 with the
 // child's errno in *exec_errno (the child is reaped).
 pid_t vfork_exec(const Prepared& p, pid_t parent, int stdin_fd, int out_fd, int err_fd,
-                 int* exec_errno) {
+                 int* exec_errno, bool own_group) {
   auto pipe = posix::make_pipe();
   const int report_fd = pipe.write.get();
   ChildReport report;
   pid_t pid = vfork();
   if (pid == 0) {
-    exec_child(p, parent, stdin_fd, out_fd, err_fd, report_fd, &report);
+    exec_child(p, parent, stdin_fd, out_fd, err_fd, report_fd, &report, own_group);
   }
   if (pid < 0) {
     posix::throw_errno("vfork");
@@ -152,6 +179,19 @@ std::optional<std::string> find_program(const std::string& program, const EnvMap
   return first_existing;
 }
 
+void raise_fd_limit_for_launcher() {
+  rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) {
+    return;
+  }
+  g_worker_nofile = lim;
+  rlimit raised = lim;
+  raised.rlim_cur = lim.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &raised) != 0) {
+    g_worker_nofile.reset();
+  }
+}
+
 std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
   std::vector<Prepared> prepared;
   prepared.reserve(workers.size());
@@ -163,22 +203,27 @@ std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
     posix::throw_errno("open /dev/null");
   }
   const pid_t self = getpid();
+  // Rank 0 reading the launcher's terminal (input(), pdb) must be in the
+  // terminal's foreground process group, or it is stopped by SIGTTIN: when
+  // the launcher is in the foreground, rank 0 stays in its process group.
+  const bool foreground = isatty(0) != 0 && tcgetpgrp(0) == getpgrp();
   std::vector<Child> started;
   started.reserve(workers.size());
   for (size_t i = 0; i < workers.size(); ++i) {
     auto out = posix::make_pipe();
     auto err = posix::make_pipe();
     int stdin_fd = workers[i].inherit_stdin ? 0 : devnull.get();
+    const bool own_group = !(workers[i].inherit_stdin && foreground);
     int exec_errno = 0;
-    pid_t pid =
-        vfork_exec(prepared[i], self, stdin_fd, out.write.get(), err.write.get(), &exec_errno);
+    pid_t pid = vfork_exec(prepared[i], self, stdin_fd, out.write.get(), err.write.get(),
+                           &exec_errno, own_group);
     if (pid < 0) {
       throw SpawnError("cannot execute '" + workers[i].argv.at(0) +
                        "': " + std::strerror(exec_errno));
     }
     posix::set_nonblocking(out.read.get());
     posix::set_nonblocking(err.read.get());
-    started.emplace_back(pid, std::move(out.read), std::move(err.read));
+    started.emplace_back(pid, std::move(out.read), std::move(err.read), own_group);
   }
   return started;
 }

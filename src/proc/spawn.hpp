@@ -35,4 +35,10 @@ std::optional<std::string> find_program(const std::string& program, const EnvMap
 // Child owners) and SpawnError is thrown.
 std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers);
 
+// Raises this process's soft RLIMIT_NOFILE to its hard limit (a launcher
+// holds two pipes per worker and, on node 0, a connection per agent), and
+// remembers the soft limit the user had: every worker started afterwards gets
+// that one back. Call once at start, before any thread.
+void raise_fd_limit_for_launcher();
+
 }  // namespace ddplaunch

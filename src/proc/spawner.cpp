@@ -26,7 +26,7 @@ void ProcessSpawner::kill_all() {
   for (const auto& c : m_children) {
     c.signal(SIGKILL);
   }
-  for (int round = 0; round < 8 && kill_stray_children() > 0; ++round) {
+  for (int round = 0; round < 8 && kill_stray_children(m_spared) > 0; ++round) {
     while (auto reaped = reap_any()) {
       if (auto lr = local_rank_of(reaped->first)) {
         m_children[static_cast<size_t>(*lr)].mark_reaped();

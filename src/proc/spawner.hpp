@@ -35,11 +35,15 @@ class ProcessSpawner : public Spawner {
   void kill_all() override;
 
   std::vector<Child>& children() { return m_children; }
+  // A child of the launcher that is not the job's (the JobGuard's process):
+  // never swept.
+  void spare(pid_t pid) { m_spared = pid; }
   // The local rank of a worker's pid, if it is one of ours.
   std::optional<int> local_rank_of(pid_t pid) const;
 
  private:
   std::vector<Child> m_children;
+  pid_t m_spared = -1;
 };
 
 }  // namespace ddplaunch

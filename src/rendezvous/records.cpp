@@ -50,6 +50,11 @@ json outcome_json(const RankOutcome& o) {
   if (!o.last_stderr.empty()) {
     j["last_stderr"] = o.last_stderr;
   }
+  if (o.error) {
+    j["error"] = {{"message", o.error->message},
+                  {"traceback", o.error->traceback},
+                  {"timestamp", o.error->timestamp}};
+  }
   return j;
 }
 
@@ -74,8 +79,32 @@ RankOutcome outcome_from(const json& j) {
   if (j.contains("last_stderr")) {
     o.last_stderr = j.at("last_stderr").get<std::vector<std::string>>();
   }
+  if (j.contains("error")) {
+    const json& e = j.at("error");
+    o.error = WorkerError{e.at("message").get<std::string>(), e.at("traceback").get<std::string>(),
+                          e.at("timestamp").get<std::string>()};
+  }
   return o;
 }
+
+// At most `limit` bytes of `text`, from its start or (tail) its end, cut on a
+// UTF-8 character boundary.
+std::string bounded(std::string text, size_t limit, bool tail) {
+  if (text.size() <= limit) {
+    return text;
+  }
+  size_t cut = tail ? text.size() - limit : limit;
+  auto continuation = [&](size_t i) {
+    return i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80;
+  };
+  while (continuation(cut)) {
+    tail ? ++cut : --cut;
+  }
+  return tail ? "..." + text.substr(cut) : text.substr(0, cut) + "...";
+}
+
+constexpr size_t k_error_message_bytes = 4096;
+constexpr size_t k_error_traceback_bytes = 16384;
 
 json topology_json(const Topology& t) {
   json nodes = json::array();
@@ -213,6 +242,46 @@ std::vector<RankOutcome> decode_outcomes(std::string_view text) {
   });
 }
 
+std::optional<WorkerError> decode_error_file(std::string_view text) {
+  try {
+    const json doc = json::parse(text);
+    if (!doc.is_object() || !doc.contains("message")) {
+      return std::nullopt;
+    }
+    const json& m = doc.at("message");
+    WorkerError e;
+    if (m.is_string()) {
+      e.message = m.get<std::string>();
+    } else if (m.is_object() && m.contains("message") && m.at("message").is_string()) {
+      e.message = m.at("message").get<std::string>();
+      if (m.contains("extraInfo") && m.at("extraInfo").is_object()) {
+        const json& extra = m.at("extraInfo");
+        if (extra.contains("py_callstack") && extra.at("py_callstack").is_string()) {
+          e.traceback = extra.at("py_callstack").get<std::string>();
+        }
+        if (extra.contains("timestamp") && extra.at("timestamp").is_string()) {
+          e.timestamp = extra.at("timestamp").get<std::string>();
+        }
+      }
+    } else {
+      return std::nullopt;
+    }
+    e.message = bounded(std::move(e.message), k_error_message_bytes, false);
+    e.traceback = bounded(std::move(e.traceback), k_error_traceback_bytes, true);
+    return e;
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::string encode_error_file(const WorkerError& e, int error_code) {
+  json doc = {{"message",
+               {{"message", e.message},
+                {"extraInfo", {{"py_callstack", e.traceback}, {"timestamp", e.timestamp}}},
+                {"errorCode", error_code}}}};
+  return text_of(doc);
+}
+
 std::string encode_summary(const JobSummary& s) {
   json doc = {{"run_id", s.run_id},
               {"exit_code", s.exit_code},
@@ -239,7 +308,7 @@ std::string encode_dry_run(const Config& c, const Plan& plan, const Topology& to
                  {"nproc_mode", nproc_mode_name(c.nproc_mode)},
                  {"nnodes", c.nnodes},
                  {"node_rank", c.node_rank ? json(*c.node_rank) : json("auto")},
-                 {"master_addr", c.master_addr},
+                 {"master_addr", c.master_via_pmix ? "<node 0's, through PMIx>" : c.master_addr},
                  {"master_port", c.master_port},
                  {"worker_port", plan.layout.master_port},
                  {"rdzv_id", c.rdzv_id},
@@ -268,18 +337,26 @@ std::string encode_dry_run(const Config& c, const Plan& plan, const Topology& to
         " workers; the first rank of each node is known at rendezvous (also GROUP_RANK, "
         "NODE_RANK, ROLE_RANK)";
     placeholders["WORLD_SIZE"] = "the sum of every node's workers, known at rendezvous";
+    if (c.master_via_pmix) {
+      placeholders["MASTER_ADDR"] =
+          "node 0's address, exchanged through mpirun's PMIx server at start (127.0.0.1 shown)";
+    }
     if (!c.worker_port) {
       placeholders["MASTER_PORT"] = "picked on the master host at rendezvous (a free port here)";
     }
   } else if (!c.worker_port) {
     placeholders["MASTER_PORT"] = "a free port picked for this run";
   }
+  placeholders["TORCHELASTIC_ERROR_FILE"] =
+      c.log_dir.empty() ? "each rank's own, in a private directory made at start"
+                        : "each rank's own: " + c.log_dir + "/<rank>/error.json";
   json workers = json::array();
   for (const auto& w : plan.workers) {
     workers.push_back({{"local_rank", w.local_rank},
                        {"rank", w.rank},
                        {"argv", w.argv},
                        {"stdin", w.inherit_stdin ? "inherited" : "/dev/null"},
+                       {"cpus", w.cpus.empty() ? json("inherited") : json(w.cpus)},
                        {"env", w.env}});
   }
   std::vector<std::string> notices = c.notes;

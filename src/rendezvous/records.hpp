@@ -47,6 +47,15 @@ JobVerdict decode_verdict(std::string_view text);
 std::string encode_outcomes(const std::vector<RankOutcome>& outcomes);
 std::vector<RankOutcome> decode_outcomes(std::string_view text);
 
+// A TORCHELASTIC_ERROR_FILE as PyTorch's @record writes it:
+// {"message": {"message": M, "extraInfo": {"py_callstack": T, "timestamp": S}}}
+// (or "message" as a plain string). nullopt when it is not one; the message
+// and traceback are cut to bounded sizes on character boundaries.
+std::optional<WorkerError> decode_error_file(std::string_view text);
+// The root cause's error as torchrun writes it to its own inherited
+// TORCHELASTIC_ERROR_FILE: the rank's record with "errorCode" set.
+std::string encode_error_file(const WorkerError& error, int error_code);
+
 // --summary-json (ends with a newline).
 std::string encode_summary(const JobSummary& summary);
 

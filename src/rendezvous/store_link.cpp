@@ -6,6 +6,7 @@
 
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
+#include "posix/interfaces.hpp"
 #include "posix/net.hpp"
 #include "rendezvous/keys.hpp"
 #include "rendezvous/records.hpp"
@@ -26,9 +27,7 @@ std::string store_bind_address(const Config& c) {
   if (!c.store_bind.empty()) {
     return c.store_bind;
   }
-  const std::string& m = c.master_addr;
-  const bool loopback = m == "localhost" || m == "::1" || m.starts_with("127.");
-  return loopback ? m : "";
+  return posix::is_loopback(c.master_addr) ? c.master_addr : "";
 }
 
 std::string seconds_text(double s) {
@@ -123,7 +122,11 @@ void StoreLink::host_store() {
     return;
   }
   try {
-    m_server = std::make_unique<StoreServer>(store_bind_address(m_config), m_config.master_port);
+    StoreOptions options;
+    options.token = m_config.rdzv_token;
+    options.max_clients = m_config.rdzv_max_clients;
+    m_server = std::make_unique<StoreServer>(store_bind_address(m_config), m_config.master_port,
+                                             std::move(options));
     log::debug("hosting the store on {}", m_where);
   } catch (const std::system_error& e) {
     if (explicit_host) {
@@ -149,10 +152,15 @@ void StoreLink::join(const JoinRecord& self) {
   const auto io = millis(m_config.heartbeat_timeout_s);
   for (auto* c : {&m_rpc, &m_watch, &m_wait}) {
     *c = std::make_unique<AsyncClient>(m_config.master_addr, m_config.master_port, connect_for, io,
-                                       m_start);
+                                       m_start, m_config.rdzv_token);
     const bool is_watch = c == &m_watch;
-    (*c)->set_failure_handler(
-        [this, is_watch](const std::string& why) { connection_lost(why, is_watch); });
+    AsyncClient* client = c->get();
+    (*c)->set_failure_handler([this, is_watch, client](const std::string& why) {
+      // Refused at the handshake (a token, or not a ddplaunch store there):
+      // a rendezvous failure, never a lost node.
+      m_refused = m_refused || !client->handshaken();
+      connection_lost(why, is_watch);
+    });
   }
   if (m_rpc->state() == AsyncClient::State::k_failed) {
     store_lost(m_rpc->error());  // failed at once: the host does not resolve
@@ -328,7 +336,7 @@ void StoreLink::connection_lost(const std::string& why, bool is_watch) {
   store_lost(m_lost_why.value_or(why));
 }
 
-void StoreLink::store_lost(const std::string& why) {
+void StoreLink::store_lost(std::string why) {
   m_lost_why.reset();
   switch (m_phase) {
     case Phase::k_idle:
@@ -340,6 +348,8 @@ void StoreLink::store_lost(const std::string& why) {
       }
       if (why.find("version mismatch") != std::string::npos) {
         join_failed(k_exit_rendezvous, why);
+      } else if (m_refused && !why.starts_with("cannot reach")) {
+        join_failed(k_exit_rendezvous, "rendezvous failed: " + why);
       } else if (why.starts_with("cannot reach")) {
         join_failed(k_exit_rendezvous, why + " within --rdzv-timeout " +
                                            seconds_text(m_config.rdzv_timeout_s) +

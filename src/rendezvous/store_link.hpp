@@ -67,7 +67,7 @@ class StoreLink : public JobLink {
   // 0 sends it before it closes anything; so when another connection fails
   // first, the watch gets a moment (k_watch_grace) to deliver it.
   void connection_lost(const std::string& why, bool is_watch);
-  void store_lost(const std::string& why);
+  void store_lost(std::string why);  // by value: it resets m_lost_why, which may be the argument
   // running and finishing (job_phase.cpp)
   void start_job(const Topology& topology, int node_rank);
   void tick(TimePoint now);
@@ -91,6 +91,7 @@ class StoreLink : public JobLink {
   std::optional<RendezvousPlanner> m_planner;
   bool m_verdict_delivered = false;
   std::optional<std::string> m_lost_why;  // a connection other than the watch failed
+  bool m_refused = false;                 // a connection was refused at the handshake
   TimePoint m_lost_deadline{};
   // running
   int m_node_rank = -1;

@@ -7,8 +7,10 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <memory>
 
 #include "posix/net.hpp"
+#include "store/auth.hpp"
 
 namespace ddplaunch {
 
@@ -27,14 +29,51 @@ uint32_t to_ms(AsyncClient::Duration d) {
 }  // namespace
 
 AsyncClient::AsyncClient(std::string host, int port, Duration connect_timeout, Duration io_timeout,
-                         TimePoint now)
+                         TimePoint now, std::string token)
     : m_host(std::move(host)),
       m_port(port),
       m_where(m_host + ":" + std::to_string(port)),
       m_io_timeout(io_timeout),
-      m_connect_deadline(now + connect_timeout) {
-  request(protocol::request::hello(), Duration(0), [](const Reply&) {});
+      m_connect_deadline(now + connect_timeout),
+      m_token(std::move(token)),
+      m_client_nonce(auth::random_nonce()) {
+  enqueue(protocol::request::hello(m_client_nonce), Duration(0),
+          [this](const Reply& r) { on_hello(r); });
   try_connect(now);
+}
+
+void AsyncClient::on_hello(const Reply& reply) {
+  const protocol::HelloReply hello = protocol::read_hello(reply);
+  if (hello.auth && m_token.empty()) {
+    fail(
+        "this store admits only its job's nodes: give the job's token with --rdzv-token-file or "
+        "DDPLAUNCH_RDZV_TOKEN");
+    return;
+  }
+  if (!hello.auth && !m_token.empty()) {
+    fail(
+        "this node has a job token but the store does not check one: give node 0 the same "
+        "--rdzv-token-file or DDPLAUNCH_RDZV_TOKEN");
+    return;
+  }
+  if (hello.auth) {
+    if (!auth::same_proof(hello.server_proof,
+                          auth::server_proof(m_token, m_client_nonce, hello.server_nonce))) {
+      fail(
+          "the store does not know this job's token: it belongs to another job, or node 0 was "
+          "given a different token");
+      return;
+    }
+    enqueue(
+        protocol::request::auth(auth::client_proof(m_token, m_client_nonce, hello.server_nonce)),
+        Duration(0), [](const Reply&) {});
+  }
+  m_handshaken = true;
+  auto held = std::move(m_held);
+  m_held.clear();
+  for (auto& h : held) {
+    enqueue(std::move(h.frame), h.wait, std::move(h.callback));
+  }
 }
 
 uint32_t AsyncClient::events() const {
@@ -143,8 +182,10 @@ void AsyncClient::on_time(TimePoint now) {
   if (m_state == State::k_ready) {
     for (const auto& p : m_pending) {
       if (p.deadline && now >= *p.deadline) {
-        fail("no answer within " + std::to_string(m_io_timeout.count()) +
-             " ms (the store host may be stopped or unreachable)");
+        fail(m_handshaken ? "no answer within " + std::to_string(m_io_timeout.count()) +
+                                " ms (the store host may be stopped or unreachable)"
+                          : "no answer to HELLO within " + std::to_string(m_io_timeout.count()) +
+                                " ms: the store host is stopped, or " + not_a_store());
         return;
       }
     }
@@ -205,11 +246,12 @@ void AsyncClient::receive() {
       reply = protocol::parse_reply(std::string_view(m_in).substr(offset + 4, *len));
       offset += 4 + *len;
       if (reply.status == Status::k_error) {
-        fail("refused the request: " + protocol::error_message(reply));
+        fail((m_handshaken ? "refused the request: " : "refused this node: ") +
+             protocol::error_message(reply));
         return;
       }
     } catch (const protocol::ProtocolError& e) {
-      fail(std::string("malformed reply: ") + e.what());
+      fail(m_handshaken ? std::string("malformed reply: ") + e.what() : not_a_store());
       return;
     }
     if (m_pending.empty()) {
@@ -221,7 +263,7 @@ void AsyncClient::receive() {
     try {
       callback(reply);
     } catch (const protocol::ProtocolError& e) {
-      fail(std::string("malformed reply: ") + e.what());
+      fail(m_handshaken ? std::string("malformed reply: ") + e.what() : not_a_store());
       return;
     }
   }
@@ -230,8 +272,15 @@ void AsyncClient::receive() {
   }
   m_in.erase(0, offset);
   if (closed) {
-    fail("connection closed by the store (its agent exited?)");
+    fail(m_handshaken ? "connection closed by the store (its agent exited?)"
+                      : "connection closed before HELLO was answered: " + not_a_store());
   }
+}
+
+std::string AsyncClient::not_a_store() const {
+  return "the program listening there is not a ddplaunch store (it answered something else); "
+         "is another program using port " +
+         std::to_string(m_port) + "? choose a free --master-port";
 }
 
 void AsyncClient::fail(const std::string& why) {
@@ -249,6 +298,17 @@ void AsyncClient::fail(const std::string& why) {
 }
 
 void AsyncClient::request(std::string frame, Duration wait, Callback callback) {
+  if (m_state == State::k_failed) {
+    return;
+  }
+  if (!m_handshaken) {
+    m_held.push_back(Held{std::move(frame), wait, std::move(callback)});
+    return;
+  }
+  enqueue(std::move(frame), wait, std::move(callback));
+}
+
+void AsyncClient::enqueue(std::string frame, Duration wait, Callback callback) {
   if (m_state == State::k_failed) {
     return;
   }
@@ -288,16 +348,60 @@ void AsyncClient::compare_set(const std::string& key, const std::optional<std::s
 
 void AsyncClient::wait(const std::vector<std::string>& keys, Duration timeout,
                        std::function<void(bool)> done) {
+  // More keys than one request may carry: one WAIT after another, each with
+  // what is left of the time.
+  const size_t chunk = protocol::k_max_keys_per_request;
+  if (keys.size() > chunk) {
+    std::vector<std::string> first(keys.begin(), keys.begin() + static_cast<long>(chunk));
+    auto rest = std::make_shared<std::vector<std::string>>(keys.begin() + static_cast<long>(chunk),
+                                                           keys.end());
+    const auto deadline = Clock::now() + timeout;
+    wait(first, timeout, [this, rest, timeout, deadline, done = std::move(done)](bool all) {
+      if (!all) {
+        done(false);
+        return;
+      }
+      auto left = timeout;
+      if (timeout.count() != 0) {
+        left = std::chrono::ceil<Duration>(deadline - Clock::now());
+        if (left.count() <= 0) {
+          done(false);
+          return;
+        }
+      }
+      wait(*rest, left, done);
+    });
+    return;
+  }
   request(protocol::request::wait(keys, to_ms(timeout)), timeout.count() == 0 ? k_forever : timeout,
           [done = std::move(done)](const Reply& r) { done(r.status == Status::k_ok); });
 }
 
 void AsyncClient::multi_get(const std::vector<std::string>& keys,
                             std::function<void(std::vector<std::optional<std::string>>)> done) {
-  const size_t count = keys.size();
-  request(
-      protocol::request::multi_get(keys), Duration(0),
-      [done = std::move(done), count](const Reply& r) { done(protocol::read_multi(r, count)); });
+  // One MULTI_GET per k_max_keys_per_request keys, pipelined; the answers are
+  // put together in order.
+  const size_t chunk = protocol::k_max_keys_per_request;
+  const size_t parts = std::max<size_t>(1, (keys.size() + chunk - 1) / chunk);
+  auto gathered = std::make_shared<std::vector<std::optional<std::string>>>(keys.size());
+  auto left = std::make_shared<size_t>(parts);
+  auto finish = std::make_shared<std::function<void(std::vector<std::optional<std::string>>)>>(
+      std::move(done));
+  for (size_t part = 0; part < parts; ++part) {
+    const size_t begin = part * chunk;
+    const size_t end = std::min(keys.size(), begin + chunk);
+    std::vector<std::string> some(keys.begin() + static_cast<long>(begin),
+                                  keys.begin() + static_cast<long>(end));
+    const size_t count = some.size();
+    request(protocol::request::multi_get(some), Duration(0),
+            [gathered, left, finish, begin, count](const Reply& r) {
+              auto values = protocol::read_multi(r, count);
+              std::move(values.begin(), values.end(), gathered->begin() + static_cast<long>(begin));
+              if (--*left == 0) {
+                (*finish)(std::move(*gathered));
+              }
+            });
+  }
 }
 
 }  // namespace ddplaunch

@@ -37,9 +37,11 @@ class AsyncClient {
 
   // Starts connecting at once. `connect_timeout` bounds the whole connecting
   // phase (every attempt); `io_timeout` bounds each reply beyond the time the
-  // request itself may wait on the server.
+  // request itself may wait on the server. `token`: the job's secret (empty:
+  // none); with one, the store must prove it knows it and so must we
+  // (store/auth.hpp); requests wait until the handshake is done.
   AsyncClient(std::string host, int port, Duration connect_timeout, Duration io_timeout,
-              TimePoint now = Clock::now());
+              TimePoint now = Clock::now(), std::string token = {});
   AsyncClient(const AsyncClient&) = delete;
   AsyncClient& operator=(const AsyncClient&) = delete;
 
@@ -56,6 +58,8 @@ class AsyncClient {
   void on_time(TimePoint now);
 
   State state() const { return m_state; }
+  // True once the store answered HELLO (and AUTH was sent): requests flow.
+  bool handshaken() const { return m_handshaken; }
   int attempts() const { return m_attempts; }
   const std::string& where() const { return m_where; }
   const std::string& error() const { return m_error; }
@@ -93,6 +97,9 @@ class AsyncClient {
   void flush(TimePoint now);
   void receive();
   void fail(const std::string& why);
+  void on_hello(const protocol::Reply& reply);
+  std::string not_a_store() const;
+  void enqueue(std::string frame, Duration wait, Callback callback);
 
   std::string m_host;
   int m_port;
@@ -114,6 +121,15 @@ class AsyncClient {
   std::deque<Pending> m_pending;
   std::string m_error;
   FailureHandler m_on_failure;
+  std::string m_token;
+  std::string m_client_nonce;
+  bool m_handshaken = false;  // HELLO answered (and AUTH sent): requests may flow
+  struct Held {
+    std::string frame;
+    Duration wait;
+    Callback callback;
+  };
+  std::vector<Held> m_held;  // requests made before the handshake
 };
 
 }  // namespace ddplaunch

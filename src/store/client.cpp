@@ -65,9 +65,10 @@ struct StoreClient::Impl {
 };
 
 StoreClient::StoreClient(const std::string& host, int port, Duration connect_timeout,
-                         Duration io_timeout)
+                         Duration io_timeout, const std::string& token)
     : m_impl(std::make_unique<Impl>()) {
-  m_impl->conn = std::make_unique<AsyncClient>(host, port, connect_timeout, io_timeout);
+  m_impl->conn = std::make_unique<AsyncClient>(host, port, connect_timeout, io_timeout,
+                                               AsyncClient::Clock::now(), token);
   bool done = false;
   // HELLO is the first request; a PING behind it is answered once HELLO is.
   m_impl->conn->request(protocol::request::ping(), Duration(0),

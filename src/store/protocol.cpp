@@ -129,8 +129,11 @@ Encoder& put_keys(Encoder& e, const std::vector<std::string>& keys) {
 }
 }  // namespace
 
-std::string hello() {
-  return op(Op::k_hello).u32(k_magic).u16(k_version).finish();
+std::string hello(std::string_view client_nonce) {
+  return op(Op::k_hello).u32(k_magic).u16(k_version).bytes(client_nonce).finish();
+}
+std::string auth(std::string_view client_proof) {
+  return op(Op::k_auth).bytes(client_proof).finish();
 }
 std::string set(std::string_view key, std::string_view value) {
   return op(Op::k_set).bytes(key).bytes(value).finish();
@@ -205,6 +208,14 @@ std::string ok_value(std::string_view value) {
 std::string ok_cas(bool swapped, std::string_view current) {
   return status(Status::k_ok).u8(swapped ? 1 : 0).bytes(current).finish();
 }
+std::string ok_hello(bool auth, std::string_view server_nonce, std::string_view server_proof) {
+  auto e = status(Status::k_ok);
+  e.u16(k_version).u8(auth ? 1 : 0);
+  if (auth) {
+    e.bytes(server_nonce).bytes(server_proof);
+  }
+  return e.finish();
+}
 std::string timeout() {
   return status(Status::k_timeout).finish();
 }
@@ -243,6 +254,18 @@ std::string read_cas_current(const Reply& r) {
   Decoder d(r.fields);
   d.u8();
   return d.bytes(k_max_value);
+}
+
+HelloReply read_hello(const Reply& r) {
+  Decoder d(r.fields);
+  HelloReply h;
+  h.version = d.u16();
+  h.auth = d.u8() != 0;
+  if (h.auth) {
+    h.server_nonce = d.bytes(256);
+    h.server_proof = d.bytes(256);
+  }
+  return h;
 }
 
 std::vector<std::optional<std::string>> read_multi(const Reply& r, size_t count) {

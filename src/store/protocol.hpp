@@ -13,17 +13,20 @@
 namespace ddplaunch::protocol {
 
 inline constexpr uint32_t k_magic = 0x44444c31;  // "DDL1"
-inline constexpr uint16_t k_version = 1;
+inline constexpr uint16_t k_version = 2;         // 2: HELLO carries a nonce; AUTH
 
 // Limits: a peer exceeding one gets an error reply and loses its connection.
-inline constexpr size_t k_max_key = 4096;               // bytes in a key
-inline constexpr size_t k_max_value = 1024 * 1024;      // bytes in a value
-inline constexpr size_t k_max_keys_per_request = 4096;  // keys in WAIT/CHECK/MULTI_GET
-inline constexpr size_t k_max_frame = 2 * 1024 * 1024;  // bytes in one frame body
-inline constexpr size_t k_max_store_keys = 1'000'000;   // keys held by the server
+inline constexpr size_t k_max_key = 4096;                       // bytes in a key
+inline constexpr size_t k_max_value = 1024 * 1024;              // bytes in a value
+inline constexpr size_t k_max_keys_per_request = 4096;          // keys in WAIT/CHECK/MULTI_GET
+inline constexpr size_t k_max_frame = 2 * 1024 * 1024;          // bytes in one frame body
+inline constexpr size_t k_max_store_keys = 1'000'000;           // keys held by the server
+inline constexpr size_t k_max_store_bytes = 512 * 1024 * 1024;  // key and value bytes held
+inline constexpr size_t k_max_reply = 16 * 1024 * 1024;         // bytes in one reply (MULTI_GET)
 
 enum class Op : uint8_t {
-  k_hello = 0,      // u32 magic, u16 version            -> OK u16 version
+  // u32 magic, u16 version, client nonce -> OK u16 version, u8 auth[, server nonce, server proof]
+  k_hello = 0,
   k_set = 1,        // key, value                        -> OK
   k_get = 2,        // key, u32 timeout_ms (0 = forever) -> OK value | TIMEOUT
   k_add = 3,        // key, i64 delta                    -> OK i64 new value
@@ -34,6 +37,7 @@ enum class Op : uint8_t {
   k_num_keys = 8,   //                                   -> OK u64 count
   k_multi_get = 9,  // u32 n, n keys                     -> OK n × (u8 present, value)
   k_ping = 10,      //                                   -> OK
+  k_auth = 11,      // client proof                      -> OK (else ERROR, and closed)
 };
 
 enum class Status : uint8_t {
@@ -87,7 +91,8 @@ class Decoder {
 
 // --- Requests: one encoder per operation, used by both clients -------------
 namespace request {
-std::string hello();
+std::string hello(std::string_view client_nonce);
+std::string auth(std::string_view client_proof);
 std::string set(std::string_view key, std::string_view value);
 std::string get(std::string_view key, uint32_t timeout_ms);
 std::string add(std::string_view key, int64_t delta);
@@ -111,6 +116,8 @@ std::string ok_u64(uint64_t v);
 std::string ok_i64(int64_t v);
 std::string ok_value(std::string_view value);
 std::string ok_cas(bool swapped, std::string_view current);
+// HELLO's answer: the version, and for a store with a token its nonce and proof.
+std::string ok_hello(bool auth, std::string_view server_nonce, std::string_view server_proof);
 std::string timeout();
 std::string error(std::string_view message);
 }  // namespace reply
@@ -128,6 +135,13 @@ int64_t read_i64(const Reply& r);              // ADD
 bool read_flag(const Reply& r);                // DELETE, CHECK
 uint64_t read_u64(const Reply& r);             // NUM_KEYS
 std::string read_cas_current(const Reply& r);  // CAS: the value held afterwards
+struct HelloReply {
+  uint16_t version = 0;
+  bool auth = false;
+  std::string server_nonce;
+  std::string server_proof;
+};
+HelloReply read_hello(const Reply& r);
 std::vector<std::optional<std::string>> read_multi(const Reply& r, size_t count);  // MULTI_GET
 
 // If `buffer` starts with a complete frame, its body's size; nullopt when

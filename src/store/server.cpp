@@ -1,5 +1,6 @@
 #include "store/server.hpp"
 
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
@@ -18,9 +19,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "log.hpp"
 #include "posix/error.hpp"
 #include "posix/fd.hpp"
 #include "posix/net.hpp"
+#include "store/auth.hpp"
 #include "store/protocol.hpp"
 
 namespace ddplaunch {
@@ -40,13 +43,58 @@ struct Waiter {
 
 struct Conn {
   posix::Fd fd;
+  std::string peer;  // "addr:port", for the master's warnings
   std::string in;
   std::string out;
   bool hello = false;
+  bool authed = false;   // HELLO done, and AUTH where the store has a token
   bool closing = false;  // close once `out` is flushed
   bool reading = true;
+  std::string client_nonce;
+  std::string server_nonce;
+  Clock::time_point opened;
+  Clock::time_point last_input;   // the last bytes received
+  Clock::time_point last_output;  // the last bytes sent (or when `out` last was empty)
   std::optional<Waiter> waiter;
 };
+
+std::string peer_of(int fd) {
+  sockaddr_storage addr = {};
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return "an unknown peer";
+  }
+  char host[NI_MAXHOST] = {};
+  char serv[NI_MAXSERV] = {};
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), serv, sizeof(serv),
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "an unknown peer";
+  }
+  return std::string(host) + ":" + serv;
+}
+
+// True when a whole request waits in the input buffer (or an oversized one,
+// which process() turns into an error).
+bool has_frame(const Conn& c) {
+  try {
+    return protocol::complete_frame(c.in).has_value();
+  } catch (const protocol::ProtocolError&) {
+    return true;
+  }
+}
+
+// Appends a reply; the stall clock starts when the queue stops being empty.
+void queue(Conn& c, const std::string& reply) {
+  if (c.out.empty()) {
+    c.last_output = Clock::now();
+  }
+  c.out += reply;
+}
+
+std::string host_of(const std::string& peer) {
+  auto colon = peer.rfind(':');
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
+}
 
 void raise_fd_limit() {
   rlimit lim;
@@ -61,6 +109,7 @@ using protocol::reply::ok;
 }  // namespace
 
 struct StoreServer::Impl {
+  StoreOptions options;
   posix::Fd listener;
   posix::Fd epoll;
   posix::Fd wake;  // eventfd: stop()
@@ -69,8 +118,15 @@ struct StoreServer::Impl {
   bool stopped = false;
   std::unordered_map<int, Conn> conns;
   std::unordered_map<std::string, std::string> data;
+  size_t data_bytes = 0;                                    // keys and values held
   std::unordered_map<std::string, std::set<int>> watchers;  // key -> waiting conns
   std::set<std::pair<Clock::time_point, int>> deadlines;
+  // Connections whose parked request was answered by a write: processed by
+  // the loop, one after another, never from inside the write (no recursion).
+  std::vector<int> woken;
+  std::optional<Clock::time_point> accept_resume;  // accept() paused (EMFILE) until then
+  Clock::time_point next_sweep;
+  std::set<std::string> warned_peers;  // hosts told once about a bad token
 
   void loop();
   void accept_all();
@@ -85,6 +141,11 @@ struct StoreServer::Impl {
   void park(int fd, Conn& c, Waiter w);
   void unpark(int fd, Conn& c);
   void error(Conn& c, const std::string& message);
+  void run_woken();
+  void sweep(Clock::time_point now);
+  void warn_peer(const Conn& c, const std::string& what);
+  void check_store_room(const std::string& key, size_t value_size);
+  void store_value(const std::string& key, std::string value);
 };
 
 void StoreServer::Impl::update_events(int fd) {
@@ -101,15 +162,71 @@ void StoreServer::Impl::accept_all() {
   while (true) {
     int fd = accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      return;  // EAGAIN, or EMFILE: the client retries
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // The pending connection stays queued and the listener stays
+        // readable: stop watching it for a moment instead of spinning.
+        epoll_event ev = {};
+        ev.data.fd = listener.get();
+        epoll_ctl(epoll.get(), EPOLL_CTL_MOD, listener.get(), &ev);
+        accept_resume = Clock::now() + std::chrono::milliseconds(100);
+      }
+      return;  // EAGAIN (or a connection that went away): nothing more now
+    }
+    posix::Fd owned(fd);
+    if (conns.size() >= static_cast<size_t>(options.max_clients)) {
+      const std::string refusal = protocol::reply::error(
+          "the store has " + std::to_string(options.max_clients) +
+          " clients already (--rdzv-max-clients); try again later or raise it");
+      (void)!::send(fd, refusal.data(), refusal.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      continue;  // closed by `owned`
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    conns[fd].fd = posix::Fd(fd);
+    Conn& c = conns[fd];
+    c.fd = std::move(owned);
+    c.peer = peer_of(fd);
+    c.opened = c.last_input = c.last_output = Clock::now();
     epoll_event ev = {};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.fd = fd;
     epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev);
+  }
+}
+
+void StoreServer::Impl::warn_peer(const Conn& c, const std::string& what) {
+  if (warned_peers.insert(host_of(c.peer)).second) {
+    log::warn("the store refused {}: {} (the job goes on; said once per host)", c.peer, what);
+  }
+}
+
+void StoreServer::Impl::run_woken() {
+  while (!woken.empty()) {
+    std::vector<int> batch;
+    batch.swap(woken);
+    for (int fd : batch) {
+      if (conns.contains(fd)) {
+        process(fd);
+      }
+    }
+  }
+}
+
+void StoreServer::Impl::sweep(Clock::time_point now) {
+  std::vector<int> doomed;
+  for (auto& [fd, c] : conns) {
+    const bool handshaking = !c.authed && now - c.opened > options.handshake_timeout;
+    const bool half_frame = !c.in.empty() && now - c.last_input > options.handshake_timeout;
+    const bool stalled = !c.out.empty() && now - c.last_output > options.stall_timeout;
+    if (handshaking || half_frame || stalled) {
+      doomed.push_back(fd);
+    }
+  }
+  for (int fd : doomed) {
+    // Reset, not FIN: a FIN would wait behind replies the client never reads,
+    // and the kernel would keep buffering them.
+    linger abort = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, sizeof(abort));
+    close_conn(fd);
   }
 }
 
@@ -118,13 +235,16 @@ void StoreServer::Impl::close_conn(int fd) {
   if (it == conns.end()) {
     return;
   }
+  if (it->second.hello && !it->second.authed) {
+    warn_peer(it->second, "a client without this job's token (none, or a different one)");
+  }
   unpark(fd, it->second);
   epoll_ctl(epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
   conns.erase(it);
 }
 
 void StoreServer::Impl::error(Conn& c, const std::string& message) {
-  c.out += protocol::reply::error(message);
+  queue(c, protocol::reply::error(message));
   c.closing = true;
   c.in.clear();
 }
@@ -141,10 +261,14 @@ void StoreServer::Impl::flush(int fd) {
       return;
     }
     c.out.erase(0, static_cast<size_t>(n));
+    c.last_output = Clock::now();
   }
   if (c.out.empty() && c.closing) {
     close_conn(fd);
     return;
+  }
+  if (c.out.size() < k_out_high_water && !c.waiter && !c.closing && has_frame(c)) {
+    woken.push_back(fd);  // requests held back by unread replies may go on
   }
   update_events(fd);
 }
@@ -187,16 +311,36 @@ bool StoreServer::Impl::try_complete(int fd, Conn& c) {
     }
   }
   if (w.is_get) {
-    c.out += protocol::reply::ok_value(data.at(w.keys[0]));
+    queue(c, protocol::reply::ok_value(data.at(w.keys[0])));
   } else {
-    c.out += ok();
+    queue(c, ok());
   }
   unpark(fd, c);
   return true;
 }
 
+void StoreServer::Impl::check_store_room(const std::string& key, size_t value_size) {
+  auto it = data.find(key);
+  if (it == data.end() && data.size() >= protocol::k_max_store_keys) {
+    throw protocol::ProtocolError("the store is full (" +
+                                  std::to_string(protocol::k_max_store_keys) + " keys)");
+  }
+  const size_t old = it == data.end() ? 0 : key.size() + it->second.size();
+  if (data_bytes - old + key.size() + value_size > protocol::k_max_store_bytes) {
+    throw protocol::ProtocolError("the store is full (" +
+                                  std::to_string(protocol::k_max_store_bytes) + " bytes)");
+  }
+}
+
+void StoreServer::Impl::store_value(const std::string& key, std::string value) {
+  auto [it, inserted] = data.try_emplace(key);
+  data_bytes -= inserted ? 0 : key.size() + it->second.size();
+  it->second = std::move(value);
+  data_bytes += key.size() + it->second.size();
+}
+
 void StoreServer::Impl::set_key(const std::string& key, std::string value) {
-  data[key] = std::move(value);
+  store_value(key, std::move(value));
   auto it = watchers.find(key);
   if (it == watchers.end()) {
     return;
@@ -204,12 +348,8 @@ void StoreServer::Impl::set_key(const std::string& key, std::string value) {
   std::vector<int> waiting(it->second.begin(), it->second.end());
   for (int fd : waiting) {
     auto cit = conns.find(fd);
-    if (cit == conns.end()) {
-      continue;
-    }
-    Conn& c = cit->second;
-    if (c.waiter && try_complete(fd, c)) {
-      process(fd);  // its pipelined requests may go on now
+    if (cit != conns.end() && cit->second.waiter && try_complete(fd, cit->second)) {
+      woken.push_back(fd);  // its pipelined requests go on from the loop
     }
   }
 }
@@ -220,18 +360,18 @@ void StoreServer::Impl::handle(int fd, Conn& c, std::string_view body) {
   if (!c.hello && op != Op::k_hello) {
     throw protocol::ProtocolError("the first message must be HELLO");
   }
+  if (c.hello && !c.authed && op != Op::k_auth) {
+    warn_peer(c, "a client without the job's token");
+    throw protocol::ProtocolError(
+        "this store admits only the job's nodes: give the job's token (--rdzv-token-file or "
+        "DDPLAUNCH_RDZV_TOKEN)");
+  }
   auto timeout = [&d]() -> std::optional<Clock::time_point> {
     uint32_t ms = d.u32();
     if (ms == 0) {
       return std::nullopt;
     }
     return Clock::now() + std::chrono::milliseconds(ms);
-  };
-  auto check_capacity = [this](const std::string& key) {
-    if (!data.contains(key) && data.size() >= protocol::k_max_store_keys) {
-      throw protocol::ProtocolError("the store is full (" +
-                                    std::to_string(protocol::k_max_store_keys) + " keys)");
-    }
   };
   switch (op) {
     case Op::k_hello: {
@@ -246,15 +386,40 @@ void StoreServer::Impl::handle(int fd, Conn& c, std::string_view body) {
                                       ", the client version " + std::to_string(version) +
                                       "; run the same ddplaunch version on every node");
       }
+      c.client_nonce = d.bytes(256);
       c.hello = true;
-      c.out += protocol::reply::ok_u16(protocol::k_version);
+      if (options.token.empty()) {
+        c.authed = true;
+        queue(c, protocol::reply::ok_hello(false, "", ""));
+      } else {
+        c.server_nonce = auth::random_nonce();
+        queue(c, protocol::reply::ok_hello(
+                     true, c.server_nonce,
+                     auth::server_proof(options.token, c.client_nonce, c.server_nonce)));
+      }
+      return;
+    }
+    case Op::k_auth: {
+      const std::string proof = d.bytes(256);
+      if (c.authed || options.token.empty()) {
+        throw protocol::ProtocolError("AUTH out of turn");
+      }
+      if (!auth::same_proof(proof,
+                            auth::client_proof(options.token, c.client_nonce, c.server_nonce))) {
+        warn_peer(c, "a client with a different job token");
+        throw protocol::ProtocolError(
+            "wrong job token: this store belongs to another job, or the nodes were given "
+            "different tokens");
+      }
+      c.authed = true;
+      queue(c, ok());
       return;
     }
     case Op::k_set: {
       auto key = d.bytes(protocol::k_max_key);
       auto value = d.bytes(protocol::k_max_value);
-      check_capacity(key);
-      c.out += ok();
+      check_store_room(key, value.size());
+      queue(c, ok());
       set_key(key, std::move(value));
       return;
     }
@@ -275,9 +440,11 @@ void StoreServer::Impl::handle(int fd, Conn& c, std::string_view body) {
           throw protocol::ProtocolError("ADD on key '" + key + "' whose value is not a number");
         }
       }
-      check_capacity(key);
-      current += delta;
-      c.out += protocol::reply::ok_i64(current);
+      if (__builtin_add_overflow(current, delta, &current)) {
+        throw protocol::ProtocolError("ADD on key '" + key + "' overflows a 64-bit integer");
+      }
+      check_store_room(key, 20);
+      queue(c, protocol::reply::ok_i64(current));
       set_key(key, std::to_string(current));
       return;
     }
@@ -289,18 +456,23 @@ void StoreServer::Impl::handle(int fd, Conn& c, std::string_view body) {
       auto it = data.find(key);
       bool swap = expect_absent ? it == data.end() : (it != data.end() && it->second == expected);
       if (swap) {
-        check_capacity(key);
+        check_store_room(key, desired.size());
       }
       std::string current = swap ? desired : (it == data.end() ? std::string() : it->second);
-      c.out += protocol::reply::ok_cas(swap, current);
+      queue(c, protocol::reply::ok_cas(swap, current));
       if (swap) {
         set_key(key, std::move(desired));
       }
       return;
     }
     case Op::k_delete: {
-      bool existed = data.erase(d.bytes(protocol::k_max_key)) > 0;
-      c.out += protocol::reply::ok_u8(existed ? 1 : 0);
+      auto it = data.find(d.bytes(protocol::k_max_key));
+      const bool existed = it != data.end();
+      if (existed) {
+        data_bytes -= it->first.size() + it->second.size();
+        data.erase(it);
+      }
+      queue(c, protocol::reply::ok_u8(existed ? 1 : 0));
       return;
     }
     case Op::k_wait: {
@@ -313,25 +485,35 @@ void StoreServer::Impl::handle(int fd, Conn& c, std::string_view body) {
     case Op::k_check: {
       auto keys = d.keys();
       bool all = std::all_of(keys.begin(), keys.end(), [&](auto& k) { return data.contains(k); });
-      c.out += protocol::reply::ok_u8(all ? 1 : 0);
+      queue(c, protocol::reply::ok_u8(all ? 1 : 0));
       return;
     }
     case Op::k_num_keys:
-      c.out += protocol::reply::ok_u64(data.size());
+      queue(c, protocol::reply::ok_u64(data.size()));
       return;
     case Op::k_multi_get: {
       auto keys = d.keys();
+      size_t size = 0;
+      for (const auto& k : keys) {
+        auto it = data.find(k);
+        size += 5 + (it != data.end() ? it->second.size() : 0);
+      }
+      if (size > protocol::k_max_reply) {
+        throw protocol::ProtocolError(
+            "MULTI_GET would reply with " + std::to_string(size) + " bytes, over the limit of " +
+            std::to_string(protocol::k_max_reply) + "; ask for fewer keys");
+      }
       protocol::Encoder e;
       e.u8(static_cast<uint8_t>(Status::k_ok));
       for (const auto& k : keys) {
         auto it = data.find(k);
         e.u8(it != data.end() ? 1 : 0).bytes(it != data.end() ? it->second : "");
       }
-      c.out += e.finish();
+      queue(c, e.finish());
       return;
     }
     case Op::k_ping:
-      c.out += ok();
+      queue(c, ok());
       return;
   }
   throw protocol::ProtocolError("unknown operation " + std::to_string(static_cast<int>(op)));
@@ -340,7 +522,9 @@ void StoreServer::Impl::handle(int fd, Conn& c, std::string_view body) {
 void StoreServer::Impl::process(int fd) {
   Conn& c = conns.at(fd);
   try {
-    while (!c.closing && !c.waiter) {
+    // Replies not yet read hold further requests back: a client that only
+    // sends costs at most the high-water mark plus one reply.
+    while (!c.closing && !c.waiter && c.out.size() < k_out_high_water) {
       auto len = protocol::complete_frame(c.in);
       if (!len) {
         break;
@@ -373,6 +557,7 @@ void StoreServer::Impl::on_readable(int fd) {
       break;
     }
     c.in.append(buf.data(), static_cast<size_t>(n));
+    c.last_input = Clock::now();
     if (c.in.size() >= protocol::k_max_frame + 4) {
       break;
     }
@@ -383,11 +568,17 @@ void StoreServer::Impl::on_readable(int fd) {
 void StoreServer::Impl::loop() {
   std::array<epoll_event, 256> events;
   while (true) {
+    std::optional<Clock::time_point> next =
+        conns.empty() ? std::nullopt : std::optional(next_sweep);
+    if (!deadlines.empty() && (!next || deadlines.begin()->first < *next)) {
+      next = deadlines.begin()->first;
+    }
+    if (accept_resume && (!next || *accept_resume < *next)) {
+      next = accept_resume;
+    }
     int timeout_ms = -1;
-    if (!deadlines.empty()) {
-      auto ms =
-          std::chrono::ceil<std::chrono::milliseconds>(deadlines.begin()->first - Clock::now())
-              .count();
+    if (next) {
+      auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
     }
     int n = epoll_wait(epoll.get(), events.data(), static_cast<int>(events.size()), timeout_ms);
@@ -412,21 +603,36 @@ void StoreServer::Impl::loop() {
           on_readable(fd);
         }
       }
+      run_woken();
     }
     const auto now = Clock::now();
     while (!deadlines.empty() && deadlines.begin()->first <= now) {
       int fd = deadlines.begin()->second;
       Conn& c = conns.at(fd);
       unpark(fd, c);
-      c.out += protocol::reply::timeout();
+      queue(c, protocol::reply::timeout());
       process(fd);
+      run_woken();
+    }
+    if (accept_resume && *accept_resume <= now) {
+      accept_resume.reset();
+      epoll_event ev = {};
+      ev.events = EPOLLIN;
+      ev.data.fd = listener.get();
+      epoll_ctl(epoll.get(), EPOLL_CTL_MOD, listener.get(), &ev);
+    }
+    if (now >= next_sweep) {
+      sweep(now);
+      next_sweep = now + std::chrono::seconds(1);
     }
   }
 }
 
-StoreServer::StoreServer(const std::string& host, int port) : m_impl(std::make_unique<Impl>()) {
+StoreServer::StoreServer(const std::string& host, int port, StoreOptions options)
+    : m_impl(std::make_unique<Impl>()) {
   raise_fd_limit();
   Impl& s = *m_impl;
+  s.options = std::move(options);
   s.listener = posix::listen_tcp(host, port, 4096);
   s.port = posix::local_port(s.listener.get());
   s.epoll = posix::Fd(epoll_create1(EPOLL_CLOEXEC));

@@ -3,20 +3,36 @@
 // One background thread runs one epoll loop over every connection; blocking
 // GET and WAIT are parked on the server until the keys exist or time out, so
 // clients never poll. A bad or oversized frame costs only that client its
-// connection. The server's state is touched only by its own thread; the
-// public methods are called from the one thread that owns the server.
+// connection. Every resource is bounded (protocol.hpp's limits and
+// StoreOptions): stored bytes, buffered input, queued output, connections,
+// time to finish a frame or the handshake; no wake-up path recurses; accept
+// errors such as EMFILE back off instead of spinning. The server's state is touched only by its own
+// thread; the public methods are called from the one thread that owns the server.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
 namespace ddplaunch {
 
+// What the store admits and how much it holds (docs/SECURITY.md).
+struct StoreOptions {
+  // The job's secret: when set, a client must prove it knows it (store/auth.hpp).
+  std::string token;
+  int max_clients = 4096;  // connections at once; more are told so and closed
+  // A connection must finish HELLO (and AUTH) within this, and a frame once
+  // begun must arrive within it.
+  std::chrono::milliseconds handshake_timeout{10'000};
+  // A client whose replies pile up unread this long is cut off.
+  std::chrono::milliseconds stall_timeout{30'000};
+};
+
 class StoreServer {
  public:
   // Listens on host:port (port 0 = any free port) and starts serving.
   // Throws std::system_error when the address cannot be bound.
-  StoreServer(const std::string& host, int port);
+  StoreServer(const std::string& host, int port, StoreOptions options = {});
   ~StoreServer();  // stop()s
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;

@@ -39,6 +39,28 @@ std::string describe_outcome(const RankOutcome& o) {
                      o.local_rank, o.host, o.pid, ending(o));
 }
 
+namespace {
+
+// The last lines of a traceback, each as "  | line".
+void append_traceback(std::string& out, const std::string& traceback) {
+  constexpr size_t k_lines = 30;
+  std::vector<std::string_view> lines;
+  std::string_view rest = traceback;
+  while (!rest.empty()) {
+    const size_t nl = rest.find('\n');
+    lines.push_back(rest.substr(0, nl));
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+  }
+  const size_t first = lines.size() > k_lines ? lines.size() - k_lines : 0;
+  for (size_t i = first; i < lines.size(); ++i) {
+    out += "  | ";
+    out += lines[i];
+    out += "\n";
+  }
+}
+
+}  // namespace
+
 std::string format_failure_report(const JobSummary& s) {
   if (s.exit_code == 0 && s.reason == StopReason::k_none) {
     return {};
@@ -51,6 +73,10 @@ std::string format_failure_report(const JobSummary& s) {
         "{:.2f} s after the start\n",
         r.rank, r.node_rank, r.local_rank, r.host, r.pid, ending(r),
         r.end_time > 0 ? r.end_time - s.start_time : s.end_time - s.start_time);
+    if (r.error) {
+      out += fmt::format("ddplaunch: rank {} raised {}\n", r.rank, r.error->message);
+      append_traceback(out, r.error->traceback);
+    }
     if (!r.last_stderr.empty()) {
       out += fmt::format("ddplaunch: last lines of rank {}'s stderr:\n", r.rank);
       for (const auto& line : r.last_stderr) {

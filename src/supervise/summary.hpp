@@ -15,6 +15,15 @@
 
 namespace ddplaunch {
 
+// What a failing rank wrote to its TORCHELASTIC_ERROR_FILE (PyTorch's
+// @record): its exception, its Python traceback, and when.
+struct WorkerError {
+  std::string message;    // "ValueError: loss is nan"
+  std::string traceback;  // extraInfo.py_callstack; may be empty
+  std::string timestamp;  // extraInfo.timestamp, seconds since the epoch as text
+  bool operator==(const WorkerError&) const = default;
+};
+
 struct RankOutcome {
   int rank = 0;
   int local_rank = 0;
@@ -26,6 +35,7 @@ struct RankOutcome {
   double start_time = 0;             // seconds since the Unix epoch
   double end_time = 0;
   std::vector<std::string> last_stderr;  // root cause only
+  std::optional<WorkerError> error;      // root cause only, when it wrote its error file
   bool operator==(const RankOutcome&) const = default;
 };
 

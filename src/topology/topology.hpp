@@ -54,6 +54,9 @@ struct JobLayout {
   int restart_count = 0;
   int max_restarts = 0;
   std::string hostname;
+  // The interface holding this node's advertised address: the workers'
+  // GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME unless set. Empty: leave unset.
+  std::string socket_ifname;
 };
 
 // Orders `nodes` by node rank and fills in first ranks, worker slots and the

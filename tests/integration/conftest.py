@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -20,6 +21,15 @@ WORKER = os.path.abspath(os.environ.get(
     "DDPLAUNCH_WORKER", os.path.join(os.path.dirname(__file__), "../../build/tests/ddplaunch_worker")))
 SOURCE_DIR = os.environ.get("DDPLAUNCH_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "../.."))
 TORCH_PYTHON = "/usr/bin/python3"
+
+
+def _torch_ok():
+    return os.path.exists(TORCH_PYTHON) and subprocess.run(
+        [TORCH_PYTHON, "-c", "import torch"], capture_output=True).returncode == 0
+
+
+# Real PyTorch (Debian's python3-torch, under /usr/bin/python3).
+needs_torch = pytest.mark.skipif(not _torch_ok(), reason="python3-torch is not installed")
 
 
 def processes_with_marker(marker):
@@ -51,6 +61,22 @@ def read_until(stream, fragment, limit=1000):
         if fragment in line:
             break
     return lines
+
+
+def alive(pid):
+    """True while `pid` runs (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def free_port():
+    """A loopback port free a moment ago (bound to port 0)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_until(predicate, timeout=30.0, interval=0.01):

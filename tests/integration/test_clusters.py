@@ -9,14 +9,14 @@ import subprocess
 
 import pytest
 
-from conftest import BIN, SOURCE_DIR, TORCH_PYTHON, env_lines, worker
+from conftest import BIN, SOURCE_DIR, TORCH_PYTHON, env_lines, free_port, needs_torch, worker
 
 MPIRUN = shutil.which("mpirun")
 needs_mpirun = pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun is not installed")
 
 
-def mpirun(jobs, nodes, args, timeout=180):
-    cmd = [MPIRUN, "--oversubscribe", "-np", str(nodes)]
+def mpirun(jobs, nodes, args, timeout=180, mpirun_args=()):
+    cmd = [MPIRUN, "--oversubscribe", "-np", str(nodes), *mpirun_args]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     p = subprocess.Popen(cmd + [BIN] + [str(a) for a in args], env=jobs.env(),
@@ -45,6 +45,46 @@ def test_mpirun_one_agent_per_node_forms_one_job(jobs, tmp_path):
 
 
 @needs_mpirun
+def test_mpirun_exchanges_node_zeros_address_through_pmix(jobs, tmp_path):
+    # What each agent resolved: node 0's address from mpirun's PMIx server,
+    # with nothing typed (the dry run shows the source without exchanging).
+    rc, out, err = mpirun(jobs, 2, ["--dry-run", "--nproc-per-node", 2, "--", *worker()],
+                          mpirun_args=["--output-filename", tmp_path])
+    assert rc == 0, err
+    docs = [json.loads(p.read_text()) for p in tmp_path.glob("*/rank.*/stdout")]
+    assert len(docs) == 2
+    for d in docs:
+        assert d["sources"]["master_addr"] == "PMIx"
+        assert d["sources"]["node_rank"] == "OMPI_COMM_WORLD_RANK"
+    assert sorted(d["config"]["node_rank"] for d in docs) == [0, 1]
+
+
+@needs_mpirun
+def test_mpirun_with_azure_master_variable(jobs, tmp_path):
+    port = free_port()
+    rc, out, err = mpirun(jobs, 2, ["--nproc-per-node", 1, "--log-dir", tmp_path, "--",
+                                    *worker("env")],
+                          mpirun_args=["-x", f"AZ_BATCH_MASTER_NODE=127.0.0.1:{port}"])
+    assert rc == 0, err
+    envs = [json.loads((tmp_path / d / "stdout.log").read_text()) for d in os.listdir(tmp_path)]
+    assert sorted(e["RANK"] for e in envs) == ["0", "1"]
+    assert {e["MASTER_ADDR"] for e in envs} == {"127.0.0.1"}
+
+
+MPI_HELLO = os.environ.get("DDPLAUNCH_MPI_HELLO")
+
+
+@needs_mpirun
+@pytest.mark.skipif(not MPI_HELLO, reason="the MPI_Init helper was not built (libopenmpi-dev)")
+def test_mpi_init_in_a_worker_is_not_confused_by_the_outer_mpirun(jobs, tmp_path):
+    rc, out, err = mpirun(jobs, 2, ["--nproc-per-node", 2, "--log-dir", tmp_path, "--", MPI_HELLO])
+    assert rc == 0, err
+    logs = [(tmp_path / d / "stdout.log").read_text() for d in os.listdir(tmp_path)]
+    # Each worker is its own MPI singleton, not a member of mpirun's 2-process job.
+    assert sorted(logs) == sorted(f"mpi rank 0 size 1 RANK={r}\n" for r in range(4)), logs
+
+
+@needs_mpirun
 def test_mpirun_failure_ends_every_node_with_the_root_cause(jobs):
     rc, out, err = mpirun(jobs, 2, ["--nproc-per-node", 2, "--",
                                     *worker("@3:err=rank three broke", "@3:exit=9", "sleep=300")])
@@ -53,12 +93,9 @@ def test_mpirun_failure_ends_every_node_with_the_root_cause(jobs):
     assert "  | rank three broke" in err
 
 
-def torch_ok():
-    return os.path.exists(TORCH_PYTHON) and os.system(f"{TORCH_PYTHON} -c 'import torch' 2>/dev/null") == 0
-
 
 @needs_mpirun
-@pytest.mark.skipif(not torch_ok(), reason="python3-torch is not installed")
+@needs_torch
 def test_mpirun_real_pytorch(jobs):
     example = os.path.join(SOURCE_DIR, "examples", "ddp_gloo.py")
     rc, out, err = mpirun(jobs, 2, ["--nproc-per-node", 2, "--python", TORCH_PYTHON, "--",
@@ -98,3 +135,15 @@ def test_srun_with_two_tasks_per_node_is_refused(jobs):
     r = jobs.run(["--nproc-per-node", 2, "--", *worker()], env=srun_task(0, tasks_per_node="2(x2)"))
     assert r.returncode == 2
     assert "srun --ntasks-per-node=1" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@needs_mpirun
+def test_frameworks_own_rules_agree_with_rank_under_mpirun(jobs):
+    # Azure ML's DeepSpeed and Lightning set-ups read OMPI_COMM_WORLD_* (the mpi style).
+    rc, out, err = mpirun(jobs, 2, ["--nproc-per-node", 2, "--env-style", "torch,mpi", "--python",
+                                    TORCH_PYTHON, "--",
+                                    os.path.join(SOURCE_DIR, "examples", "framework_ranks.py")])
+    assert rc == 0, err + out
+    docs = [json.loads(l.split(": ", 1)[1]) for l in out.splitlines() if l.startswith("[rank")]
+    assert sorted(d["rank"] for d in docs) == [0, 1, 2, 3]
+    assert all(d["agree"] for d in docs), docs

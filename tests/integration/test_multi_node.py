@@ -3,19 +3,12 @@ import json
 import os
 import random
 import signal
-import socket
 
 import pytest
 
-from conftest import TORCH_PYTHON, SOURCE_DIR, env_lines, wait_until, worker
+from conftest import SOURCE_DIR, TORCH_PYTHON, env_lines, free_port, needs_torch, wait_until, worker
 
 FAST = ["--heartbeat-interval", "0.2", "--heartbeat-timeout", "2", "--term-timeout", "5"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def agent_args(port, nnodes, nproc=2, node_rank=None, extra=(), rdzv_timeout=30):
@@ -229,11 +222,8 @@ def test_success_waits_for_the_slowest_node(jobs):
     assert "[rank 3]: done" in results[1][1]
 
 
-def torch_ok():
-    return os.path.exists(TORCH_PYTHON) and os.system(f"{TORCH_PYTHON} -c 'import torch' 2>/dev/null") == 0
 
-
-@pytest.mark.skipif(not torch_ok(), reason="python3-torch is not installed")
+@needs_torch
 @pytest.mark.parametrize("nprocs", [[2, 2], [1, 2, 3]])
 def test_pytorch_gloo_across_nodes(jobs, nprocs):
     port = free_port()

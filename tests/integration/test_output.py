@@ -2,6 +2,7 @@
 import collections
 import os
 import re
+import select
 
 from conftest import worker
 
@@ -99,3 +100,27 @@ def test_bad_log_dir_is_a_clear_error(jobs, tmp_path):
     r = jobs.run(["--log-dir", tmp_path / "file" / "sub", "--", *worker()])
     assert r.returncode == 2
     assert "--log-dir" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_progress_bar_updates_reach_the_console_at_once(jobs, tmp_path):
+    # tqdm-style: "\r" then the bar, no newline until the end.
+    bar = tmp_path / "bar.sh"
+    bar.write_text('#!/bin/sh\nprintf "\\r 50%%|##  |" >&2\n'
+                   f'while [ ! -e {tmp_path}/go ]; do sleep 0.01; done\n'
+                   'printf "\\r100%%|####|\\n" >&2\n')
+    bar.chmod(0o755)
+    p = jobs.start(["--log-dir", tmp_path / "logs", "--", bar])
+    seen = b""
+    fd = p.stderr.fileno()
+    while b"[rank 0]:  50%|##  |\r" not in seen:
+        ready, _, _ = select.select([fd], [], [], 30)
+        assert ready, f"the update never came before the line ended: {seen!r}"
+        chunk = os.read(fd, 4096)
+        assert chunk, seen
+        seen += chunk
+    (tmp_path / "go").write_text("")
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0
+    assert "[rank 0]: 100%|####|\n" in err
+    # The log file keeps the raw bytes.
+    assert (tmp_path / "logs" / "0" / "stderr.log").read_bytes() == b"\r 50%|##  |\r100%|####|\n"

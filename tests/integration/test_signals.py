@@ -9,19 +9,13 @@ import time
 
 import pytest
 
-from conftest import read_until, wait_until, worker
+from conftest import alive, free_port, read_until, wait_until, worker
 
 # Timeouts far longer than the waits below: an agent that only stopped when one
 # of them passed would fail the test.
 SLOW = ["--rdzv-timeout", "300", "--heartbeat-interval", "0.2", "--heartbeat-timeout", "60",
         "--term-timeout", "300"]
 PROMPT = 20  # seconds: generous for a loaded machine, far below every timeout above
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def agent(jobs, port, nnodes, node_rank, steps, nproc=1, debug=True):
@@ -133,7 +127,7 @@ def test_frozen_store_host_does_not_delay_another_nodes_interrupt(jobs, tmp_path
         assert rc == 130, err
         assert took < 10, f"node 1 waited {took:.1f} s on the frozen store host"
         for pid in node1_workers:
-            assert not _alive(pid), f"node 1's worker {pid} is still running"
+            assert not alive(pid), f"node 1's worker {pid} is still running"
     finally:
         procs[0].send_signal(signal.SIGCONT)
     # Woken, node 0 reads node 1's verdict and ends the same way.
@@ -154,23 +148,20 @@ def _stopped(pid):
     return all(s in ("T", "t") for s in states)
 
 
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
 
 def _worker_pids(proc):
-    """The pids of an agent's workers: the children of the agent."""
+    """The pids of an agent's workers: the children of the agent, but its
+    guard (a fork of the launcher, the same executable)."""
     out = []
+    launcher_exe = os.readlink(f"/proc/{proc.pid}/exe")
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
                 with open(f"/proc/{pid}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == proc.pid:
-                        out.append(int(pid))
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) != proc.pid:
+                        continue
+                if os.readlink(f"/proc/{pid}/exe") != launcher_exe:
+                    out.append(int(pid))
             except OSError:
                 pass
     return out

@@ -4,9 +4,11 @@
 
 #include "cli/cli.hpp"
 #include "cluster/openmpi.hpp"
+#include "cluster/pmix_exchange.hpp"
 #include "cluster/precedence.hpp"
 #include "cluster/slurm.hpp"
 #include "ddplaunch/error.hpp"
+#include "posix/interfaces.hpp"
 
 namespace ddplaunch {
 namespace {
@@ -139,6 +141,75 @@ TEST(OpenMpi, SeveralHostsWithoutAMasterAskForOne) {
   EXPECT_THROW(configure_args({"train"}, env), UsageError);
   Config c = configure_args({"--master-addr", "host0", "train"}, env);
   EXPECT_EQ(c.master_addr, "host0");
+}
+
+TEST(OpenMpi, APmixServerGivesNodeZerosAddressAcrossHosts) {
+  EnvMap env = mpirun_one_host();
+  env["OMPI_COMM_WORLD_LOCAL_SIZE"] = "1";  // one process on each of two hosts
+  env["PMIX_SERVER_URI41"] = "2069626880.0;tcp4://127.0.0.1:51623";
+  Config c = configure_args({"train"}, env);
+  EXPECT_TRUE(c.master_via_pmix);
+  EXPECT_EQ(c.source_of("master_addr"), "PMIx");
+  EXPECT_EQ(c.node_rank, 1);
+  // A flag, or Azure's variable, names node 0 instead: no exchange.
+  EXPECT_FALSE(configure_args({"--master-addr", "host0", "train"}, env).master_via_pmix);
+  env["AZ_BATCH_MASTER_NODE"] = "10.0.0.4:6105";
+  EXPECT_FALSE(configure_args({"train"}, env).master_via_pmix);
+}
+
+TEST(OpenMpi, NodeZerosAddressIsTheOneOnASharedNetwork) {
+  const std::vector<std::string> node0 = {"192.168.1.5", "10.1.0.5", "fd00::5"};
+  EXPECT_EQ(choose_master_addr(node0, {"127.0.0.1/8", "10.1.0.7/16"}), "10.1.0.5");
+  EXPECT_EQ(choose_master_addr(node0, {"fd00::7/64"}), "fd00::5");
+  EXPECT_EQ(choose_master_addr(node0, {"172.16.0.1/12"}), "192.168.1.5") << "else the first";
+  EXPECT_EQ(choose_master_addr({}, {"10.1.0.7/16"}), "127.0.0.1");
+  EXPECT_TRUE(posix::in_network("10.1.255.1", "10.1.0.7/16"));
+  EXPECT_FALSE(posix::in_network("10.2.0.1", "10.1.0.7/16"));
+  EXPECT_TRUE(posix::in_network("10.2.0.1", "10.1.0.7/0"));
+  EXPECT_FALSE(posix::in_network("10.1.0.1", "fd00::1/64"));
+  EXPECT_FALSE(posix::in_network("10.1.0.1", "10.1.0.1"));
+  EXPECT_FALSE(posix::in_network("10.1.0.1", "10.1.0.1/33"));
+}
+
+TEST(Platform, KubeflowPodsNameTheirNodeByRank) {
+  // A PyTorchJob worker pod (operator without nprocPerNode): worker 0 is RANK 1.
+  EnvMap pod = {{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
+                {"MASTER_ADDR", "job-master-0"},
+                {"MASTER_PORT", "23456"},
+                {"WORLD_SIZE", "3"},
+                {"RANK", "1"},
+                {"PYTHONUNBUFFERED", "0"}};
+  Config c = configure_args({"train"}, pod);
+  EXPECT_EQ(c.nnodes, 3);
+  EXPECT_EQ(c.node_rank, 1);
+  EXPECT_EQ(c.master_addr, "job-master-0");
+  EXPECT_EQ(c.master_port, 23456);
+  EXPECT_EQ(c.source_of("node_rank"), "RANK");
+  // With torchrun's variables the operator has said it there: PET_* only.
+  pod["PET_NNODES"] = "3";
+  pod["WORLD_SIZE"] = "12";
+  c = configure_args({"train"}, pod);
+  EXPECT_EQ(c.nnodes, 3);
+  EXPECT_EQ(c.source_of("node_rank"), "default");
+  EXPECT_TRUE(c.notes.empty()) << c.notes.front();
+}
+
+TEST(Platform, AzurePyTorchConfigurationGivesNodeRank) {
+  EnvMap node = {{"AZUREML_RUN_ID", "run_1"}, {"MASTER_ADDR", "10.0.0.4"}, {"MASTER_PORT", "6105"},
+                 {"WORLD_SIZE", "2"},         {"NODE_RANK", "1"},          {"RANK", "7"}};
+  Config c = configure_args({"train"}, node);
+  EXPECT_EQ(c.nnodes, 2);
+  EXPECT_EQ(c.node_rank, 1);
+  EXPECT_EQ(c.source_of("node_rank"), "NODE_RANK");
+  EXPECT_EQ(c.source_of("master_addr"), "MASTER_ADDR");
+}
+
+TEST(Platform, StrayVariablesInAShellAreNotAJob) {
+  Config c = configure_args(
+      {"train"},
+      {{"MASTER_ADDR", "10.0.0.4"}, {"WORLD_SIZE", "8"}, {"RANK", "3"}, {"NODE_RANK", "1"}});
+  EXPECT_EQ(c.nnodes, 1);
+  EXPECT_EQ(c.master_addr, "127.0.0.1");
 }
 
 TEST(Precedence, TorchrunVariablesWinOverTheScheduler) {

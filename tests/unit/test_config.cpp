@@ -191,10 +191,21 @@ TEST(Config, FlagBeatsDetectorBeatsDefault) {
   EXPECT_EQ(e.source_of("master_port"), "PET_RDZV_ENDPOINT");
 }
 
+TEST(Config, TensorFlowRolesImplyTheStyleAndLeaveAWorker) {
+  Config c = configure(
+      parse_command_line({"--nproc-per-node", "4", "--tf-ps", "2", "--tf-chief", "train.py"}), {});
+  EXPECT_TRUE(c.env_tf);
+  EXPECT_EQ(c.tf_ps, 2);
+  EXPECT_THROW(configure(parse_command_line(
+                             {"--nproc-per-node", "3", "--tf-ps", "2", "--tf-chief", "train.py"}),
+                         {}),
+               UsageError);
+}
+
 TEST(Config, DetectorsReportTheVariableOfEachValue) {
   auto found = detect_all({{"PET_NNODES", "3"}, {"PET_STANDALONE", "0"}, {"UNRELATED", "x"}});
-  ASSERT_EQ(found.size(), 3u);  // PET_*, Slurm, Open MPI
-  EXPECT_TRUE(found[1].values.empty() && found[2].values.empty());
+  ASSERT_EQ(found.size(), 4u);  // PET_*, Slurm, Open MPI, Kubernetes/Azure
+  EXPECT_TRUE(found[1].values.empty() && found[2].values.empty() && found[3].values.empty());
   EXPECT_EQ(found[0].values.at("nnodes").value, "3");
   EXPECT_EQ(found[0].values.at("nnodes").source, "PET_NNODES");
   EXPECT_EQ(found[0].values.size(), 2u);

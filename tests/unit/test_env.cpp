@@ -64,6 +64,34 @@ TEST(EnvBuilders, UserSettingsWinWhereTheyShould) {
   EXPECT_EQ(env["RANK"], "4") << "a stale inherited RANK is replaced";
 }
 
+TEST(EnvBuilders, GlooAndNcclUseTheAdvertisedInterfaceUnlessSet) {
+  JobLayout l = two_nodes();
+  EXPECT_FALSE(build_torch_env({}, l, 0).contains("GLOO_SOCKET_IFNAME")) << "one node: unset";
+  l.socket_ifname = "eth1";
+  EnvMap env = build_torch_env({}, l, 0);
+  EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "eth1");
+  EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "eth1");
+  env = build_torch_env({{"NCCL_SOCKET_IFNAME", "ib0"}}, l, 0);
+  EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "ib0");
+  EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "eth1");
+}
+
+TEST(Plan, BindingsGiveCpusGpusAndThreads) {
+  Config c;
+  c.program = "train";
+  std::vector<Binding> b(3);
+  b[0] = Binding{{0, 1}, {"GPU-a"}, 2, true};
+  b[1] = Binding{{2, 3}, {"GPU-b"}, 2, true};
+  b[2] = Binding{{4, 5}, {}, 2, false};
+  Plan plan = make_plan(c, two_nodes(), {{"CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b"}}, b);
+  EXPECT_EQ(plan.workers[1].cpus, (std::vector<int>{2, 3}));
+  EXPECT_EQ(plan.workers[1].env["CUDA_VISIBLE_DEVICES"], "GPU-b");
+  EXPECT_EQ(plan.workers[2].env["CUDA_VISIBLE_DEVICES"], "GPU-a,GPU-b") << "not bound: inherited";
+  EXPECT_EQ(plan.workers[0].env["OMP_NUM_THREADS"], "2") << "the share, not 1";
+  plan = make_plan(c, two_nodes(), {{"OMP_NUM_THREADS", "7"}}, b);
+  EXPECT_EQ(plan.workers[0].env["OMP_NUM_THREADS"], "7") << "the user's own wins";
+}
+
 TEST(EnvBuilders, OmpOnlyForSeveralWorkers) {
   JobLayout one = two_nodes();
   one.local_world_size = 1;
@@ -257,6 +285,26 @@ TEST(TfConfig, FollowsTensorFlowsRules) {
   }
   ASSERT_EQ(clusters.size(), 1u);
   EXPECT_EQ(*clusters.begin(), R"({"worker":["10.0.0.1:5001","10.0.0.1:5002","10.0.0.2:6001"]})");
+  // Parameter-server jobs: chief first, then the ps tasks, then the workers,
+  // with TensorFlow's rules (known task types, one chief, each index within
+  // its list, every task once, the same cluster on every rank).
+  std::set<std::string> ps_clusters;
+  std::set<std::string> tasks;
+  for (int node = 0; node < 2; ++node) {
+    JobLayout l = layout_of(t, node, "job", "default", 0);
+    for (int lr = 0; lr < l.local_world_size; ++lr) {
+      auto doc = nlohmann::json::parse(tf_config(l, lr, TfRoles{true, 1}));
+      ps_clusters.insert(doc["cluster"].dump());
+      const std::string type = doc["task"]["type"];
+      EXPECT_TRUE(type == "chief" || type == "ps" || type == "worker") << type;
+      EXPECT_LT(doc["task"]["index"].get<size_t>(), doc["cluster"][type].size());
+      tasks.insert(type + ":" + doc["task"]["index"].dump());
+    }
+  }
+  ASSERT_EQ(ps_clusters.size(), 1u);
+  EXPECT_EQ(*ps_clusters.begin(),
+            R"({"chief":["10.0.0.1:5001"],"ps":["10.0.0.1:5002"],"worker":["10.0.0.2:6001"]})");
+  EXPECT_EQ(tasks, (std::set<std::string>{"chief:0", "ps:0", "worker:0"}));
   // Without reserved ports there is no TF_CONFIG to give.
   EXPECT_EQ(tf_config(layout_of(uniform_topology(1, 2, 0, "a", "x", "x", 1), 0, "j", "r", 0), 0),
             "");

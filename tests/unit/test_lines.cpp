@@ -12,7 +12,10 @@ std::vector<std::string> split(const std::vector<std::string>& chunks, size_t ma
                                bool finish = true) {
   LineSplitter s(max_line);
   std::vector<std::string> lines;
-  auto on = [&](std::string_view l) { lines.emplace_back(l); };
+  auto on = [&](std::string_view l, LineEnd end) {
+    lines.emplace_back(std::string(l) + (end == LineEnd::k_return ? "<CR>" : "") +
+                       (end == LineEnd::k_bare_newline ? "<NL>" : ""));
+  };
   for (const auto& c : chunks) {
     s.feed(c, on);
   }
@@ -39,6 +42,12 @@ TEST(LineSplitter, Table) {
       {{"ab", "cdefghij\n"}, 4, {"abcd", "efgh", "ij"}},
       {{"abcdefgh"}, 4, {"abcd", "efgh"}},  // exact multiple, no newline
       {{"abc", "def", "\nx"}, 4, {"abcd", "ef", "x"}},
+      // Progress bars: each '\r' update comes out at once, whole.
+      {{"\r 10%|#", "   |\r 20%|##  |\r", "100%|####|\n"},
+       100,
+       {"<CR>", " 10%|#<CR>", " 10%|#   |<CR>", " 20%|##  |<CR>", "100%|####|"}},
+      {{"dos line\r\nnext\r\n"}, 100, {"dos line", "next"}},  // "\r\n" is one line end
+      {{"dos line\r", "\nnext\n"}, 100, {"dos line<CR>", "<NL>", "next"}},  // split across reads
   };
   for (const auto& c : cases) {
     EXPECT_EQ(split(c.chunks, c.max), c.lines) << ::testing::PrintToString(c.chunks);
@@ -49,7 +58,7 @@ TEST(LineSplitter, NeverBuffersMoreThanTheBound) {
   LineSplitter s(16);
   size_t pieces = 0;
   for (int i = 0; i < 1000; ++i) {
-    s.feed("0123456789", [&](std::string_view l) {
+    s.feed("0123456789", [&](std::string_view l, LineEnd) {
       EXPECT_EQ(l.size(), 16u);
       ++pieces;
     });

@@ -15,8 +15,8 @@ JobSummary failed_job() {
   s.reason = StopReason::k_worker_failed;
   s.start_time = 100;
   s.end_time = 103;
-  RankOutcome r0{0, 0, 0, "h", 10, ExitInfo::signaled(SIGTERM), true, 100, 102.5, {}};
-  RankOutcome r1{1, 1, 0, "h", 11, ExitInfo::signaled(SIGSEGV), false, 100, 102, {"boom"}};
+  RankOutcome r0{0, 0, 0, "h", 10, ExitInfo::signaled(SIGTERM), true, 100, 102.5, {}, {}};
+  RankOutcome r1{1, 1, 0, "h", 11, ExitInfo::signaled(SIGSEGV), false, 100, 102, {"boom"}, {}};
   s.root_cause = r1;
   s.ranks = {r0, r1};
   return s;
@@ -34,6 +34,28 @@ TEST(Summary, FailureReportNamesTheRootCauseAndEveryOtherRank) {
             std::string::npos)
       << report;
   EXPECT_NE(report.find("exit code 139"), std::string::npos);
+}
+
+TEST(Summary, TheRootCausesExceptionComesBeforeItsStderr) {
+  JobSummary s;
+  s.exit_code = 1;
+  s.reason = StopReason::k_worker_failed;
+  s.root_cause =
+      RankOutcome{3,
+                  1,
+                  1,
+                  "b",
+                  7,
+                  ExitInfo::exited(1),
+                  false,
+                  0,
+                  1,
+                  {"noise"},
+                  WorkerError{"ValueError: nan", "Traceback\n  line\nValueError: nan\n", "1"}};
+  const std::string report = format_failure_report(s);
+  const auto raised = report.find("rank 3 raised ValueError: nan\n  | Traceback\n  |   line\n");
+  ASSERT_NE(raised, std::string::npos) << report;
+  EXPECT_LT(raised, report.find("  | noise")) << report;
 }
 
 TEST(Summary, SuccessHasNoReport) {
@@ -73,11 +95,21 @@ TEST(Records, EveryStoreRecordRoundTrips) {
   EXPECT_FALSE(failed.plan);
   EXPECT_EQ(failed.error, "timed out");
 
-  RankOutcome root{3, 1, 1, "b", 77, ExitInfo::signaled(SIGSEGV), false, 1.5, 2.5, {"x", "y"}};
+  RankOutcome root{3,
+                   1,
+                   1,
+                   "b",
+                   77,
+                   ExitInfo::signaled(SIGSEGV),
+                   false,
+                   1.5,
+                   2.5,
+                   {"x", "y"},
+                   WorkerError{"E: m", "tb", "1"}};
   JobVerdict v{139, "", root, 1};
   EXPECT_EQ(decode_verdict(encode_verdict(v)), v);
-  std::vector<RankOutcome> outcomes = {root,
-                                       RankOutcome{4, 0, 2, "c", 78, std::nullopt, true, 1, 0, {}}};
+  std::vector<RankOutcome> outcomes = {
+      root, RankOutcome{4, 0, 2, "c", 78, std::nullopt, true, 1, 0, {}, {}}};
   EXPECT_EQ(decode_outcomes(encode_outcomes(outcomes)), outcomes);
 }
 
@@ -92,7 +124,8 @@ TEST(Records, MalformedRecordsAreErrorsNotCrashes) {
 }
 
 TEST(Records, InvalidUtf8IsReplacedNotFatal) {
-  RankOutcome root{0, 0, 0, "h", 1, ExitInfo::exited(1), false, 0, 0, {"caf\xc3", "\xff\xfe ok"}};
+  RankOutcome root{0, 0, 0, "h", 1, ExitInfo::exited(1), false, 0, 0, {"caf\xc3", "\xff\xfe ok"},
+                   {}};
   JobVerdict v{1, "", root, 0};
   JobVerdict back = decode_verdict(encode_verdict(v));
   EXPECT_EQ(back.root_cause->last_stderr[1], "\xef\xbf\xbd\xef\xbf\xbd ok");
@@ -109,6 +142,46 @@ TEST(Records, SummaryShowsTheTopology) {
   EXPECT_EQ(doc["topology"]["world_size"], 4);
   EXPECT_EQ(doc["topology"]["nodes"][1]["first_rank"], 2);
   EXPECT_EQ(doc["topology"]["nodes"][0]["host"], "a");
+}
+
+TEST(Records, PyTorchErrorFilesAreRead) {
+  // As torch.distributed.elastic.multiprocessing.errors.record writes it.
+  auto e = decode_error_file(
+      R"({"message": {"message": "ValueError: nan", "extraInfo": {"py_callstack": )"
+      R"("Traceback (most recent call last):\n  x\nValueError: nan\n", "timestamp": "17"}}})");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "ValueError: nan");
+  EXPECT_EQ(e->traceback, "Traceback (most recent call last):\n  x\nValueError: nan\n");
+  EXPECT_EQ(e->timestamp, "17");
+  // The newer plain-string form, and what is not an error file at all.
+  EXPECT_EQ(decode_error_file(R"({"message": "RuntimeError: x"})")->message, "RuntimeError: x");
+  for (const char* bad : {"", "not json", "[1]", "{}", R"({"message": 3})", "{\"message\": {}}"}) {
+    EXPECT_FALSE(decode_error_file(bad)) << bad;
+  }
+}
+
+TEST(Records, HugeErrorFilesAreCutOnCharacterBoundaries) {
+  std::string message;
+  for (int i = 0; i < 3000; ++i) {
+    message += "\xc3\xa9";  // é, two bytes each
+  }
+  auto e = decode_error_file(nlohmann::json({{"message", {{"message", message}}}}).dump());
+  ASSERT_TRUE(e);
+  EXPECT_LT(e->message.size(), message.size());
+  EXPECT_NO_THROW(
+      nlohmann::json(e->message).dump(-1, ' ', false, nlohmann::json::error_handler_t::strict))
+      << "still valid UTF-8";
+}
+
+TEST(Records, TheRootCausesErrorIsWrittenAsTorchrunWritesIt) {
+  auto doc = nlohmann::json::parse(encode_error_file({"ValueError: nan", "tb", "17"}, 3));
+  EXPECT_EQ(doc["message"]["message"], "ValueError: nan");
+  EXPECT_EQ(doc["message"]["extraInfo"]["py_callstack"], "tb");
+  EXPECT_EQ(doc["message"]["extraInfo"]["timestamp"], "17");
+  EXPECT_EQ(doc["message"]["errorCode"], 3);
+  auto back = decode_error_file(doc.dump());
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->message, "ValueError: nan");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include "ddplaunch/error.hpp"
 #include "env/env_map.hpp"
+#include "node/binding.hpp"
 #include "node/resources.hpp"
 
 namespace ddplaunch {
@@ -19,9 +20,12 @@ TEST(Resources, CountsCudaVisibleDevicesLikeCuda) {
 }
 
 TEST(Resources, ResolvesNprocModes) {
-  NodeResources none{std::nullopt, 0, 8};
-  NodeResources driver{std::nullopt, 4, 8};
-  NodeResources visible{2, 4, 8};
+  NodeResources none;
+  none.cpus = 8;
+  NodeResources driver = none;
+  driver.driver_gpus = 4;
+  NodeResources visible = driver;
+  visible.visible_gpus = 2;
   EXPECT_EQ(resolve_nproc(NprocMode::k_fixed, 3, driver), 3);
   EXPECT_EQ(resolve_nproc(NprocMode::k_cpu, 1, driver), 8);
   EXPECT_EQ(resolve_nproc(NprocMode::k_gpu, 1, driver), 4);
@@ -29,8 +33,114 @@ TEST(Resources, ResolvesNprocModes) {
   EXPECT_EQ(resolve_nproc(NprocMode::k_auto, 1, visible), 2);
   EXPECT_EQ(resolve_nproc(NprocMode::k_auto, 1, none), 8);
   EXPECT_THROW(resolve_nproc(NprocMode::k_gpu, 1, none), UsageError);
-  EXPECT_THROW(resolve_nproc(NprocMode::k_gpu, 1, NodeResources{0, 4, 8}), UsageError)
+  NodeResources hidden = driver;
+  hidden.visible_gpus = 0;
+  EXPECT_THROW(resolve_nproc(NprocMode::k_gpu, 1, hidden), UsageError)
       << "CUDA_VISIBLE_DEVICES='' hides the driver's GPUs";
+  EXPECT_THROW(resolve_nproc(NprocMode::k_xpu, 1, driver), UsageError) << "no Intel GPU";
+  NodeResources intel = none;
+  intel.xpus = 2;
+  EXPECT_EQ(resolve_nproc(NprocMode::k_xpu, 1, intel), 2);
+}
+
+TEST(Resources, CpuListsAsLinuxWritesThem) {
+  EXPECT_EQ(parse_cpu_list("0-3,8,10-11\n"), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(parse_cpu_list(""), std::vector<int>{});
+  for (const char* bad : {"3-1", "a", "1,,2", "-1", "0-"}) {
+    EXPECT_FALSE(parse_cpu_list(bad)) << bad;
+  }
+  EXPECT_EQ(format_cpu_list({0, 1, 2, 3, 8, 10, 11}), "0-3,8,10-11");
+  EXPECT_EQ(format_cpu_list({}), "");
+}
+
+TEST(Resources, VisibleDeviceEntriesKeepTheirNames) {
+  EXPECT_EQ(visible_devices("GPU-8f2a, GPU-11aa,-1,3"),
+            (std::vector<std::string>{"GPU-8f2a", "GPU-11aa"}));
+  EXPECT_EQ(visible_devices("4,5"), (std::vector<std::string>{"4", "5"}));
+}
+
+NodeResources two_numa_nodes() {
+  NodeResources r;
+  r.cpus = 8;
+  r.allowed_cpus = {0, 1, 2, 3, 4, 5, 6, 7};
+  r.numa_cpus = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+  r.gpu_ids = {"0", "1", "2", "3"};
+  r.gpu_source = "the NVIDIA driver";
+  return r;
+}
+
+TEST(Binding, CoresSplitTheAllowedCpus) {
+  Config c;
+  c.cpu_bind = CpuBind::k_cores;
+  std::vector<std::string> notes;
+  auto b = plan_bindings(c, 3, two_numa_nodes(), notes);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].cpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(b[1].cpus, (std::vector<int>{2, 3, 4}));
+  EXPECT_EQ(b[2].cpus, (std::vector<int>{5, 6, 7}));
+  EXPECT_EQ(b[1].omp_threads, 3);
+  EXPECT_FALSE(b[0].set_gpus);
+  // More workers than CPUs: they share, and it is said.
+  NodeResources one_cpu = two_numa_nodes();
+  one_cpu.allowed_cpus = {5};
+  one_cpu.numa_cpus = {{5}};
+  b = plan_bindings(c, 2, one_cpu, notes);
+  EXPECT_EQ(b[0].cpus, std::vector<int>{5});
+  EXPECT_EQ(b[1].cpus, std::vector<int>{5});
+  EXPECT_EQ(notes.size(), 1u);
+}
+
+TEST(Binding, NumaSpreadsRanksInBlocks) {
+  Config c;
+  c.cpu_bind = CpuBind::k_numa;
+  std::vector<std::string> notes;
+  auto b = plan_bindings(c, 4, two_numa_nodes(), notes);
+  EXPECT_EQ(b[0].cpus, b[1].cpus);
+  EXPECT_EQ(b[1].cpus, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(b[2].cpus, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(b[3].omp_threads, 2) << "four CPUs shared by two ranks";
+  EXPECT_TRUE(notes.empty());
+  NodeResources flat = two_numa_nodes();
+  flat.numa_cpus = {flat.allowed_cpus};
+  b = plan_bindings(c, 2, flat, notes);
+  EXPECT_EQ(b[1].cpus.size(), 8u);
+  EXPECT_EQ(notes.size(), 1u) << "one NUMA node: said once";
+  c.cpu_bind = CpuBind::k_none;
+  EXPECT_TRUE(plan_bindings(c, 2, flat, notes)[0].cpus.empty());
+}
+
+TEST(Binding, GpusPerProcSlicesTheNodesList) {
+  Config c;
+  c.gpus_per_proc = 2;
+  std::vector<std::string> notes;
+  NodeResources r = two_numa_nodes();
+  r.gpu_ids = {"GPU-a", "GPU-b", "GPU-c", "GPU-d", "GPU-e"};
+  r.gpu_source = "CUDA_VISIBLE_DEVICES";
+  auto b = plan_bindings(c, 2, r, notes);
+  EXPECT_EQ(b[0].gpus, (std::vector<std::string>{"GPU-a", "GPU-b"}));
+  EXPECT_EQ(b[1].gpus, (std::vector<std::string>{"GPU-c", "GPU-d"}));
+  EXPECT_EQ(describe_binding(b[1]), "CPUs inherited, GPUs GPU-c,GPU-d");
+  try {
+    plan_bindings(c, 3, r, notes);
+    FAIL() << "three workers of two GPUs need six";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs 6 GPUs; this node may use 5 (from "
+                                         "CUDA_VISIBLE_DEVICES"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Binding, TensorFlowWorkersEachSeeTheirOwnGpus) {
+  Config c;
+  c.env_tf = true;
+  std::vector<std::string> notes;
+  auto b = plan_bindings(c, 2, two_numa_nodes(), notes);
+  EXPECT_EQ(b[0].gpus, (std::vector<std::string>{"0", "1"}));
+  EXPECT_EQ(b[1].gpus, (std::vector<std::string>{"2", "3"}));
+  NodeResources no_gpus = two_numa_nodes();
+  no_gpus.gpu_ids.clear();
+  EXPECT_FALSE(plan_bindings(c, 2, no_gpus, notes)[0].set_gpus);
 }
 
 TEST(Resources, CapturesEnviron) {

@@ -5,6 +5,7 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,8 @@
 #include <thread>
 
 #include "ddplaunch/store_client.hpp"
+#include "posix/fd.hpp"
+#include "posix/net.hpp"
 #include "store/async_client.hpp"
 #include "store/protocol.hpp"
 #include "store/server.hpp"
@@ -54,7 +57,13 @@ struct Raw {
 };
 
 std::string hello(uint32_t magic = protocol::k_magic, uint16_t version = protocol::k_version) {
-  return protocol::Encoder().u8(0).u32(magic).u16(version).finish();
+  return protocol::Encoder().u8(0).u32(magic).u16(version).bytes(std::string(32, 'n')).finish();
+}
+
+// What follows the first frame (HELLO's answer) of `replies`.
+std::string after_hello(const std::string& replies) {
+  auto len = protocol::complete_frame(replies);
+  return len ? replies.substr(4 + *len) : std::string();
 }
 
 TEST(Protocol, RoundTripsBigEndian) {
@@ -247,12 +256,13 @@ TEST(Store, BadClientsGetAnErrorAndCostNobodyElse) {
     Raw r(server.port());
     r.send_bytes(hello() + protocol::Encoder().u8(1).u32(100000).finish());  // key length lies
     std::string reply = r.read_all();
-    EXPECT_NE(error_message(reply.substr(7)).find("exceeds the limit"), std::string::npos);
+    EXPECT_NE(error_message(after_hello(reply)).find("exceeds the limit"), std::string::npos);
   }
   {
     Raw r(server.port());
     r.send_bytes(hello() + protocol::Encoder().u8(77).finish());
-    EXPECT_NE(error_message(r.read_all().substr(7)).find("unknown operation"), std::string::npos);
+    EXPECT_NE(error_message(after_hello(r.read_all())).find("unknown operation"),
+              std::string::npos);
   }
   {
     Raw r(server.port());
@@ -270,6 +280,230 @@ TEST(Store, BadClientsGetAnErrorAndCostNobodyElse) {
   EXPECT_EQ(good.get("k"), "v");
   good.set("never", "now");
   EXPECT_EQ(good.num_keys(), 2u);
+}
+
+StoreOptions with_token(const std::string& token) {
+  StoreOptions o;
+  o.token = token;
+  return o;
+}
+
+std::string failure_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const StoreError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(StoreTrust, TheJobsTokenAdmitsItsNodesOnly) {
+  StoreServer server("127.0.0.1", 0, with_token("s3cret"));
+  StoreClient good("127.0.0.1", server.port(), 5s, 30s, "s3cret");
+  good.set("job/stop", "");
+  EXPECT_EQ(good.get("job/stop"), "");
+  auto wrong = failure_of([&] { StoreClient("127.0.0.1", server.port(), 5s, 30s, "guess"); });
+  EXPECT_NE(wrong.find("does not know this job's token"), std::string::npos) << wrong;
+  auto none = failure_of([&] { StoreClient("127.0.0.1", server.port(), 5s, 30s).set("x", "y"); });
+  EXPECT_NE(none.find("admits only its job's nodes"), std::string::npos) << none;
+  // A raw client that skips AUTH gets nothing done.
+  Raw r(server.port());
+  r.send_bytes(hello() + protocol::request::set("job/stop", "forged"));
+  EXPECT_NE(error_message(after_hello(r.read_all())).find("admits only the job's nodes"),
+            std::string::npos);
+  EXPECT_EQ(good.get("job/stop"), "") << "nothing forged reached the store";
+  EXPECT_EQ(good.num_keys(), 1u);
+  // A node with a token meeting a store without one is told so.
+  StoreServer open_store("127.0.0.1", 0);
+  auto mismatch =
+      failure_of([&] { StoreClient("127.0.0.1", open_store.port(), 5s, 30s, "s3cret"); });
+  EXPECT_NE(mismatch.find("the store does not check one"), std::string::npos) << mismatch;
+}
+
+TEST(StoreTrust, AProgramThatIsNotAStoreIsNamed) {
+  // Something else holds the port: it greets with its own banner.
+  posix::Fd listener = posix::listen_tcp("127.0.0.1", 0);
+  const int port = posix::local_port(listener.get());
+  std::thread other([&] {
+    pollfd p{listener.get(), POLLIN, 0};
+    poll(&p, 1, 5000);
+    int fd = accept(listener.get(), nullptr, nullptr);
+    const char banner[] = "SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n";
+    (void)!::send(fd, banner, sizeof(banner) - 1, 0);
+    char buf[256];
+    (void)!recv(fd, buf, sizeof(buf), 0);
+    close(fd);
+  });
+  auto why = failure_of([&] { StoreClient("127.0.0.1", port, 5s, 5s); });
+  other.join();
+  EXPECT_NE(why.find("not a ddplaunch store"), std::string::npos) << why;
+  EXPECT_NE(why.find("port " + std::to_string(port)), std::string::npos) << why;
+}
+
+TEST(StoreTrust, AddOverflowIsAnErrorNotACrash) {
+  StoreServer server("127.0.0.1", 0);
+  auto c = client(server);
+  c.set("n", "9223372036854775807");
+  auto why = failure_of([&] { c.add("n", 1); });
+  EXPECT_NE(why.find("overflows"), std::string::npos) << why;
+  EXPECT_EQ(client(server).get("n"), "9223372036854775807");
+}
+
+TEST(StoreTrust, HalfAFrameOrNoHandshakeIsCutOff) {
+  StoreOptions o;
+  o.handshake_timeout = 200ms;
+  StoreServer server("127.0.0.1", 0, o);
+  Raw silent(server.port());  // connects and says nothing
+  Raw half(server.port());
+  half.send_bytes(hello() + std::string("\0\0\0\x40garbage", 11));  // and never the rest
+  EXPECT_EQ(silent.read_all(), "") << "closed, not held forever";
+  half.read_all();
+  EXPECT_EQ(client(server).num_keys(), 0u) << "the store still serves";
+}
+
+TEST(StoreTrust, AClientThatNeverReadsIsCutOffAndCostsBoundedMemory) {
+  StoreOptions o;
+  o.stall_timeout = 300ms;
+  StoreServer server("127.0.0.1", 0, o);
+  auto c = client(server);
+  c.set("big", std::string(protocol::k_max_value, 'x'));
+  Raw greedy(server.port());
+  int small = 4096;
+  setsockopt(greedy.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  std::string requests = hello();
+  for (int i = 0; i < 2000; ++i) {  // 2000 MiB of replies asked for with ~30 KiB
+    requests += protocol::request::get("big", 0);
+  }
+  greedy.send_bytes(requests);
+  EXPECT_EQ(c.get("big")->size(), protocol::k_max_value) << "others are still served";
+  // Cut off: the server resets the connection (it never read the rest).
+  pollfd p{greedy.fd, 0, 0};
+  ASSERT_EQ(poll(&p, 1, 10'000), 1) << "still connected after 10 s";
+  EXPECT_NE(p.revents & (POLLHUP | POLLERR), 0);
+}
+
+TEST(StoreTrust, TooManyClientsAreToldSo) {
+  StoreOptions o;
+  o.max_clients = 4;
+  StoreServer server("127.0.0.1", 0, o);
+  std::vector<StoreClient> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(client(server));
+  }
+  auto why = failure_of([&] { client(server); });
+  EXPECT_NE(why.find("--rdzv-max-clients"), std::string::npos) << why;
+  held.pop_back();
+  std::this_thread::sleep_for(50ms);  // the server sees the close
+  EXPECT_NO_THROW(client(server).ping());
+}
+
+// Out of fds, a pending connection keeps the listener readable: the server
+// must back off, not spin on accept(). The server runs in a child whose fds
+// are all taken; this process connects to it.
+TEST(StoreTrust, RunningOutOfFdsDoesNotSpin) {
+  int to_child[2];
+  int to_parent[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(to_parent), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    rlimit low = {64, 64};
+    setrlimit(RLIMIT_NOFILE, &low);
+    StoreServer server("127.0.0.1", 0);
+    std::vector<int> taken;
+    for (int fd; (fd = dup(0)) >= 0;) {
+      taken.push_back(fd);
+    }
+    const int port = server.port();
+    char byte = 0;
+    (void)!write(to_parent[1], &port, sizeof(port));
+    (void)!read(to_child[0], &byte, 1);  // the clients are queued now
+    rusage before = {};
+    getrusage(RUSAGE_SELF, &before);
+    std::this_thread::sleep_for(1s);
+    rusage after = {};
+    getrusage(RUSAGE_SELF, &after);
+    auto cpu_ms = [](const rusage& r) {
+      return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1000 +
+             (r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1000;
+    };
+    byte = cpu_ms(after) - cpu_ms(before) < 300 ? 'q' : 's';  // quiet, or spinning
+    for (int fd : taken) {
+      close(fd);  // fds come back: the queued clients can be served
+    }
+    (void)!write(to_parent[1], &byte, 1);
+    (void)!read(to_child[0], &byte, 1);
+    _exit(0);
+  }
+  int port = 0;
+  ASSERT_EQ(read(to_parent[0], &port, sizeof(port)), ssize_t(sizeof(port)));
+  std::vector<std::unique_ptr<Raw>> pending;
+  for (int i = 0; i < 4; ++i) {
+    pending.push_back(std::make_unique<Raw>(port));  // queued: the server has no fd to take them
+  }
+  char verdict = 0;
+  ASSERT_EQ(write(to_child[1], "c", 1), 1);
+  ASSERT_EQ(read(to_parent[0], &verdict, 1), 1);
+  EXPECT_EQ(verdict, 'q') << "the server spun on accept() while out of fds";
+  pending.back()->send_bytes(hello());
+  pollfd p{pending.back()->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 10'000), 1) << "the queued client was never served";
+  ASSERT_EQ(write(to_child[1], "d", 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  for (int fd : {to_child[0], to_child[1], to_parent[0], to_parent[1]}) {
+    close(fd);
+  }
+}
+
+TEST(StoreTrust, MultiGetRepliesAreBounded) {
+  StoreServer server("127.0.0.1", 0);
+  auto c = client(server);
+  c.set("v", std::string(protocol::k_max_value, 'v'));
+  std::vector<std::string> keys(40, "v");  // 40 MiB of reply
+  auto why = failure_of([&] { c.multi_get(keys); });
+  EXPECT_NE(why.find("ask for fewer keys"), std::string::npos) << why;
+}
+
+TEST(StoreTrust, LongChainsOfWakeUpsDoNotRecurse) {
+  // Client i parks GET k<i> with SET k<i+1> pipelined behind it: one SET of
+  // k0 wakes them all in a chain.
+  StoreServer server("127.0.0.1", 0);
+  constexpr int k_links = 1500;
+  std::vector<std::unique_ptr<Raw>> links;
+  for (int i = 0; i < k_links; ++i) {
+    links.push_back(std::make_unique<Raw>(server.port()));
+    links.back()->send_bytes(hello() + protocol::request::get("k" + std::to_string(i), 0) +
+                             protocol::request::set("k" + std::to_string(i + 1), "x"));
+  }
+  auto c = client(server);
+  EXPECT_EQ(c.num_keys(), 0u);
+  c.set("k0", "x");
+  EXPECT_EQ(c.get("k" + std::to_string(k_links), 10s), "x");
+}
+
+TEST(Store, RequestsForAnyNumberOfNodesStayWithinTheLimits) {
+  // 16,384 nodes' heartbeat keys: more than one request may carry.
+  StoreServer server("127.0.0.1", 0);
+  auto c = client(server);
+  std::vector<std::string> keys;
+  for (int n = 0; n < 16384; ++n) {
+    keys.push_back("job/heartbeat/" + std::to_string(n));
+  }
+  for (int n = 0; n < 16384; n += 1000) {
+    c.set(keys[static_cast<size_t>(n)], std::to_string(n));
+  }
+  auto values = c.multi_get(keys);
+  ASSERT_EQ(values.size(), keys.size());
+  EXPECT_EQ(values[5000], "5000");
+  EXPECT_FALSE(values[5001]);
+  EXPECT_EQ(values[16000], "16000");
+  EXPECT_FALSE(c.wait(keys, 50ms)) << "most are missing";
+  for (const auto& k : keys) {
+    c.set(k, "1");
+  }
+  EXPECT_TRUE(c.wait(keys, 10s));
 }
 
 TEST(Store, ClientRetriesUntilTheServerAppears) {
@@ -310,7 +544,7 @@ TEST(Store, StoppedServerIsNoticedByWaitingClients) {
   std::string failure;
   c.set_failure_handler([&](const std::string& why) { failure = why; });
   c.get("forever", Ms(0), [](std::optional<std::string>) { ADD_FAILURE() << "answered"; });
-  drive({&c}, [&] { return c.state() == AsyncClient::State::k_ready; });
+  drive({&c}, [&] { return c.handshaken(); });
   server.reset();
   drive({&c}, [&] { return !failure.empty(); });
   EXPECT_NE(failure.find("connection closed by the store"), std::string::npos) << failure;

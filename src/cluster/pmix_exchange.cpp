@@ -1,0 +1,242 @@
+#include "cluster/pmix_exchange.hpp"
+
+#include <dlfcn.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <array>
+#include <csignal>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "ddplaunch/error.hpp"
+#include "log.hpp"
+#include "posix/fd.hpp"
+#include "posix/interfaces.hpp"
+
+#if DDPLAUNCH_HAVE_PMIX
+#include <pmix.h>
+#endif
+
+namespace ddplaunch {
+
+namespace {
+
+constexpr const char* k_key = "ddplaunch.master_addrs";
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, sep);) {
+    if (!item.empty()) {
+      out.push_back(item);
+    }
+  }
+  return out;
+}
+
+#if DDPLAUNCH_HAVE_PMIX
+
+// The few PMIx client calls, loaded from Debian's libpmix2.
+struct PmixApi {
+  void* handle = nullptr;
+  decltype(&PMIx_Init) init = nullptr;
+  decltype(&PMIx_Finalize) finalize = nullptr;
+  decltype(&PMIx_Put) put = nullptr;
+  decltype(&PMIx_Commit) commit = nullptr;
+  decltype(&PMIx_Fence) fence = nullptr;
+  decltype(&PMIx_Get) get = nullptr;
+  decltype(&PMIx_Error_string) error_string = nullptr;
+
+  bool load(std::string& why) {
+    for (const char* name : {"libpmix.so.2", "libpmix.so"}) {
+      handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (handle != nullptr) {
+        break;
+      }
+    }
+    if (handle == nullptr) {
+      why = "cannot load libpmix.so.2 (install Debian's libpmix2): " + std::string(dlerror());
+      return false;
+    }
+    auto sym = [this, &why](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle, name));
+      if (fn == nullptr) {
+        why = std::string("libpmix has no ") + name;
+      }
+      return fn != nullptr;
+    };
+    return sym(init, "PMIx_Init") && sym(finalize, "PMIx_Finalize") && sym(put, "PMIx_Put") &&
+           sym(commit, "PMIx_Commit") && sym(fence, "PMIx_Fence") && sym(get, "PMIx_Get") &&
+           sym(error_string, "PMIx_Error_string");
+  }
+};
+
+struct Outcome {
+  std::string addrs;  // node 0's list, comma-separated
+  std::string error;  // set when the exchange failed
+};
+
+void set_info_bool(pmix_info_t& info, const char* key, bool value) {
+  std::memset(&info, 0, sizeof(info));
+  std::strncpy(info.key, key, PMIX_MAX_KEYLEN);
+  info.value.type = PMIX_BOOL;
+  info.value.data.flag = value;
+}
+
+void set_info_int(pmix_info_t& info, const char* key, int value) {
+  std::memset(&info, 0, sizeof(info));
+  std::strncpy(info.key, key, PMIX_MAX_KEYLEN);
+  info.value.type = PMIX_INT;
+  info.value.data.integer = value;
+}
+
+// Blocking: init, put (node 0), commit, fence with the data, get, finalize.
+Outcome exchange(const PmixApi& api, int node_rank, const std::string& mine, int timeout_s) {
+  Outcome out;
+  pmix_proc_t self;
+  std::memset(&self, 0, sizeof(self));
+  pmix_status_t rc = api.init(&self, nullptr, 0);
+  if (rc != PMIX_SUCCESS) {
+    out.error = std::string("PMIx_Init: ") + api.error_string(rc);
+    return out;
+  }
+  auto fail = [&](const char* what) {
+    out.error = std::string(what) + ": " + api.error_string(rc);
+  };
+  if (static_cast<int>(self.rank) != node_rank) {
+    log::debug("PMIx rank {} has node rank {}", self.rank, node_rank);
+  }
+  if (self.rank == 0) {  // mpirun's first process: node 0, as OMPI_COMM_WORLD_RANK says
+    pmix_value_t value;
+    std::memset(&value, 0, sizeof(value));
+    value.type = PMIX_STRING;
+    value.data.string = const_cast<char*>(mine.c_str());
+    rc = api.put(PMIX_GLOBAL, k_key, &value);
+    if (rc != PMIX_SUCCESS) {
+      fail("PMIx_Put");
+    }
+  }
+  if (out.error.empty() && (rc = api.commit()) != PMIX_SUCCESS) {
+    fail("PMIx_Commit");
+  }
+  std::array<pmix_info_t, 2> info;
+  set_info_bool(info[0], PMIX_COLLECT_DATA, true);
+  set_info_int(info[1], PMIX_TIMEOUT, timeout_s);
+  if (out.error.empty() && (rc = api.fence(nullptr, 0, info.data(), info.size())) != PMIX_SUCCESS) {
+    fail("PMIx_Fence");
+  }
+  if (out.error.empty()) {
+    pmix_proc_t zero;
+    std::memset(&zero, 0, sizeof(zero));
+    std::memcpy(zero.nspace, self.nspace, sizeof(zero.nspace));
+    zero.rank = 0;
+    pmix_value_t* got = nullptr;
+    rc = api.get(&zero, k_key, &info[1], 1, &got);
+    if (rc != PMIX_SUCCESS || got == nullptr || got->type != PMIX_STRING ||
+        got->data.string == nullptr) {
+      fail("PMIx_Get of node 0's address");
+    } else {
+      out.addrs = got->data.string;  // `got` is left to the process: one small value
+    }
+  }
+  api.finalize(nullptr, 0);
+  return out;
+}
+
+#endif  // DDPLAUNCH_HAVE_PMIX
+
+}  // namespace
+
+bool pmix_built_in() {
+  return DDPLAUNCH_HAVE_PMIX != 0;
+}
+
+std::string choose_master_addr(const std::vector<std::string>& master_addrs,
+                               const std::vector<std::string>& own_networks) {
+  for (const auto& addr : master_addrs) {
+    for (const auto& net : own_networks) {
+      if (!posix::is_loopback(addr) && posix::in_network(addr, net)) {
+        return addr;
+      }
+    }
+  }
+  return master_addrs.empty() ? "127.0.0.1" : master_addrs.front();
+}
+
+std::string pmix_exchange_master_addr(int node_rank, const std::vector<std::string>& own_addrs,
+                                      std::chrono::milliseconds timeout, posix::SignalFd& signals) {
+#if DDPLAUNCH_HAVE_PMIX
+  PmixApi api;
+  std::string why;
+  if (!api.load(why)) {
+    throw LaunchError(k_exit_rendezvous, "mpirun started ddplaunch but " + why +
+                                             "; or give node 0's address with --master-addr");
+  }
+  std::string mine;
+  for (const auto& a : own_addrs) {
+    mine += (mine.empty() ? "" : ",") + a;
+  }
+  const int timeout_s = static_cast<int>(std::max<int64_t>(1, timeout.count() / 1000));
+  // The exchange blocks; it runs on its own thread (which inherits the
+  // blocked signals) so a stop signal still ends the wait.
+  auto result = std::make_shared<Outcome>();
+  posix::Fd done(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  const int done_fd = done.get();
+  std::thread worker([api, node_rank, mine, timeout_s, result, done_fd] {
+    *result = exchange(api, node_rank, mine, timeout_s);
+    const uint64_t one = 1;
+    (void)!::write(done_fd, &one, sizeof(one));
+  });
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    std::array<pollfd, 2> fds = {pollfd{done_fd, POLLIN, 0}, pollfd{signals.fd(), POLLIN, 0}};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      worker.detach();
+      throw LaunchError(k_exit_rendezvous,
+                        "node 0's address did not arrive through PMIx within --rdzv-timeout; "
+                        "did mpirun start one ddplaunch per node?");
+    }
+    if (::poll(fds.data(), fds.size(), static_cast<int>(left.count())) < 0) {
+      continue;
+    }
+    if ((fds[1].revents & POLLIN) != 0) {
+      if (auto sig = signals.read_one(); sig && *sig != SIGCHLD) {
+        worker.detach();
+        throw LaunchError(128 + *sig, std::string("stopped by signal ") + strsignal(*sig) +
+                                          " while exchanging node 0's address through PMIx");
+      }
+    }
+    if ((fds[0].revents & POLLIN) != 0) {
+      break;
+    }
+  }
+  worker.join();
+  if (!result->error.empty()) {
+    throw LaunchError(k_exit_rendezvous, "cannot get node 0's address from mpirun's PMIx server (" +
+                                             result->error + "); give it with --master-addr");
+  }
+  std::vector<std::string> networks;
+  for (const auto& i : posix::interfaces()) {
+    networks.push_back(i.addr + "/" + std::to_string(i.prefix));
+  }
+  std::string chosen = choose_master_addr(split(result->addrs, ','), networks);
+  log::debug("node 0 has {}; dialing {}", result->addrs, chosen);
+  return chosen;
+#else
+  (void)node_rank;
+  (void)own_addrs;
+  (void)timeout;
+  (void)signals;
+  throw LaunchError(k_exit_rendezvous,
+                    "mpirun started ddplaunch on several hosts, and this ddplaunch was built "
+                    "without PMIx: give node 0's address with --master-addr");
+#endif
+}
+
+}  // namespace ddplaunch

@@ -1,0 +1,36 @@
+// PMIx exchange: node 0's store address, passed among the agents one mpirun
+// started (one per node), through the PMIx server mpirun already runs. Node 0
+// puts the addresses of its interfaces, every agent commits and fences, and
+// the others get node 0's list and pick the address on a network they share.
+//
+// The only I/O in cluster/: run by agent/launch.cpp after the configuration
+// is resolved and before the event loop starts. libpmix is loaded at run time
+// (dlopen), only on this path, so the binary needs nothing but libc elsewhere.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "posix/signals.hpp"
+
+namespace ddplaunch {
+
+// True when this build can speak PMIx (pmix.h was found at configure time).
+bool pmix_built_in();
+
+// Node 0's address as this node should dial it. `node_rank` is this agent's
+// node rank (OMPI_COMM_WORLD_RANK, which is also its PMIx rank); node 0 puts
+// `own_addrs`. Waits at most `timeout`; a signal from `signals` ends the wait.
+// Throws LaunchError: k_exit_rendezvous when the exchange fails or times out,
+// 128+N on a stop signal.
+std::string pmix_exchange_master_addr(int node_rank, const std::vector<std::string>& own_addrs,
+                                      std::chrono::milliseconds timeout, posix::SignalFd& signals);
+
+// Of node 0's addresses, the one to dial from a host with `own_networks`
+// ("addr/prefix" of each interface): the first on a network both share, else
+// the first. Pure; for the tests.
+std::string choose_master_addr(const std::vector<std::string>& master_addrs,
+                               const std::vector<std::string>& own_networks);
+
+}  // namespace ddplaunch

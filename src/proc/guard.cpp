@@ -1,0 +1,250 @@
+#include "proc/guard.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "log.hpp"
+#include "posix/fd.hpp"
+
+namespace ddplaunch {
+
+namespace {
+
+// The cgroup v2 mount point and this process's cgroup in it; empty when
+// there is no cgroup v2 here.
+std::string own_cgroup_dir() {
+  std::ifstream cgroup("/proc/self/cgroup");
+  std::string path;
+  for (std::string line; std::getline(cgroup, line);) {
+    if (line.starts_with("0::")) {
+      path = line.substr(3);
+    }
+  }
+  if (path.empty()) {
+    return {};
+  }
+  std::ifstream mounts("/proc/self/mountinfo");
+  for (std::string line; std::getline(mounts, line);) {
+    // ... mount-point ... - fstype source options
+    const auto dash = line.find(" - ");
+    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) {
+      continue;
+    }
+    std::istringstream fields(line.substr(0, dash));
+    std::string id, parent, devs, root, mount_point;
+    fields >> id >> parent >> devs >> root >> mount_point;
+    if (root == "/") {
+      return mount_point + (path == "/" ? "" : path);
+    }
+  }
+  return {};
+}
+
+void write_file(const std::string& path, const char* text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)!::write(fd, text, std::strlen(text));
+    ::close(fd);
+  }
+}
+
+// Kills everything in the cgroup, waits (bounded) until it is empty, removes it.
+void kill_cgroup(const std::string& dir) {
+  write_file(dir + "/cgroup.kill", "1");
+  for (int i = 0; i < 200; ++i) {
+    if (::rmdir(dir.c_str()) == 0 || errno != EBUSY) {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// Empty job cgroups of launchers that are gone (one whose guard was killed
+// too, say): removed, so they do not pile up.
+void remove_stale_cgroups(const std::string& parent) {
+  DIR* dir = opendir(parent.c_str());
+  if (dir == nullptr) {
+    return;
+  }
+  while (dirent* ent = readdir(dir)) {
+    const std::string name = ent->d_name;
+    if (!name.starts_with("ddplaunch-")) {
+      continue;
+    }
+    const std::string pid = name.substr(10);
+    struct stat st = {};
+    if (pid.find_first_not_of("0123456789") == std::string::npos &&
+        ::stat(("/proc/" + pid).c_str(), &st) != 0) {
+      ::rmdir((parent + "/" + name).c_str());  // fails, harmlessly, unless empty
+    }
+  }
+  closedir(dir);
+}
+
+bool environ_has(const std::string& pid, const std::string& needle) {
+  const std::string env = posix::read_small_file("/proc/" + pid + "/environ").value_or("");
+  for (size_t at = 0; at < env.size();) {
+    size_t end = env.find('\0', at);
+    if (end == std::string::npos) {
+      end = env.size();
+    }
+    if (std::string_view(env).substr(at, end - at) == needle) {
+      return true;
+    }
+    at = end + 1;
+  }
+  return false;
+}
+
+[[noreturn]] void run_guard(int read_fd, const std::string& marker, const std::string& cgroup) {
+  // Out of the terminal's way: Ctrl-C and job control are for the launcher.
+  setpgid(0, 0);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU}) {
+    ::signal(sig, SIG_IGN);
+  }
+  std::string said;
+  char buf[64];
+  for (ssize_t n; (n = ::read(read_fd, buf, sizeof(buf))) != 0;) {
+    if (n > 0) {
+      said.append(buf, static_cast<size_t>(n));
+    } else if (errno != EINTR) {
+      break;
+    }
+  }
+  // EOF: the launcher has exited (its fds are closed as it goes), so the
+  // cgroup holds only what it left behind.
+  if (!cgroup.empty()) {
+    kill_cgroup(cgroup);
+  }
+  if (said.find("done") == std::string::npos) {
+    // The launcher died without ending the job: end what escaped the cgroup too.
+    kill_marked_processes(marker);
+  }
+  _exit(0);
+}
+
+}  // namespace
+
+int kill_marked_processes(const std::string& marker) {
+  const std::string needle = "DDPLAUNCH_AGENT_ID=" + marker;
+  const std::string self = std::to_string(getpid());
+  int killed = 0;
+  for (int round = 0; round < 64; ++round) {
+    int found = 0;
+    DIR* dir = opendir("/proc");
+    if (dir == nullptr) {
+      break;
+    }
+    while (dirent* ent = readdir(dir)) {
+      const std::string pid = ent->d_name;
+      if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid == self) {
+        continue;
+      }
+      if (environ_has(pid, needle)) {
+        kill(static_cast<pid_t>(std::stol(pid)), SIGKILL);
+        ++found;
+      }
+    }
+    closedir(dir);
+    killed += found;
+    if (found == 0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // let the killed ones go
+  }
+  return killed;
+}
+
+JobGuard::JobGuard(bool use_cgroup) {
+  std::random_device rd;
+  std::ostringstream id;
+  id << getpid() << "-" << std::hex << rd() << rd();
+  m_marker = id.str();
+
+  if (std::string parent = use_cgroup ? own_cgroup_dir() : std::string(); !parent.empty()) {
+    remove_stale_cgroups(parent);
+    std::string dir = parent + "/ddplaunch-" + std::to_string(getpid());
+    struct stat st = {};
+    if ((::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST) &&
+        ::stat((dir + "/cgroup.kill").c_str(), &st) == 0) {
+      m_procs_fd = ::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+      if (m_procs_fd >= 0) {
+        m_cgroup = dir;
+      } else {
+        ::rmdir(dir.c_str());
+      }
+    } else {
+      ::rmdir(dir.c_str());
+    }
+  }
+
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    log::debug("no guard process (pipe: {}); the job ends with the launcher only",
+               std::strerror(errno));
+    return;
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[1]);
+    if (fds[0] != 3) {
+      ::dup2(fds[0], 3);
+    }
+    // Not the launcher's stdio: whoever reads its output (a pipe, `| tee`)
+    // sees the end when the launcher ends, not when the guard does.
+    const int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (int fd = 0; fd < 3 && devnull >= 0; ++fd) {
+      ::dup2(devnull, fd);
+    }
+    syscall(SYS_close_range, 4U, ~0U, 0U);
+    run_guard(3, m_marker, m_cgroup);
+  }
+  ::close(fds[0]);
+  if (pid < 0) {
+    ::close(fds[1]);
+    return;
+  }
+  m_guard_pid = pid;
+  m_pipe_fd = fds[1];
+  if (!m_cgroup.empty()) {
+    // The launcher moves in (once), so every worker and everything they
+    // start is born in the job's cgroup: no migration per worker. The guard,
+    // forked before, stays outside to kill and remove it afterwards.
+    const std::string self = std::to_string(getpid());
+    if (::write(m_procs_fd, self.data(), self.size()) < 0) {
+      log::debug("cannot move into {}: {}", m_cgroup, std::strerror(errno));
+      m_cgroup.clear();
+    }
+    ::close(m_procs_fd);
+    m_procs_fd = -1;
+  }
+  log::debug("workers are guarded by {}", mechanism());
+}
+
+JobGuard::~JobGuard() {
+  // "done", and the pipe stays open until this process is gone: then the
+  // guard kills whatever is left in the cgroup and removes it.
+  if (m_pipe_fd >= 0) {
+    (void)!::write(m_pipe_fd, "done", 4);
+  }
+}
+
+std::string JobGuard::mechanism() const {
+  std::string guard = m_guard_pid > 0 ? "a guard process" : "the launcher alone";
+  return m_cgroup.empty() ? guard : "cgroup v2 (" + m_cgroup + ") and " + guard;
+}
+
+}  // namespace ddplaunch

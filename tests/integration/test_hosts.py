@@ -1,0 +1,132 @@
+"""Jobs across real hosts: network namespaces joined by a bridge, each host
+with its own address, host name and /etc/hosts (Debian's 127.0.1.1 self
+entry included), one agent on each. What a job across machines meets and a
+job on loopback does not: a host's own name that resolves to loopback, and
+gloo choosing its interface."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import netns
+from conftest import BIN, SOURCE_DIR, TORCH_PYTHON, env_lines, needs_torch, worker
+
+why_not = netns.available()
+pytestmark = pytest.mark.skipif(why_not is not None, reason=str(why_not))
+
+
+@pytest.fixture
+def hosts():
+    h = netns.Hosts(2)
+    yield h
+    h.remove()
+
+
+def start_agents(jobs, hosts, args, env=None):
+    port = hosts.free_port("node0")
+    procs = []
+    for n, host in enumerate(hosts.names):
+        argv = hosts.command(host, [BIN, "--nnodes", len(hosts.names), "--node-rank", n,
+                                    "--master-addr", "node0", "--master-port", port,
+                                    "--rdzv-timeout", 120, *args])
+        p = subprocess.Popen(argv, env=jobs.env(env), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        jobs.procs.append(p)
+        procs.append(p)
+    return procs
+
+
+def finish(procs, timeout=300):
+    return [(p.wait(timeout=timeout), *p.communicate()) for p in procs]
+
+
+def test_agents_on_two_hosts_form_one_job_and_workers_get_the_host_interface(jobs, hosts):
+    procs = start_agents(jobs, hosts, ["--nproc-per-node", 2, "--", *worker("env")])
+    envs = {}
+    for rc, out, err in finish(procs):
+        assert rc == 0, err
+        envs.update(env_lines(out))
+    assert sorted(envs) == [0, 1, 2, 3]
+    for rank, e in envs.items():
+        assert e["WORLD_SIZE"] == "4" and e["NODE_RANK"] == str(rank // 2)
+        # node0's own name maps to 127.0.1.1 on node0 (Debian's self entry):
+        # the workers still get the interface that reaches the other host.
+        assert e["MASTER_ADDR"] == "node0"
+        assert e["GLOO_SOCKET_IFNAME"] == "eth0" and e["NCCL_SOCKET_IFNAME"] == "eth0"
+
+
+def test_interface_the_user_chose_is_kept(jobs, hosts):
+    procs = start_agents(jobs, hosts, ["--nproc-per-node", 1, "--", *worker("env")],
+                         env={"GLOO_SOCKET_IFNAME": "eth0,lo"})
+    for rc, out, err in finish(procs):
+        assert rc == 0, err
+        assert {e["GLOO_SOCKET_IFNAME"] for e in env_lines(out).values()} == {"eth0,lo"}
+
+
+def test_failure_on_one_host_ends_both_with_its_code(jobs, hosts):
+    procs = start_agents(jobs, hosts, ["--nproc-per-node", 2, "--",
+                                       *worker("@3:err=broke on node1", "@3:exit=7", "sleep=300")])
+    results = finish(procs)
+    for rc, out, err in results:
+        assert rc == 7, err
+    assert "rank 3 (node 1, local rank 1, host node1" in results[0][2], results[0][2]
+
+
+
+@needs_torch
+def test_real_pytorch_across_two_hosts_with_nothing_about_interfaces_typed(jobs, hosts):
+    example = os.path.join(SOURCE_DIR, "examples", "ddp_gloo.py")
+    procs = start_agents(jobs, hosts, ["--nproc-per-node", 2, "--python", TORCH_PYTHON, "--",
+                                       example, 2])
+    lines = []
+    for rc, out, err in finish(procs):
+        assert rc == 0, err
+        lines += [l for l in out.splitlines() if "replicas" in l]
+    assert len(lines) == 4 and all("/4: all-reduce 10," in l for l in lines), lines
+
+
+RSH = os.path.join(SOURCE_DIR, "tests", "helpers", "netns_rsh.sh")
+
+
+def mpirun_across(jobs, hosts, args, timeout=300):
+    """Real mpirun on node0 starting one ddplaunch per host; its rsh agent
+    enters the other host's namespace where ssh would log in."""
+    env = jobs.env({"DDPLAUNCH_NETNS_PREFIX": hosts.prefix, "OMPI_ALLOW_RUN_AS_ROOT": "1",
+                    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    cmd = hosts.command("node0", ["mpirun", "--host", "node0,node1", "-np", 2, "--mca",
+                                  "plm_rsh_agent", RSH, BIN, *args])
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, text=True)
+    jobs.procs.append(p)
+    out, err = p.communicate(timeout=timeout)
+    return p.returncode, out, err
+
+
+needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
+
+
+@needs_mpirun
+def test_mpirun_across_two_hosts_finds_node_zero_through_pmix(jobs, hosts, tmp_path):
+    rc, out, err = mpirun_across(jobs, hosts, ["--nproc-per-node", 2, "--log-dir", tmp_path, "--",
+                                               *worker("env")])
+    assert rc == 0, err
+    envs = {int(d): json.loads((tmp_path / d / "stdout.log").read_text()) for d in os.listdir(tmp_path)}
+    assert sorted(envs) == [0, 1, 2, 3]
+    for rank, e in envs.items():
+        assert e["NODE_RANK"] == str(rank // 2) and e["WORLD_SIZE"] == "4"
+        # Nobody typed node 0's address: it came through mpirun's PMIx server.
+        assert e["MASTER_ADDR"] == hosts.addrs["node0"]
+        assert e["GLOO_SOCKET_IFNAME"] == "eth0"
+
+
+@needs_mpirun
+@needs_torch
+def test_real_pytorch_under_mpirun_across_two_hosts(jobs, hosts):
+    example = os.path.join(SOURCE_DIR, "examples", "ddp_gloo.py")
+    rc, out, err = mpirun_across(jobs, hosts, ["--nproc-per-node", 2, "--python", TORCH_PYTHON,
+                                               "--", example, 2])
+    assert rc == 0, err
+    lines = [l for l in out.splitlines() if "replicas" in l]
+    assert len(lines) == 4 and all("/4: all-reduce 10," in l for l in lines), out

@@ -1,0 +1,128 @@
+"""What no input, terminal or limit may break: rank 0 reading the terminal,
+the fd limit on every node, durations that cannot be represented, paths and
+hosts that cannot work, told before anything starts."""
+import os
+import pty
+import resource
+import select
+import socket
+import subprocess
+
+import pytest
+
+from conftest import BIN, alive, env_lines, free_port, wait_until, worker
+
+
+def test_rank_zero_can_read_the_launchers_terminal(jobs, tmp_path):
+    script = tmp_path / "ask.sh"
+    script.write_text('#!/bin/sh\nread line\necho "rank $RANK read: $line"\n')
+    script.chmod(0o755)
+    pid, master = pty.fork()
+    if pid == 0:  # the child is a session leader with the pty as its terminal
+        os.execve(BIN, [BIN, "--nproc-per-node", "2", "--", str(script)], jobs.env())
+    output = b""
+    try:
+        os.write(master, b"forty-two\n")
+        while b"read: forty-two" not in output:
+            ready, _, _ = select.select([master], [], [], 30)
+            assert ready, f"rank 0 never read its input (stopped by SIGTTIN?): {output!r}"
+            output += os.read(master, 4096)
+    finally:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+        os.close(master)
+    assert b"rank 0 read: forty-two" in output
+
+
+def test_workers_get_the_users_fd_limit_and_many_workers_fit(jobs):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1024:
+        pytest.skip("the hard fd limit is too low to show anything")
+
+    def low_soft_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))
+
+    # 200 workers need 400 pipe fds in the launcher: more than the soft limit.
+    p = subprocess.run([BIN, "--nproc-per-node", "200", "--ranks-filter", "0", "--", "sh", "-c",
+                        "ulimit -Sn"], env=jobs.env(), preexec_fn=low_soft_limit,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[rank 0]: 128", "workers get the limit the user had"
+
+
+@pytest.mark.parametrize("value", ["1e10", "inf", "nan", "-1", "1e400"])
+def test_durations_that_cannot_be_represented_are_refused(jobs, value):
+    r = jobs.run(["--term-timeout", value, "--", *worker()])
+    assert r.returncode == 2
+    assert "up to 315360000" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_same_flag_twice_takes_the_last_value(jobs):
+    r = jobs.run(["--nproc-per-node", 3, "--nproc-per-node", 2, "--", *worker("env")])
+    assert r.returncode == 0, r.stderr
+    assert sorted(env_lines(r.stdout)) == [0, 1]
+
+
+def test_an_unwritable_summary_path_is_refused_before_anything_starts(jobs, tmp_path):
+    marker = tmp_path / "started"
+    r = jobs.run(["--summary-json", tmp_path / "no" / "such" / "dir.json", "--", "touch", marker])
+    assert r.returncode == 2
+    assert "--summary-json" in r.stderr and "cannot write it" in r.stderr
+    assert not marker.exists(), "the workers were started anyway"
+
+
+def test_an_unresolvable_master_is_named(jobs):
+    r = jobs.run(["--nnodes", 2, "--master-addr", "no-such-host.invalid", "--", *worker()])
+    assert r.returncode == 2
+    assert "cannot resolve --master-addr no-such-host.invalid" in r.stderr
+
+
+def ipv6_loopback():
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback here")
+def test_bracketed_ipv6_endpoint(jobs):
+    with socket.socket(socket.AF_INET6) as s:
+        s.bind(("::1", 0))
+        port = s.getsockname()[1]
+    procs = [jobs.start(["--nnodes", 2, "--node-rank", n, "--rdzv-endpoint", f"[::1]:{port}", "--",
+                         *worker("env")]) for n in (1, 0)]
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert {e["MASTER_ADDR"] for e in env_lines(out).values()} == {"::1"}
+
+
+CHAIN = """#!/bin/sh
+# Each level records its pid and starts the next in a new session.
+echo $$ >> "$2"
+if [ "$1" -gt 0 ]; then setsid "$0" $(( $1 - 1 )) "$2" & fi
+exec sleep 300
+"""
+
+
+
+@pytest.mark.parametrize("guard", ["cgroup", "process"])
+def test_nothing_survives_a_sigkilled_launcher(jobs, tmp_path, guard):
+    chain = tmp_path / "chain.sh"
+    chain.write_text(CHAIN)
+    chain.chmod(0o755)
+    pids = tmp_path / "pids"
+    env = {"DDPLAUNCH_GUARD": "process"} if guard == "process" else None
+    p = jobs.start(["--nproc-per-node", 2, "--", chain, 6, pids], env=env)
+    # Two workers, each a chain of seven processes, six of them setsid()ed.
+    assert wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 14, timeout=30)
+    p.kill()  # as the OOM killer or Slurm's final kill would
+    p.wait()
+    recorded = [int(x) for x in pids.read_text().split()]
+    assert wait_until(lambda: not any(alive(pid) for pid in recorded), timeout=15), \
+        [pid for pid in recorded if alive(pid)]

@@ -1,0 +1,127 @@
+"""ddplaunch under a real Slurm: Debian's slurmctld, slurmd and munge brought
+up by the test as a two-host cluster (slurm_cluster.py), torn down after.
+One ddplaunch per node, started by srun or an sbatch script, forms one job
+with nothing typed; scancel ends every worker on both hosts."""
+import json
+import os
+import subprocess
+
+import pytest
+
+import slurm_cluster
+from conftest import BIN, SOURCE_DIR, TORCH_PYTHON, needs_torch, wait_until, worker
+
+why_not = slurm_cluster.available()
+pytestmark = pytest.mark.skipif(why_not is not None, reason=str(why_not))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = slurm_cluster.SlurmCluster(nodes=2)
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def shared(cluster, tmp_path):
+    """A directory both hosts see (they share the file system), writable by the tasks."""
+    os.chmod(tmp_path, 0o777)
+    return tmp_path
+
+
+def srun(cluster, jobs, args, timeout=180):
+    r = cluster.run(["srun", "-N2", "--ntasks-per-node=1", *map(str, args)], timeout=timeout,
+                    env=jobs.env())
+    return r
+
+
+def logged_envs(log_dir):
+    """{rank: environment} from each rank's log file (srun splits long lines)."""
+    return {int(d): json.loads((log_dir / d / "stdout.log").read_text())
+            for d in os.listdir(log_dir)}
+
+
+def test_srun_step_forms_one_job_across_two_hosts(cluster, jobs, shared):
+    r = srun(cluster, jobs, [BIN, "--nproc-per-node", 2, "--log-dir", shared / "logs", "--",
+                             *worker("env")])
+    assert r.returncode == 0, r.stderr + cluster.logs()
+    envs = logged_envs(shared / "logs")
+    assert sorted(envs) == [0, 1, 2, 3], r.stdout
+    for rank, e in envs.items():
+        assert e["WORLD_SIZE"] == "4" and e["NODE_RANK"] == str(rank // 2)
+        assert e["SLURMD_NODENAME"] == f"node{rank // 2}"
+        assert e["MASTER_ADDR"] == "node0"
+        assert e["TORCHELASTIC_RUN_ID"] == f"slurm-{e['SLURM_JOB_ID']}.{e['SLURM_STEP_ID']}"
+        # Code that reads SLURM_* (Lightning) sees one task per worker.
+        assert e["SLURM_PROCID"] == str(rank) and e["SLURM_LOCALID"] == e["LOCAL_RANK"]
+        assert e["SLURM_NTASKS"] == "4"
+    assert len({e["MASTER_PORT"] for e in envs.values()}) == 1
+
+
+def test_sbatch_script_with_srun(cluster, jobs, shared):
+    script = shared / "job.sh"
+    script.write_text(f"""#!/bin/sh
+#SBATCH -N 2
+#SBATCH --ntasks-per-node=1
+#SBATCH -o {shared}/out.txt
+#SBATCH -e {shared}/err.txt
+srun {BIN} --nproc-per-node 2 --log-dir {shared}/logs -- {worker('env')[0]} env
+""")
+    r = cluster.run(["sbatch", "--wait", str(script)], timeout=180, env=jobs.env())
+    assert r.returncode == 0, r.stderr + (shared / "err.txt").read_text() + cluster.logs()
+    envs = logged_envs(shared / "logs")
+    assert sorted(envs) == [0, 1, 2, 3]
+    assert {e["WORLD_SIZE"] for e in envs.values()} == {"4"}
+    assert {e["SLURMD_NODENAME"] for e in envs.values()} == {"node0", "node1"}
+
+
+def test_two_tasks_per_node_is_refused_with_how_to_call_srun(cluster, jobs):
+    r = cluster.run(["srun", "-N2", "--ntasks-per-node=2", BIN, "--nproc-per-node", "2", "--",
+                     *worker()], env=jobs.env())
+    assert r.returncode == 2, r.stderr
+    errors = [l for l in r.stderr.splitlines() if "ddplaunch: error:" in l]
+    assert len(errors) == 4 and all("srun --ntasks-per-node=1" in l for l in errors), r.stderr
+
+
+def test_scancel_ends_every_worker_on_both_hosts(cluster, jobs, shared):
+    # Each agent writes its summary; the workers say when they run.
+    cmd = ["srun", "-N2", "--ntasks-per-node=1", "sh", "-c",
+           f'exec {BIN} --nproc-per-node 2 --summary-json {shared}/summary.$SLURM_NODEID.json '
+           f'-- {worker()[0]} ready={shared} pidfile={shared} sleep=300']
+    p = cluster.popen(cmd, env=jobs.env())
+    jobs.procs.append(p)
+    assert wait_until(lambda: len(list(shared.glob("ready.*"))) == 4, timeout=120), cluster.logs()
+    job_id = cluster.run(["squeue", "-h", "-o", "%i"]).stdout.split()[0]
+    r = cluster.run(["scancel", job_id])
+    assert r.returncode == 0, r.stderr
+    p.communicate(timeout=120)
+    for n in (0, 1):
+        summary = json.loads((shared / f"summary.{n}.json").read_text())
+        assert summary["exit_code"] == 143, summary
+    pids = [int(f.name) for f in shared.iterdir() if f.name.isdigit()]
+    assert len(pids) == 4
+    alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and
+             open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+    assert not alive, f"workers left running after scancel: {alive}"
+
+
+
+@needs_torch
+def test_real_pytorch_under_srun_across_two_hosts(cluster, jobs):
+    example = os.path.join(SOURCE_DIR, "examples", "ddp_gloo.py")
+    r = srun(cluster, jobs, [BIN, "--nproc-per-node", 2, "--python", TORCH_PYTHON, "--",
+                             example, 2], timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if "replicas" in l]
+    assert len(lines) == 4 and all("/4: all-reduce 10," in l for l in lines), r.stdout
+
+
+def test_frameworks_own_rules_agree_with_rank_under_srun(cluster, jobs):
+    # Lightning takes SLURM_* before torchrun's variables; accelerate and
+    # DeepSpeed take RANK. All must see the same ranks.
+    r = srun(cluster, jobs, [BIN, "--nproc-per-node", 2, "--python", TORCH_PYTHON, "--",
+                             os.path.join(SOURCE_DIR, "examples", "framework_ranks.py")])
+    assert r.returncode == 0, r.stderr + r.stdout
+    docs = [json.loads(l.split(": ", 1)[1]) for l in r.stdout.splitlines() if l.startswith("[rank")]
+    assert sorted(d["rank"] for d in docs) == [0, 1, 2, 3]
+    assert all(d["agree"] and d["via"]["lightning"] == "slurm" for d in docs), docs

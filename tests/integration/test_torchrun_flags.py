@@ -1,0 +1,108 @@
+"""Every torchrun 2.x flag, as docs/TORCHRUN.md lists it, is accepted, with
+its underscore spelling and its PET_* variable; those with a meaning here
+have it."""
+import json
+import os
+import re
+
+import pytest
+
+from conftest import SOURCE_DIR, env_lines, worker
+
+# One valid value per torchrun flag (None: takes no value).
+VALUES = {
+    "--nnodes": "1", "--nproc-per-node": "2", "--rdzv-backend": "c10d",
+    "--rdzv-endpoint": "localhost:0", "--rdzv-id": "job7", "--rdzv-conf": "timeout=5",
+    "--standalone": None, "--max-restarts": "0", "--monitor-interval": "0.1",
+    "--start-method": "spawn", "--event-log-handler": "null", "--role": "trainer",
+    "--module": None, "--no-python": None, "--run-path": None, "--log-dir": "LOGS",
+    "--redirects": "0", "--tee": "0", "--local-ranks-filter": "0,1", "--node-rank": "0",
+    "--master-addr": "127.0.0.1", "--master-port": "29555", "--local-addr": "127.0.0.1",
+    "--logs-specs": "custom", "--numa-binding": "node",
+    "--signals-to-handle": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
+}
+
+
+def documented_flags():
+    with open(os.path.join(SOURCE_DIR, "docs", "TORCHRUN.md")) as f:
+        text = f.read()
+    table = text.split("| torchrun flag |")[1].split("\n\n")[0]
+    flags = []
+    for row in table.splitlines()[2:]:
+        first = row.split("|")[1]
+        flags += re.findall(r"`(?:-\w`, `)?(--[\w-]+)", first)
+    return flags
+
+
+def test_the_table_lists_every_torchrun_flag():
+    assert set(documented_flags()) == set(VALUES)
+
+
+@pytest.mark.parametrize("flag", sorted(VALUES))
+@pytest.mark.parametrize("spelling", ["dash", "underscore"])
+def test_each_flag_is_accepted(jobs, tmp_path, flag, spelling):
+    name = flag if spelling == "dash" else "--" + flag[2:].replace("-", "_")
+    value = VALUES[flag]
+    args = [name] if value is None else [name, value.replace("LOGS", str(tmp_path / "logs"))]
+    r = jobs.run(["--dry-run", *args, "--", "train.py"])
+    assert r.returncode == 0, (name, r.stderr)
+    json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("variable,value,check", [
+    ("PET_MODULE", "1", lambda d: d["workers"][0]["argv"][:3] == ["python3", "-u", "-m"]),
+    ("PET_NO_PYTHON", "1", lambda d: d["workers"][0]["argv"][0] == "train.py"),
+    ("PET_RUN_PATH", "1", lambda d: d["workers"][0]["argv"][:2] == ["python3", "-u"]),
+    ("PET_LOCAL_ADDR", "10.1.2.3", lambda d: d["sources"]["local_addr"] == "PET_LOCAL_ADDR"),
+    ("PET_LOCAL_RANKS_FILTER", "0", lambda d: d["sources"]["local_ranks_filter"] == "PET_LOCAL_RANKS_FILTER"),
+    ("PET_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", lambda d: d["sources"]["signals_to_handle"] == "PET_SIGNALS_TO_HANDLE"),
+    ("PET_EVENT_LOG_HANDLER", "null", lambda d: d["sources"]["event_log_handler"] == "PET_EVENT_LOG_HANDLER"),
+])
+def test_pet_variables(jobs, variable, value, check):
+    r = jobs.run(["--dry-run", "--", "train.py"], env={variable: value, "PYTHON_EXEC": "python3"})
+    assert r.returncode == 0, r.stderr
+    assert check(json.loads(r.stdout)), r.stdout
+
+
+def test_run_path_runs_a_script_without_py_under_python(jobs, tmp_path):
+    script = tmp_path / "train"
+    script.write_text("import os, sys\nprint('python', os.environ['RANK'], sys.argv[1:])\n")
+    r = jobs.run(["--run-path", "--no-python", "--python", "/usr/bin/python3", "--", script, "x"])
+    assert r.returncode == 0, r.stderr
+    assert "[rank 0]: python 0 ['x']" in r.stdout
+
+
+def test_ignored_flags_say_so_once(jobs):
+    r = jobs.run(["--logs-specs", "fancy", "--event-log-handler", "console", "--", *worker()])
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("--logs-specs fancy is ignored") == 1
+    assert r.stderr.count("--event-log-handler console is ignored") == 1
+
+
+def test_signals_to_handle_is_checked(jobs):
+    r = jobs.run(["--signals-to-handle", "SIGTERM,SIGBOGUS", "--", *worker()])
+    assert r.returncode == 2
+    assert "'SIGBOGUS' is not a signal ddplaunch handles" in r.stderr
+    r = jobs.run(["--signals-to-handle", "SIGUSR1,SIGTERM", "--", *worker()])
+    assert r.returncode == 0
+    assert "leaves out SIGINT, SIGHUP, SIGQUIT: ddplaunch still stops the job cleanly" in r.stderr
+
+
+def test_xpu_without_intel_gpus_is_a_clear_error(jobs):
+    if any(open(f"/sys/class/drm/{d}/device/vendor").read().strip() == "0x8086"
+           for d in (os.listdir("/sys/class/drm") if os.path.isdir("/sys/class/drm") else [])
+           if os.path.exists(f"/sys/class/drm/{d}/device/vendor")):
+        pytest.skip("this machine has an Intel GPU")
+    r = jobs.run(["--nproc-per-node", "xpu", "--", *worker()])
+    assert r.returncode == 2
+    assert "--nproc-per-node xpu: no Intel GPU found" in r.stderr
+
+
+def test_local_rank_macro_and_torch_distributed_launch_argument(jobs, tmp_path):
+    script = tmp_path / "show_args"
+    script.write_text('#!/bin/sh\necho "$@"\n')
+    script.chmod(0o755)
+    r = jobs.run(["--nproc-per-node", 2, "--local-rank-arg", "underscore", "--use_env", "--",
+                  script, "--device=cuda:${local_rank}"])
+    assert r.returncode == 0, r.stderr
+    assert "[rank 1]: --local_rank=1 --device=cuda:1" in r.stdout

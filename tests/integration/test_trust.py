@@ -1,0 +1,108 @@
+"""The store admits only the job: with a token (DDPLAUNCH_RDZV_TOKEN or
+--rdzv-token-file) a node or a stranger without it gets nothing done, the
+job goes on, and node 0 says once who was refused. A port held by another
+program is named at once."""
+import os
+import socket
+import struct
+import threading
+
+from conftest import free_port, wait_until, worker
+
+TOKEN = {"DDPLAUNCH_RDZV_TOKEN": "correct horse battery staple"}
+
+
+def node(jobs, rank, port, args, env=None, nnodes=2):
+    return jobs.start(["--nnodes", nnodes, "--node-rank", rank, "--master-port", port,
+                       "--rdzv-timeout", 60, *args], env=env)
+
+
+def frame(body):
+    return struct.pack(">I", len(body)) + body
+
+
+def text(s):
+    return struct.pack(">I", len(s)) + s
+
+
+def test_nodes_with_the_same_token_form_the_job_and_workers_never_see_it(jobs):
+    port = free_port()
+    procs = [node(jobs, n, port, ["--", *worker("env")], env=TOKEN) for n in (1, 0)]
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert "DDPLAUNCH_RDZV_TOKEN" not in out and TOKEN["DDPLAUNCH_RDZV_TOKEN"] not in out
+
+
+def test_a_node_with_the_wrong_token_is_refused_and_the_job_goes_on(jobs, tmp_path):
+    port = free_port()
+    host = node(jobs, 0, port, ["--", *worker()], env=TOKEN)
+    wrong = tmp_path / "token"
+    wrong.write_text("not the secret\n")
+    wrong.chmod(0o600)
+    intruder = node(jobs, 1, port, ["--rdzv-token-file", wrong, "--", *worker()])
+    out, err = intruder.communicate(timeout=60)
+    assert intruder.returncode == 3, err
+    errors = [l for l in err.splitlines() if "error" in l]
+    assert len(errors) == 1 and "does not know this job's token" in errors[0], err
+    # The real node 1 still joins, and the job succeeds.
+    real = node(jobs, 1, port, ["--", *worker()], env=TOKEN)
+    assert real.wait(timeout=60) == 0
+    out, err = host.communicate(timeout=60)
+    assert host.returncode == 0, err
+    refusals = [l for l in err.splitlines() if "the store refused 127.0.0.1:" in l]
+    assert len(refusals) == 1 and "without this job's token" in refusals[0], err
+
+
+def test_a_stranger_cannot_stop_the_job(jobs, tmp_path):
+    port = free_port()
+    args = ["--nproc-per-node", 1, "--", *worker(f"ready={tmp_path}", f"waitfile={tmp_path}/go")]
+    procs = [node(jobs, n, port, args, env=TOKEN) for n in (1, 0)]
+    assert wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 2, timeout=60)
+    # A stranger speaks the protocol: HELLO, then a forged stop verdict.
+    s = socket.create_connection(("127.0.0.1", port))
+    hello = frame(b"\x00" + struct.pack(">IH", 0x44444C31, 2) + text(os.urandom(32)))
+    forged = frame(b"\x01" + text(b"job/stop") + text(b'{"exit_code":0,"message":"forged"}'))
+    s.sendall(hello + forged)
+    replies = b""
+    while chunk := s.recv(4096):
+        replies += chunk
+    assert b"admits only the job's nodes" in replies
+    (tmp_path / "go").write_text("")
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert "forged" not in err
+
+
+def test_a_port_held_by_another_program_is_named(jobs):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+
+    def banner():
+        conn, _ = listener.accept()
+        conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
+        conn.recv(1024)
+        conn.close()
+
+    t = threading.Thread(target=banner, daemon=True)
+    t.start()
+    p = node(jobs, 1, port, ["--", *worker()])
+    out, err = p.communicate(timeout=60)
+    listener.close()
+    assert p.returncode == 3, err
+    assert "not a ddplaunch store" in err and f"port {port}" in err, err
+
+
+def test_an_unreadable_token_file_is_a_usage_error(jobs, tmp_path):
+    r = jobs.run(["--nnodes", 2, "--rdzv-token-file", tmp_path / "missing", "--", *worker()])
+    assert r.returncode == 2
+    assert "--rdzv-token-file" in r.stderr and "cannot read it" in r.stderr
+
+
+def test_without_a_token_a_job_across_hosts_is_told_how_to_set_one(jobs):
+    r = jobs.run(["--nnodes", 2, "--master-addr", "192.0.2.1", "--rdzv-timeout", "0.5",
+                  "--", *worker()])
+    assert "--rdzv-token-file" in r.stderr and "DDPLAUNCH_RDZV_TOKEN" in r.stderr
