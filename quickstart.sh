@@ -11,7 +11,7 @@ BUILD_DIR="${BUILD_DIR:-build}"
 JOBS="${JOBS:-$(nproc)}"
 
 packages=(build-essential cmake pkg-config libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-          libgtest-dev libssl-dev openmpi-bin libopenmpi-dev libpmix-dev python3 python3-pytest python3-torch
+          libgtest-dev libssl-dev openmpi-bin libopenmpi-dev libpmix-dev python3 python3-pytest python3-pytest-timeout python3-torch
           clang-format git iproute2 slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${packages[@]}"; do

@@ -391,8 +391,15 @@ void find_own_address(const Config& config, NodeIdentity& self) {
 
 int run_launch(const Config& given, const EnvMap& env) {
   // Signals first, before any thread (the store server, PMIx's) exists: from
-  // here to exit they arrive only through this signalfd, which the loop always reads.
-  posix::SignalFd signals({SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2});
+  // here to exit they arrive only through this signalfd, which the loop always
+  // reads. A SIGHUP ignored at start (nohup) stays ignored: the job survives
+  // the terminal's hangup, as the user asked.
+  const bool nohup = posix::inherited_ignore(SIGHUP);
+  std::vector<int> handled = {SIGCHLD, SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGUSR2};
+  if (!nohup) {
+    handled.push_back(SIGHUP);
+  }
+  posix::SignalFd signals(handled);
   ::signal(SIGPIPE, SIG_IGN);
   become_subreaper();
   raise_fd_limit_for_launcher();
@@ -407,6 +414,9 @@ int run_launch(const Config& given, const EnvMap& env) {
 
   for (const auto& note : given.notes) {
     log::warn("{}", note);
+  }
+  if (nohup) {
+    log::debug("SIGHUP is ignored (nohup): the job survives a hangup; stop it with SIGTERM");
   }
   Config config = given;
   check_summary_path(config.summary_json);

@@ -9,7 +9,12 @@
 
 namespace ddplaunch::posix {
 
-SignalFd::SignalFd(std::initializer_list<int> signals) {
+bool inherited_ignore(int sig) {
+  struct sigaction current = {};
+  return sigaction(sig, nullptr, &current) == 0 && current.sa_handler == SIG_IGN;
+}
+
+SignalFd::SignalFd(const std::vector<int>& signals) {
   sigset_t mask;
   sigemptyset(&mask);
   for (int s : signals) {
@@ -45,13 +50,19 @@ std::optional<int> SignalFd::read_one() {
 
 void reset_signals_for_child() {
   // Async-signal-safe. Caught signals are reset by exec itself; ignored ones
-  // stay ignored (what nohup relies on), except those the launcher ignores for
+  // stay ignored (SIGHUP under nohup), except those the launcher ignores for
   // itself: SIGPIPE, and SIGXFSZ for symmetry with Python's subprocess, which
-  // torchrun uses. Then the mask: empty, as if no SignalFd had blocked anything.
+  // torchrun uses; and SIGINT and SIGQUIT, which a shell ignores for every
+  // background job of a script (`ddplaunch ... &`): the launcher stops the
+  // job on them whatever it inherited, by forwarding them, so the workers must
+  // not be deaf to them (the terminal's Ctrl-C reaches only the launcher's
+  // process group anyway). Then the mask: empty, as if no SignalFd had
+  // blocked anything.
   struct sigaction dfl = {};
   dfl.sa_handler = SIG_DFL;
-  sigaction(SIGPIPE, &dfl, nullptr);
-  sigaction(SIGXFSZ, &dfl, nullptr);
+  for (int sig : {SIGPIPE, SIGXFSZ, SIGINT, SIGQUIT}) {
+    sigaction(sig, &dfl, nullptr);
+  }
   sigset_t empty;
   sigemptyset(&empty);
   sigprocmask(SIG_SETMASK, &empty, nullptr);

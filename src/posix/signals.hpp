@@ -5,8 +5,8 @@
 
 #include <signal.h>
 
-#include <initializer_list>
 #include <optional>
+#include <vector>
 
 #include "posix/fd.hpp"
 
@@ -14,7 +14,7 @@ namespace ddplaunch::posix {
 
 class SignalFd {
  public:
-  explicit SignalFd(std::initializer_list<int> signals);
+  explicit SignalFd(const std::vector<int>& signals);
   ~SignalFd();
   SignalFd(const SignalFd&) = delete;
   SignalFd& operator=(const SignalFd&) = delete;
@@ -28,9 +28,13 @@ class SignalFd {
   sigset_t m_old_mask;
 };
 
-// For a child between fork and exec: an empty signal mask, and SIGPIPE and
-// SIGXFSZ back to their default actions (the launcher ignores SIGPIPE).
-// Other dispositions are inherited, as exec would have them.
+// Whether `sig` is ignored (SIG_IGN) now: at start, what the launcher inherited.
+bool inherited_ignore(int sig);
+
+// For a child between fork and exec: an empty signal mask, and SIGPIPE,
+// SIGXFSZ, SIGINT and SIGQUIT back to their default actions (the launcher
+// ignores SIGPIPE; it forwards SIGINT and SIGQUIT to stop the job). Other
+// dispositions are inherited, as exec would have them: SIGHUP under nohup.
 void reset_signals_for_child();
 
 }  // namespace ddplaunch::posix

@@ -240,9 +240,21 @@ def ready_files(tmp_path, n):
     return lambda: len([p for p in os.listdir(tmp_path) if p.startswith("ready.")]) == n
 
 
+def ignore_background_signals():
+    """What a shell does for `ddplaunch ... &` in a script (no job control)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["foreground", "background"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT])
-def test_stop_signals_are_forwarded_and_end_the_job(jobs, tmp_path, sig):
-    p = jobs.start(["--nproc-per-node", 2, "--", *worker(f"ready={tmp_path}", "sleep=300")])
+def test_stop_signals_are_forwarded_and_end_the_job(jobs, tmp_path, sig, background):
+    # In the background a shell starts the launcher with SIGINT and SIGQUIT
+    # ignored; `kill -INT` must still stop the workers at once, not after
+    # the 600 s grace period.
+    p = jobs.start(["--nproc-per-node", 2, "--term-timeout", 600, "--",
+                    *worker(f"ready={tmp_path}", "sleep=300")],
+                   preexec_fn=ignore_background_signals if background else None)
     assert wait_until(ready_files(tmp_path, 2))
     p.send_signal(sig)
     out, err = p.communicate(timeout=60)
@@ -273,7 +285,9 @@ def test_user_signals_are_forwarded_and_the_job_goes_on(jobs, tmp_path):
     # Await both ranks reporting the signals before letting them finish.
     lines = []
     while len([l for l in lines if "caught" in l]) < 4:
-        lines.append(p.stdout.readline().strip())
+        line = p.stdout.readline()
+        assert line, f"the launcher ended before both ranks caught both signals: {lines}"
+        lines.append(line.strip())
     go.write_text("")
     out, err = p.communicate(timeout=60)
     lines += out.splitlines()
@@ -282,6 +296,25 @@ def test_user_signals_are_forwarded_and_the_job_goes_on(jobs, tmp_path):
         assert f"[rank {rank}]: caught SIGUSR1" in lines
         assert f"[rank {rank}]: caught SIGUSR2" in lines
         assert f"[rank {rank}]: finished" in lines
+
+
+def test_nohup_job_survives_a_hangup(jobs, tmp_path):
+    # nohup ignores SIGHUP: the launcher and its workers keep ignoring it.
+    go = tmp_path / "go"
+    p = jobs.start(["--nproc-per-node", 2, "--", *worker(
+        "trap=USR1", f"ready={tmp_path}", f"waitfile={go}", "out=finished")],
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    assert wait_until(ready_files(tmp_path, 2))
+    p.send_signal(signal.SIGHUP)
+    p.send_signal(signal.SIGUSR1)  # handled after the SIGHUP would have been
+    lines = read_until(p.stdout, "caught SIGUSR1")
+    assert lines and "caught SIGUSR1" in lines[-1], lines
+    go.write_text("")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert "SIGHUP" not in err
+    assert sorted(l for l in (lines + out.splitlines()) if "finished" in l) == [
+        "[rank 0]: finished", "[rank 1]: finished"]
 
 
 def test_launcher_killed_takes_its_workers_with_it(jobs, tmp_path):
