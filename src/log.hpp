@@ -17,6 +17,21 @@ void setup(std::string_view level);
 bool enabled(Level level);
 void write(Level level, std::string_view message);
 
+// Where the launcher's own lines go instead of stderr while one is set (the
+// console writer, which must outlive every thread that logs); nullptr: stderr.
+class LineOutput {
+ public:
+  virtual ~LineOutput() = default;
+  virtual void write_line(std::string_view line) = 0;
+};
+void set_output(LineOutput* output);
+// The console took nothing for too long: from now on the launcher's lines are
+// dropped rather than block its exit on a stderr nobody reads.
+void abandon_console();
+// A whole line of text (with its newline) for stderr, through the same route
+// as the log: how main() reports the error that ends the run.
+void raw(std::string_view line);
+
 template <typename... Args>
 void emit(Level level, fmt::format_string<Args...> format, Args&&... args) {
   if (enabled(level)) {

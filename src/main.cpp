@@ -37,13 +37,13 @@ int main(int argc, char** argv) {
     log::setup(config.log_level);
     return run_launch(config, env);
   } catch (const LaunchError& e) {
-    std::fprintf(stderr, "ddplaunch: error: %s\n", e.what());
+    log::raw(fmt::format("ddplaunch: error: {}\n", e.what()));
     return e.exit_code();
   } catch (const std::system_error& e) {
-    std::fprintf(stderr, "ddplaunch: error: %s\n", e.what());
+    log::raw(fmt::format("ddplaunch: error: {}\n", e.what()));
     return k_exit_internal;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ddplaunch: internal error: %s\n", e.what());
+    log::raw(fmt::format("ddplaunch: internal error: {}\n", e.what()));
     return k_exit_internal;
   }
 }

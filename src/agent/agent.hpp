@@ -74,6 +74,8 @@ class Agent : public JobLink::Listener {
 
   // --- results --------------------------------------------------------------------
   bool done() const { return m_phase == Phase::k_done; }
+  // Every local worker has ended: what is left in their pipes is read now.
+  bool workers_ended() const { return m_phase > Phase::k_running; }
   // The run's summary, once done() (launcher_max_rss_kib is the caller's to fill).
   const JobSummary& summary() const { return m_summary; }
   // Set when the run ended with an error rather than a job verdict (exit 2,

@@ -22,6 +22,7 @@
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
 #include "node/resources.hpp"
+#include "output/console.hpp"
 #include "posix/event_loop.hpp"
 #include "posix/interfaces.hpp"
 #include "posix/net.hpp"
@@ -41,13 +42,9 @@ using Stream = OutputRouter::Stream;
 // epoll tags: streams are 2 * local rank + stream; the others sit above.
 constexpr uint64_t k_tag_signals = 1ULL << 62;
 constexpr uint64_t k_tag_link = 1ULL << 61;
+constexpr uint64_t k_tag_console = 1ULL << 60;
 constexpr size_t k_read_chunk = 64 * 1024;
 constexpr int k_drain_rounds = 64;  // bounded: a grandchild may still be writing
-
-class StdioConsole : public ConsoleSink {
- public:
-  bool write(int fd, std::string_view data) override { return posix::write_all(fd, data); }
-};
 
 // This program image's peak resident set (VmHWM). getrusage's ru_maxrss is not
 // it: that also keeps the peak of the image before execve, which for a
@@ -106,14 +103,19 @@ void write_summary_json(const std::string& path, const JobSummary& summary) {
 // The event loop around one Agent.
 class Driver {
  public:
-  Driver(posix::SignalFd& signals, Agent& agent, ProcessSpawner& spawner, StoreLink* link)
-      : m_signals(signals), m_agent(agent), m_spawner(spawner), m_link(link) {
+  Driver(posix::SignalFd& signals, Agent& agent, ProcessSpawner& spawner, StoreLink* link,
+         ConsoleWriter& console)
+      : m_signals(signals), m_agent(agent), m_spawner(spawner), m_link(link), m_console(console) {
     m_loop.set(signals.fd(), EPOLLIN, k_tag_signals);
+    m_loop.set(console.wake_fd(), EPOLLIN, k_tag_console);
   }
 
   void run() {
     while (!m_agent.done()) {
       sync_fds();
+      if (m_agent.workers_ended()) {
+        resume_streams(true);  // what is left in the pipes is bounded: read it now
+      }
       std::optional<Clock::TimePoint> deadline = m_agent.next_deadline();
       if (m_link != nullptr) {
         if (auto t = m_link->deadline(); t && (!deadline || *t < *deadline)) {
@@ -160,7 +162,7 @@ class Driver {
     for (size_t i = 0; i < children.size(); ++i) {
       for (int s = 0; s < 2; ++s) {
         posix::Fd& fd = s == 0 ? children[i].out() : children[i].err();
-        if (fd && !m_loop.contains(fd.get())) {
+        if (fd && !m_loop.contains(fd.get()) && !m_paused.contains(2 * i + s)) {
           m_loop.set(fd.get(), EPOLLIN, 2 * i + static_cast<uint64_t>(s));
         }
       }
@@ -176,6 +178,9 @@ class Driver {
           m_agent.on_signal(*sig);
         }
       }
+    } else if (ready.tag == k_tag_console) {
+      m_console.read_wake();
+      resume_streams(false);
     } else if ((ready.tag & k_tag_link) != 0) {
       // Find the fd by its id: the link matches fds itself.
       for (const auto& w : m_link->watches()) {
@@ -200,6 +205,13 @@ class Driver {
     if (n > 0) {
       m_agent.on_output(local_rank, stream,
                         std::string_view(m_buffer.data(), static_cast<size_t>(n)));
+      const uint64_t tag = 2 * static_cast<uint64_t>(local_rank) + static_cast<uint64_t>(stream);
+      if (!m_agent.workers_ended() && m_console.backlogged(stream == Stream::k_out ? 1 : 2)) {
+        // The console is behind: this worker waits on its pipe, as it would
+        // writing to that console itself; the loop goes on.
+        m_loop.remove(fd.get());
+        m_paused.insert(tag);
+      }
       return true;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
@@ -209,6 +221,23 @@ class Driver {
     fd.close();
     m_agent.on_output_closed(local_rank, stream);
     return false;
+  }
+
+  // Reads the paused streams again: those whose console has room, or all.
+  void resume_streams(bool all) {
+    for (auto it = m_paused.begin(); it != m_paused.end();) {
+      const auto stream = static_cast<Stream>(*it % 2);
+      if (!all && m_console.backlogged(stream == Stream::k_out ? 1 : 2)) {
+        ++it;
+        continue;
+      }
+      auto& child = m_spawner.children().at(static_cast<size_t>(*it / 2));
+      posix::Fd& fd = stream == Stream::k_out ? child.out() : child.err();
+      if (fd) {
+        m_loop.set(fd.get(), EPOLLIN, *it);
+      }
+      it = m_paused.erase(it);
+    }
   }
 
   void reap() {
@@ -233,12 +262,15 @@ class Driver {
   ProcessSpawner& m_spawner;
   StoreLink* m_link;
   posix::EventLoop m_loop;
+  ConsoleWriter& m_console;
   std::set<int> m_link_fds;
+  std::set<uint64_t> m_paused;  // stream tags not read while the console is behind
   size_t m_children_watched = 0;
   std::array<char, k_read_chunk> m_buffer;
 };
 
-int dry_run(const Config& config, const EnvMap& env, const NodeIdentity& self) {
+int dry_run(const Config& config, const EnvMap& env, const NodeIdentity& self,
+            ConsoleWriter& console) {
   const int port = config.worker_port.value_or(self.free_port);
   const int node_rank = config.node_rank.value_or(0);
   Topology topology = uniform_topology(config.nnodes, self.nproc, node_rank, self.host, self.addr,
@@ -250,7 +282,7 @@ int dry_run(const Config& config, const EnvMap& env, const NodeIdentity& self) {
   Plan plan = make_plan(
       config, layout_of(topology, node_rank, config.rdzv_id, config.role, config.max_restarts), env,
       self.bindings);
-  posix::write_all(1, encode_dry_run(config, plan, topology));
+  console.write_own(1, encode_dry_run(config, plan, topology));
   return k_exit_ok;
 }
 
@@ -411,6 +443,9 @@ int run_launch(const Config& given, const EnvMap& env) {
     guard.emplace(mode == env.end() || mode->second != "process");
     worker_env["DDPLAUNCH_AGENT_ID"] = guard->marker();
   }
+  // After the guard's fork, and before anything else is printed: from here a
+  // console nobody reads delays what is shown, never the loop. Destroyed last.
+  ConsoleWriter console;
 
   for (const auto& note : given.notes) {
     log::warn("{}", note);
@@ -460,10 +495,9 @@ int run_launch(const Config& given, const EnvMap& env) {
     }
   }
   if (config.dry_run) {
-    return dry_run(config, env, self);
+    return dry_run(config, env, self, console);
   }
 
-  StdioConsole console;
   SystemClock clock;
   ProcessSpawner spawner;
   if (guard) {
@@ -477,7 +511,7 @@ int run_launch(const Config& given, const EnvMap& env) {
   if (link) {
     link->set_listener(agent);
   }
-  Driver driver(signals, agent, spawner, link.get());
+  Driver driver(signals, agent, spawner, link.get(), console);
   agent.start();
   driver.run();
   link.reset();  // node 0's store goes away only now
@@ -493,7 +527,7 @@ int run_launch(const Config& given, const EnvMap& env) {
   }
   std::string report = format_failure_report(summary);
   if (!report.empty()) {
-    posix::write_all(2, report);
+    console.write_own(2, report);
   }
   return summary.exit_code;
 }

@@ -1,0 +1,269 @@
+#include "output/console.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <system_error>
+#include <thread>
+
+#include "log.hpp"
+#include "posix/fd.hpp"
+
+namespace ddplaunch {
+
+namespace {
+
+// One write(2) at most: a reader slower than this per exit_stall still shows progress.
+constexpr size_t k_max_write = 64 * 1024;
+
+// Whether fds 1 and 2 are the same file (a terminal, `2>&1`): then one lane
+// keeps the order in which lines were taken across both.
+bool same_file(int a, int b) {
+  struct stat sa = {}, sb = {};
+  return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
+}  // namespace
+
+// One queue and one thread writing it, for one file (stdout, stderr, or both).
+struct ConsoleWriter::Lane {
+  struct Item {
+    int fd;
+    bool droppable;
+    std::string bytes;
+  };
+
+  Lane(const Limits& l, int wake_eventfd) : limits(l), wake_fd(wake_eventfd) {}
+
+  // Under `mutex`.
+  void push_locked(int fd, std::string_view data, bool droppable) {
+    if (!items.empty() && items.back().fd == fd && items.back().droppable == droppable &&
+        items.back().bytes.size() < k_max_write) {
+      items.back().bytes.append(data);  // fewer, larger writes for a busy rank
+    } else {
+      items.push_back(Item{fd, droppable, std::string(data)});
+    }
+    if (droppable) {
+      queued_worker += data.size();
+    }
+  }
+
+  // False when that stream is gone.
+  bool push(int fd, std::string_view data, bool droppable) {
+    {
+      std::lock_guard lock(mutex);
+      if (gone[fd]) {
+        return false;
+      }
+      if (droppable && dropped_bytes > 0 && queued_worker <= limits.backpressure_at / 2) {
+        push_locked(fd, drop_notice(), false);  // caught up: say what was not shown
+        dropped_bytes = dropped_lines = 0;
+      }
+      if (droppable && queued_worker + data.size() > limits.drop_beyond) {
+        dropped_bytes += data.size();
+        dropped_lines += static_cast<size_t>(std::count(data.begin(), data.end(), '\n'));
+        return true;
+      }
+      push_locked(fd, data, droppable);
+    }
+    wake.notify_all();
+    return true;
+  }
+
+  std::string drop_notice() const {
+    return "ddplaunch: warning: the console did not keep up: " + std::to_string(dropped_lines) +
+           " line(s) (" + std::to_string(dropped_bytes) +
+           " bytes) of worker output were not shown here; --log-dir keeps every byte\n";
+  }
+
+  // Writes all of `bytes` to `fd`, waiting while it is not writable; false
+  // when the stream is gone or the writer was told to give up.
+  bool write_out(int fd, std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::write(fd, bytes.data(), std::min(bytes.size(), k_max_write));
+      if (n > 0) {
+        bytes.remove_prefix(static_cast<size_t>(n));
+        written.fetch_add(static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n < 0 && errno == EAGAIN) {
+        // An O_NONBLOCK stdout (its reader set it, or a parent did): wait, do not drop.
+        pollfd p{fd, POLLOUT, 0};
+        while (!give_up.load() && ::poll(&p, 1, 100) == 0) {
+        }
+        if (give_up.load()) {
+          return false;
+        }
+        continue;
+      }
+      return false;  // EPIPE (`| head`), EBADF, EIO: this stream is gone
+    }
+    return true;
+  }
+
+  void run() {
+    std::unique_lock lock(mutex);
+    while (true) {
+      wake.wait(lock, [&] { return !items.empty() || stopping; });
+      if (items.empty() || give_up.load()) {
+        break;
+      }
+      Item item = std::move(items.front());
+      items.pop_front();
+      const bool skip = gone[item.fd];
+      lock.unlock();
+      const bool ok = skip || write_out(real_fd[item.fd], item.bytes);
+      lock.lock();
+      if (item.droppable) {
+        queued_worker -= item.bytes.size();
+        if (awaited && queued_worker <= limits.backpressure_at / 2) {
+          awaited = false;
+          const uint64_t one = 1;
+          (void)!::write(wake_fd, &one, sizeof(one));  // the loop reads the workers again
+        }
+      }
+      if (!ok) {
+        gone[item.fd] = true;
+      }
+    }
+    finished = true;
+    done.notify_all();
+  }
+
+  const Limits& limits;
+  const int wake_fd;
+  std::mutex mutex;
+  std::condition_variable wake;  // items queued, or stopping
+  std::condition_variable done;  // finished
+  std::deque<Item> items;
+  size_t queued_worker = 0;  // worker output bytes in `items`
+  size_t dropped_bytes = 0;  // dropped since the last notice
+  size_t dropped_lines = 0;
+  int real_fd[3] = {-1, 1, 2};  // streams 1 and 2: the fds written
+  bool gone[3] = {false, false, false};
+  bool awaited = false;  // the loop waits for room (backlogged() said so)
+  bool stopping = false;
+  bool finished = false;
+  std::atomic<size_t> written{0};
+  std::atomic<bool> give_up{false};
+};
+
+struct ConsoleWriter::State : log::LineOutput {
+  explicit State(Limits l) : limits(l), wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+  void write_line(std::string_view line) override { lane(2).push(2, line, false); }
+
+  Lane& lane(int fd) { return *lanes[fd == 2 && lanes[1] ? 1 : 0]; }
+
+  const Limits limits;
+  posix::Fd wake;
+  std::unique_ptr<Lane> lanes[2];  // [1] is null when fds 1 and 2 are the same file
+};
+
+ConsoleWriter::ConsoleWriter(Limits limits, int out, int err)
+    : m_state(std::make_shared<State>(limits)) {
+  if (!m_state->wake) {
+    throw std::system_error(errno, std::generic_category(), "eventfd");
+  }
+  m_state->lanes[0] = std::make_unique<Lane>(m_state->limits, m_state->wake.get());
+  if (!same_file(out, err)) {
+    m_state->lanes[1] = std::make_unique<Lane>(m_state->limits, m_state->wake.get());
+  }
+  for (auto& lane : m_state->lanes) {
+    if (lane) {
+      lane->real_fd[1] = out;
+      lane->real_fd[2] = err;
+      // The thread holds the state too: if the console never takes the last
+      // bytes, it is left blocked in write(2) when the launcher exits.
+      std::thread([state = m_state, l = lane.get()] { l->run(); }).detach();
+    }
+  }
+  log::set_output(m_state.get());
+}
+
+ConsoleWriter::~ConsoleWriter() {
+  std::vector<Lane*> lanes;
+  for (auto& lane : m_state->lanes) {
+    if (lane) {
+      lanes.push_back(lane.get());
+      std::lock_guard lock(lane->mutex);
+      if (lane->dropped_bytes > 0) {
+        lane->push_locked(lane == m_state->lanes[0] ? 1 : 2, lane->drop_notice(), false);
+      }
+      lane->stopping = true;
+      lane->wake.notify_all();
+    }
+  }
+  // Wait while any lane still writes, and while the console takes bytes.
+  size_t seen = 0;
+  auto last_progress = std::chrono::steady_clock::now();
+  for (Lane* lane : lanes) {
+    std::unique_lock lock(lane->mutex);
+    while (!lane->finished) {
+      lane->done.wait_for(lock, std::chrono::milliseconds(100));
+      size_t total = 0;
+      for (Lane* l : lanes) {
+        total += l->written.load();
+      }
+      if (total != seen) {
+        seen = total;
+        last_progress = std::chrono::steady_clock::now();
+      } else if (std::chrono::steady_clock::now() - last_progress > m_state->limits.exit_stall) {
+        lane->give_up.store(true);  // nobody reads it: exit with what was shown
+        break;
+      }
+    }
+  }
+  if (m_state->lane(2).give_up.load()) {
+    log::abandon_console();  // main's last error line must not block the exit either
+    return;
+  }
+  log::set_output(nullptr);
+  if (m_state->lane(1).give_up.load()) {
+    log::warn("stdout took nothing for {} s: the rest of the workers' output was not shown",
+              std::chrono::duration<double>(m_state->limits.exit_stall).count());
+  }
+}
+
+bool ConsoleWriter::write(int fd, std::string_view data) {
+  return (fd == 1 || fd == 2) && m_state->lane(fd).push(fd, data, true);
+}
+
+void ConsoleWriter::write_own(int fd, std::string_view data) {
+  if (fd == 1 || fd == 2) {
+    m_state->lane(fd).push(fd, data, false);
+  }
+}
+
+bool ConsoleWriter::backlogged(int fd) {
+  if (fd != 1 && fd != 2) {
+    return false;
+  }
+  Lane& lane = m_state->lane(fd);
+  std::lock_guard lock(lane.mutex);
+  if (lane.queued_worker < m_state->limits.backpressure_at || lane.gone[fd]) {
+    return false;
+  }
+  lane.awaited = true;
+  return true;
+}
+
+int ConsoleWriter::wake_fd() const {
+  return m_state->wake.get();
+}
+
+void ConsoleWriter::read_wake() {
+  uint64_t count = 0;
+  (void)!::read(m_state->wake.get(), &count, sizeof(count));
+}
+
+}  // namespace ddplaunch
