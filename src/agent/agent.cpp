@@ -1,6 +1,8 @@
 #include "agent/agent.hpp"
 
+#include <cerrno>
 #include <csignal>
+#include <system_error>
 
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
@@ -106,6 +108,22 @@ void Agent::begin(const Topology& topology, int node_rank) {
     m_pending_error = std::make_pair(e.exit_code(), std::string(e.what()));
     if (m_link != nullptr) {
       publish(JobVerdict{e.exit_code(), node_name() + ": " + e.what(), std::nullopt, node_rank});
+    }
+    return;
+  } catch (const std::exception& e) {
+    // The system refused something (pipes or processes past a limit): an
+    // internal error here, published like the above so no node waits for a
+    // heartbeat timeout to learn of it.
+    std::string what = e.what();
+    if (const auto* se = dynamic_cast<const std::system_error*>(&e);
+        se != nullptr && (se->code().value() == EMFILE || se->code().value() == ENFILE)) {
+      what += "; raise the open-file limit (ulimit -n) or start fewer workers on this node";
+    }
+    m_phase = Phase::k_running;
+    m_pending_error = std::make_pair(k_exit_internal, what);
+    if (m_link != nullptr) {
+      publish(JobVerdict{k_exit_internal, node_name() + " could not start its workers: " + what,
+                         std::nullopt, node_rank});
     }
     return;
   }
@@ -264,6 +282,9 @@ std::optional<Agent::TimePoint> Agent::next_deadline() const {
   if (m_phase == Phase::k_finishing) {
     consider(m_drain_deadline);
   }
+  if (m_pending_error && m_report_deadline) {
+    consider(m_report_deadline);
+  }
   return first;
 }
 
@@ -331,7 +352,15 @@ void Agent::step() {
   const bool confirmation_overdue =
       m_published_stop && !m_verdict && m_publish_deadline && now >= *m_publish_deadline;
   if (m_pending_error) {
-    if (m_link == nullptr || m_verdict || confirmation_overdue) {
+    if (m_link != nullptr && m_verdict && !m_report_deadline) {
+      // No rank of this node ran: say so at once, so the store host does not
+      // wait for this node's results until the heartbeat timeout.
+      m_report_deadline = now + k_publish_wait;
+      m_link->finish({});
+      return;
+    }
+    const bool reported = m_gathered || (m_report_deadline && now >= *m_report_deadline);
+    if (m_link == nullptr || reported || confirmation_overdue) {
       end_early(m_pending_error->first, StopReason::k_none, m_pending_error->second, true);
     }
     return;

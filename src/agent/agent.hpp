@@ -76,6 +76,8 @@ class Agent : public JobLink::Listener {
   bool done() const { return m_phase == Phase::k_done; }
   // Every local worker has ended: what is left in their pipes is read now.
   bool workers_ended() const { return m_phase > Phase::k_running; }
+  // "node N (host)", or "the node on host" before its rank is known.
+  std::string node_name() const;
   // The run's summary, once done() (launcher_max_rss_kib is the caller's to fill).
   const JobSummary& summary() const { return m_summary; }
   // Set when the run ended with an error rather than a job verdict (exit 2,
@@ -97,7 +99,6 @@ class Agent : public JobLink::Listener {
   RankOutcome outcome(int local_rank) const;
   // outcome() with what explains a failure: the stderr tail and the error file.
   RankOutcome root_outcome(int local_rank) const;
-  std::string node_name() const;
 
   const Config& m_config;
   const EnvMap& m_env;
@@ -127,6 +128,7 @@ class Agent : public JobLink::Listener {
   // The run cannot go on (exit code, message); it ends once the other nodes
   // were told, or the store did not answer in time.
   std::optional<std::pair<int, std::string>> m_pending_error;
+  std::optional<TimePoint> m_report_deadline;  // this node's empty results sent, until
 
   bool m_advancing = false;
   bool m_again = false;

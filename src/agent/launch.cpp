@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -419,6 +420,34 @@ void find_own_address(const Config& config, NodeIdentity& self) {
   }
 }
 
+// An error that ends this node's run mid-job: every other node hears it at
+// once through the store rather than after the heartbeat timeout. Bounded,
+// and best effort: the error itself is what this node reports.
+void publish_failure(StoreLink& link, const std::string& message) {
+  try {
+    link.publish_stop(JobVerdict{k_exit_internal, message, std::nullopt, -1});
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    for (auto now = std::chrono::steady_clock::now(); !link.stop_confirmed() && now < until;
+         now = std::chrono::steady_clock::now()) {
+      const auto watches = link.watches();
+      std::vector<pollfd> fds;
+      for (const auto& w : watches) {
+        fds.push_back(pollfd{w.fd, static_cast<short>(w.events), 0});
+      }
+      ::poll(fds.data(), fds.size(), 20);
+      now = std::chrono::steady_clock::now();
+      for (const auto& p : fds) {
+        if (p.revents != 0) {
+          link.on_ready(p.fd, static_cast<uint32_t>(p.revents), now);
+        }
+      }
+      link.on_time(now);
+    }
+  } catch (const std::exception& e) {
+    log::debug("could not tell the other nodes: {}", e.what());
+  }
+}
+
 }  // namespace
 
 int run_launch(const Config& given, const EnvMap& env) {
@@ -512,8 +541,15 @@ int run_launch(const Config& given, const EnvMap& env) {
     link->set_listener(agent);
   }
   Driver driver(signals, agent, spawner, link.get(), console);
-  agent.start();
-  driver.run();
+  try {
+    agent.start();
+    driver.run();
+  } catch (const std::exception& e) {
+    if (link) {
+      publish_failure(*link, agent.node_name() + " hit an internal error: " + e.what());
+    }
+    throw;
+  }
   link.reset();  // node 0's store goes away only now
 
   JobSummary summary = agent.summary();

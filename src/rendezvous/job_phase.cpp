@@ -106,6 +106,7 @@ void StoreLink::publish_stop(const JobVerdict& verdict) {
   }
   m_rpc->compare_set(keys::k_stop, std::nullopt, encode_verdict(verdict),
                      [this, verdict](const std::string& current) {
+                       m_stop_confirmed = true;
                        try {
                          deliver(decode_verdict(current));
                        } catch (const RecordError& e) {

@@ -36,6 +36,8 @@ class StoreLink : public JobLink {
 
   void join(const JoinRecord& self) override;
   void publish_stop(const JobVerdict& verdict) override;
+  // The store answered this node's publish_stop() (whichever verdict won).
+  bool stop_confirmed() const { return m_stop_confirmed; }
   void publish_success() override;
   void finish(const std::vector<RankOutcome>& local) override;
 
@@ -90,6 +92,7 @@ class StoreLink : public JobLink {
   JoinRecord m_self;
   std::optional<RendezvousPlanner> m_planner;
   bool m_verdict_delivered = false;
+  bool m_stop_confirmed = false;
   std::optional<std::string> m_lost_why;  // a connection other than the watch failed
   bool m_refused = false;                 // a connection was refused at the handshake
   TimePoint m_lost_deadline{};

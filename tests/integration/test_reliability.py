@@ -5,6 +5,7 @@ import os
 import pty
 import resource
 import select
+import shutil
 import socket
 import subprocess
 
@@ -126,3 +127,39 @@ def test_nothing_survives_a_sigkilled_launcher(jobs, tmp_path, guard):
     recorded = [int(x) for x in pids.read_text().split()]
     assert wait_until(lambda: not any(alive(pid) for pid in recorded), timeout=15), \
         [pid for pid in recorded if alive(pid)]
+
+
+def _two_nodes(jobs, program, node1_args=(), node0_kwargs=None, node1_kwargs=None):
+    """Two nodes with two workers each running `program`. The heartbeat
+    timeout (300 s) is far beyond the waits: only node 1's own word can end
+    node 0 in time."""
+    port = free_port()
+    common = ["--nnodes", 2, "--nproc-per-node", 2, "--master-port", port,
+              "--heartbeat-timeout", 300, "--rdzv-timeout", 300]
+    node0 = jobs.start(common + ["--node-rank", 0, "--", *program], **(node0_kwargs or {}))
+    node1 = jobs.start(common + ["--node-rank", 1, *node1_args, "--", *program], **(node1_kwargs or {}))
+    _, err1 = node1.communicate(timeout=60)
+    _, err0 = node0.communicate(timeout=60)
+    return node0.returncode, err0, node1.returncode, err1
+
+
+def test_a_program_missing_on_one_node_ends_every_node_at_once(jobs, tmp_path):
+    for name in ("has", "lacks"):
+        (tmp_path / name).mkdir()
+    shutil.copy("/bin/sleep", tmp_path / "has" / "sleep")
+    rc0, err0, rc1, err1 = _two_nodes(jobs, ["./sleep", 300], node0_kwargs={"cwd": tmp_path / "has"},
+                                      node1_kwargs={"cwd": tmp_path / "lacks"})
+    assert rc1 == 127 and "cannot execute './sleep'" in err1, err1
+    assert rc0 == 127, err0
+    assert "node 1 (" in err0 and "cannot execute './sleep'" in err0, err0
+
+
+def test_a_node_the_system_refuses_pipes_ends_every_node_at_once(jobs):
+    def few_fds():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (24, 24))
+    rc0, err0, rc1, err1 = _two_nodes(jobs, ["sleep", 300], node1_args=["--nproc-per-node", 16],
+                                      node1_kwargs={"preexec_fn": few_fds})
+    assert rc1 == 1, err1
+    assert "Too many open files; raise the open-file limit (ulimit -n)" in err1, err1
+    assert rc0 == 1, err0
+    assert "node 1 (" in err0 and "could not start its workers" in err0, err0
