@@ -3,7 +3,8 @@
 #   ./quickstart.sh demo   install what is missing, build, run the demo job
 #   ./quickstart.sh test   install what is missing, build, run the whole test suite
 # Environment: BUILD_DIR (default: build), JOBS (default: number of CPUs),
-# SANITIZE=0 to skip the ASan+UBSan and TSan runs of the test suite.
+# SANITIZE=0 to skip the ASan+UBSan and TSan runs of the test suite and the
+# fuzz targets; FUZZ_SECONDS (default: 60) bounds each fuzz target's run.
 set -euo pipefail
 cd "$(dirname "$0")"
 mode="${1:-demo}"
@@ -12,7 +13,7 @@ JOBS="${JOBS:-$(nproc)}"
 
 packages=(build-essential cmake pkg-config libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
           libgtest-dev libssl-dev openmpi-bin libopenmpi-dev libpmix-dev python3 python3-pytest python3-pytest-timeout python3-torch
-          clang-format git iproute2 slurmctld slurmd slurm-client munge)
+          clang-format clang libclang-rt-14-dev git iproute2 slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -56,6 +57,9 @@ case "$mode" in
         cmake --build "$dir" -j "$JOBS"
         (cd "$dir" && ctest --output-on-failure -j "$JOBS" --timeout 600 -E '^format$')
       done
+      # Every libFuzzer target for a bounded time (FUZZ_SECONDS each, two at once).
+      echo "quickstart: the fuzz targets, ${FUZZ_SECONDS:-60} s each ($BUILD_DIR-fuzz)"
+      JOBS="$JOBS" tests/fuzz/run.sh "${FUZZ_SECONDS:-60}" "$BUILD_DIR-fuzz"
     fi
     ;;
   *)

@@ -1,0 +1,31 @@
+// libFuzzer: every record an agent reads from the store (join, plan,
+// verdict, outcomes) and a worker's error file. A peer or a stray program
+// may have written anything: only RecordError (or nullopt for an error file
+// in another format) may come out; anything else is a bug.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "rendezvous/records.hpp"
+
+using namespace ddplaunch;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view in(reinterpret_cast<const char*>(data), size);
+  auto each = [&](auto decode) {
+    try {
+      decode(in);
+    } catch (const RecordError&) {
+    }
+  };
+  each([](std::string_view t) { (void)decode_join(t); });
+  each([](std::string_view t) { (void)decode_plan(t); });
+  each([](std::string_view t) { (void)decode_verdict(t); });
+  each([](std::string_view t) { (void)decode_outcomes(t); });
+  each([](std::string_view t) {
+    if (auto e = decode_error_file(t)) {
+      (void)encode_error_file(*e, 1);  // what is written back must encode
+    }
+  });
+  return 0;
+}

@@ -1,0 +1,98 @@
+// Writes the seed corpus of each fuzz target (tests/fuzz/corpus/<target>/)
+// from the real encoders, so seeds follow the formats as they change:
+//   make_seeds tests/fuzz/corpus
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "rendezvous/records.hpp"
+#include "store/protocol.hpp"
+
+using namespace ddplaunch;
+namespace fs = std::filesystem;
+
+namespace {
+
+void put(const fs::path& dir, const std::string& name, const std::string& bytes) {
+  fs::create_directories(dir);
+  std::ofstream(dir / name, std::ios::binary) << bytes;
+}
+
+std::string args(const std::vector<std::string>& argv) {
+  std::string out;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    out += (i ? std::string(1, '\0') : "") + argv[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const fs::path root = argc > 1 ? argv[1] : "tests/fuzz/corpus";
+  namespace rq = protocol::request;
+  namespace rp = protocol::reply;
+  // What a client sends (after the HELLO fuzz_store_server adds for even first bytes).
+  const fs::path server = root / "fuzz_store_server";
+  put(server, "set_get", "\0" + rq::set("k", "v") + rq::get("k", 10) + rq::num_keys());
+  put(server, "add_cas",
+      "\0" + rq::add("n", 5) + rq::compare_set("k", std::nullopt, "d") + rq::remove("k") +
+          rq::check({"k", "n"}));
+  put(server, "wait_multi",
+      "\0" + rq::wait({"a", "b"}, 5) + rq::set("a", "1") + rq::multi_get({"a", "b", "c"}) +
+          rq::ping());
+  put(server, "raw_hello", "\1" + rq::hello("n") + rq::auth("proof"));
+  // What a client reads back.
+  const fs::path proto = root / "fuzz_protocol";
+  auto body = [](const std::string& frame) { return frame.substr(4); };
+  put(proto, "ok_value", body(rp::ok_value("value")));
+  put(proto, "error", body(rp::error("too many clients")));
+  put(proto, "hello", body(rp::ok_hello(true, "server-nonce", "proof")));
+  put(proto, "cas", body(rp::ok_cas(true, "current")));
+  put(proto, "i64", body(rp::ok_i64(-7)));
+  put(proto, "frames", rq::set("k", "v") + rq::get("k", 0));
+  // What agents read from the store.
+  const fs::path records = root / "fuzz_records";
+  JoinRecord join;
+  join.run_id = "job";
+  join.command = "python3 train.py";
+  join.nnodes = 2;
+  join.nproc = 4;
+  join.host = "gpu-1";
+  join.addr = "10.0.0.1";
+  join.ports = {29500, 29501};
+  put(records, "join", encode_join(join));
+  put(records, "plan_failed", encode_plan(PlanRecord{std::nullopt, "timed out"}));
+  JobVerdict verdict{7, "node 1 (gpu-2) received SIGTERM", std::nullopt, 1};
+  put(records, "verdict", encode_verdict(verdict));
+  RankOutcome outcome;
+  outcome.rank = 3;
+  outcome.local_rank = 1;
+  outcome.node_rank = 1;
+  outcome.host = "gpu-2";
+  outcome.pid = 4242;
+  outcome.last_stderr = {"Traceback (most recent call last):", "ValueError: \xe6\x97\xa5"};
+  put(records, "outcomes", encode_outcomes({outcome}));
+  WorkerError error;
+  error.message = "RuntimeError: x";
+  error.traceback = "Traceback\n";
+  error.timestamp = "17";
+  put(records, "error_file", encode_error_file(error, 1));
+  // What users type.
+  const fs::path argv_dir = root / "fuzz_argv";
+  put(argv_dir, "torchrun",
+      args({"--nnodes", "2", "--nproc-per-node", "4", "--rdzv-endpoint", "host:29400", "--",
+            "train.py", "--lr", "0.1"}));
+  put(argv_dir, "elastic",
+      args({"--nnodes=1:4", "--max-restarts", "3", "--env-style", "tf,mpi", "-m", "pkg.mod"}));
+  put(argv_dir, "legacy",
+      args({"--use_env", "--master_addr", "[::1]", "--master_port", "0", "--tee", "3", "--log-dir",
+            "/tmp/l", "x.py"}));
+  // What Slurm writes.
+  const fs::path nodes = root / "fuzz_nodelist";
+  put(nodes, "ranges", "n[01-04,07]");
+  put(nodes, "groups", "rack[1-2]-n[01-02],gpu-3.local");
+  put(nodes, "tasks", "2(x3),1");
+  return 0;
+}
