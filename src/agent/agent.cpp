@@ -94,7 +94,7 @@ void Agent::begin(const Topology& topology, int node_rank) {
       // Each rank its own (torchrun's rule); the launcher's own, if it
       // inherited one, receives the root cause's error at the end.
       if (std::string path = m_error_files.path(w.local_rank); !path.empty()) {
-        w.env["TORCHELASTIC_ERROR_FILE"] = path;
+        w.env.set("TORCHELASTIC_ERROR_FILE", path);
       } else {
         w.env.erase("TORCHELASTIC_ERROR_FILE");
       }

@@ -1,5 +1,6 @@
 #include "env/env_map.hpp"
 
+#include <stdexcept>
 #include <string_view>
 
 namespace ddplaunch {
@@ -15,6 +16,56 @@ EnvMap capture_environment(char** envp) {
     env.emplace(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
   }
   return env;
+}
+
+WorkerEnv::WorkerEnv(std::shared_ptr<const EnvMap> inherited, const EnvMap& full)
+    : m_inherited(std::move(inherited)) {
+  for (const auto& [name, value] : full) {
+    auto it = m_inherited->find(name);
+    if (it == m_inherited->end() || it->second != value) {
+      m_own.emplace(name, value);
+    }
+  }
+  for (const auto& entry : *m_inherited) {
+    if (!full.contains(entry.first)) {
+      m_removed.push_back(entry.first);  // in order: the map is sorted
+    }
+  }
+}
+
+EnvMap WorkerEnv::full() const {
+  EnvMap out = m_own;
+  for (const auto& [name, value] : *m_inherited) {
+    if (!removed(name)) {
+      out.emplace(name, value);  // no-op where this worker has its own value
+    }
+  }
+  return out;
+}
+
+bool WorkerEnv::contains(const std::string& name) const {
+  return m_own.contains(name) || (m_inherited->contains(name) && !removed(name));
+}
+
+const std::string& WorkerEnv::at(const std::string& name) const {
+  if (auto it = m_own.find(name); it != m_own.end()) {
+    return it->second;
+  }
+  if (removed(name)) {
+    throw std::out_of_range("WorkerEnv: " + name);
+  }
+  return m_inherited->at(name);
+}
+
+void WorkerEnv::set(const std::string& name, std::string value) {
+  m_own[name] = std::move(value);
+}
+
+void WorkerEnv::erase(const std::string& name) {
+  m_own.erase(name);
+  if (m_inherited->contains(name) && !removed(name)) {
+    m_removed.insert(std::upper_bound(m_removed.begin(), m_removed.end(), name), name);
+  }
 }
 
 }  // namespace ddplaunch

@@ -1,5 +1,7 @@
 #include "env/plan.hpp"
 
+#include <memory>
+
 #include "env/mpi_env.hpp"
 #include "env/scheduler_env.hpp"
 #include "env/tf_env.hpp"
@@ -31,6 +33,7 @@ Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base
   Plan plan;
   plan.layout = layout;
   const auto argv = worker_argv(config, base_env);
+  const auto inherited = std::make_shared<const EnvMap>(base_env);
   for (int local_rank = 0; local_rank < layout.local_world_size; ++local_rank) {
     WorkerSpec spec;
     spec.local_rank = local_rank;
@@ -48,15 +51,16 @@ Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base
       spec.argv.insert(spec.argv.begin() + static_cast<std::ptrdiff_t>(first_arg),
                        name + std::to_string(local_rank));
     }
-    spec.env = build_torch_env(base_env, layout, local_rank);
-    rewrite_scheduler_identity(spec.env, layout, local_rank);
+    // Built whole, kept as its difference from what every worker inherits.
+    EnvMap env = build_torch_env(base_env, layout, local_rank);
+    rewrite_scheduler_identity(env, layout, local_rank);
     if (config.env_mpi) {
-      add_mpi_env(spec.env, layout, local_rank);
+      add_mpi_env(env, layout, local_rank);
     }
     if (config.env_tf) {
       if (auto tf = tf_config(layout, local_rank, TfRoles{config.tf_chief, config.tf_ps});
           !tf.empty()) {
-        spec.env["TF_CONFIG"] = tf;
+        env["TF_CONFIG"] = tf;
       }
     }
     if (static_cast<size_t>(local_rank) < bindings.size()) {
@@ -67,12 +71,13 @@ Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base
         for (const auto& g : b.gpus) {
           list += (list.empty() ? "" : ",") + g;
         }
-        spec.env["CUDA_VISIBLE_DEVICES"] = list;
+        env["CUDA_VISIBLE_DEVICES"] = list;
       }
       if (b.omp_threads > 0 && !base_env.contains("OMP_NUM_THREADS")) {
-        spec.env["OMP_NUM_THREADS"] = std::to_string(b.omp_threads);
+        env["OMP_NUM_THREADS"] = std::to_string(b.omp_threads);
       }
     }
+    spec.env = WorkerEnv(inherited, env);
     spec.inherit_stdin = local_rank == 0;
     plan.workers.push_back(std::move(spec));
   }

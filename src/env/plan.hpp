@@ -17,7 +17,7 @@ struct WorkerSpec {
   int local_rank = 0;
   int rank = 0;
   std::vector<std::string> argv;  // argv[0] is the program as the user named it
-  EnvMap env;
+  WorkerEnv env;
   std::vector<int> cpus;       // CPUs to bind it to before exec; empty: inherited
   bool inherit_stdin = false;  // local rank 0 reads the launcher's stdin; others /dev/null
 };

@@ -38,13 +38,15 @@ struct Prepared {
 
 Prepared prepare(const WorkerSpec& spec) {
   Prepared p;
-  auto path = find_program(spec.argv.at(0), spec.env);
+  const EnvMap env = spec.env.full();
+  auto path = find_program(spec.argv.at(0), env);
   if (!path) {
     throw SpawnError("cannot execute '" + spec.argv[0] +
                      "': not found (no such file, or not in PATH); check the program name");
   }
   p.path = *path;
-  for (const auto& [k, v] : spec.env) {
+  p.env_strings.reserve(env.size());
+  for (const auto& [k, v] : env) {
     p.env_strings.push_back(k + "=" + v);
   }
   for (const auto& a : spec.argv) {
@@ -193,11 +195,10 @@ void raise_fd_limit_for_launcher() {
 }
 
 std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
-  std::vector<Prepared> prepared;
-  prepared.reserve(workers.size());
-  for (const auto& spec : workers) {
-    prepared.push_back(prepare(spec));
-  }
+  // Each worker's argv and envp are built just before it starts and freed
+  // after: with thousands of workers, holding them all would cost kilobytes
+  // per worker at the launcher's peak. A missing program still fails at the
+  // first worker, before any other starts.
   posix::Fd devnull(open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!devnull) {
     posix::throw_errno("open /dev/null");
@@ -215,8 +216,9 @@ std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
     int stdin_fd = workers[i].inherit_stdin ? 0 : devnull.get();
     const bool own_group = !(workers[i].inherit_stdin && foreground);
     int exec_errno = 0;
-    pid_t pid = vfork_exec(prepared[i], self, stdin_fd, out.write.get(), err.write.get(),
-                           &exec_errno, own_group);
+    const Prepared prepared = prepare(workers[i]);
+    pid_t pid = vfork_exec(prepared, self, stdin_fd, out.write.get(), err.write.get(), &exec_errno,
+                           own_group);
     if (pid < 0) {
       throw SpawnError("cannot execute '" + workers[i].argv.at(0) +
                        "': " + std::strerror(exec_errno));

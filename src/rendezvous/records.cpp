@@ -357,7 +357,7 @@ std::string encode_dry_run(const Config& c, const Plan& plan, const Topology& to
                        {"argv", w.argv},
                        {"stdin", w.inherit_stdin ? "inherited" : "/dev/null"},
                        {"cpus", w.cpus.empty() ? json("inherited") : json(w.cpus)},
-                       {"env", w.env}});
+                       {"env", w.env.full()}});
   }
   std::vector<std::string> notices = c.notes;
   notices.insert(notices.end(), plan.notices.begin(), plan.notices.end());

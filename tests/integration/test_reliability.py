@@ -1,6 +1,7 @@
 """What no input, terminal or limit may break: rank 0 reading the terminal,
 the fd limit on every node, durations that cannot be represented, paths and
 hosts that cannot work, told before anything starts."""
+import json
 import os
 import pty
 import resource
@@ -163,3 +164,20 @@ def test_a_node_the_system_refuses_pipes_ends_every_node_at_once(jobs):
     assert "Too many open files; raise the open-file limit (ulimit -n)" in err1, err1
     assert rc0 == 1, err0
     assert "node 1 (" in err0 and "could not start its workers" in err0, err0
+
+
+@pytest.mark.skipif(resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 12000,
+                    reason="4,096 workers need about 8,200 fds in the launcher")
+@pytest.mark.skipif(os.environ.get("DDPLAUNCH_SANITIZE") == "thread",
+                    reason="ThreadSanitizer turns vfork into fork: 4,096 forks take minutes")
+def test_four_thousand_workers_on_one_node(jobs, tmp_path):
+    r = jobs.run(["--nproc-per-node", 4096, "--summary-json", tmp_path / "s.json", "--", "true"],
+                 timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    with open(tmp_path / "s.json") as f:
+        summary = json.load(f)
+    assert len(summary["ranks"]) == 4096
+    assert all(rank["state"] == "succeeded" for rank in summary["ranks"])
+    if not os.environ.get("DDPLAUNCH_SANITIZE"):  # sanitizers keep freed memory
+        rss_kib = summary["launcher_max_rss_kib"]
+        assert rss_kib < 4096 * 8 + 16 * 1024, f"{rss_kib} KiB: more than 8 KiB per worker"

@@ -375,6 +375,12 @@ TEST_F(AgentTest, SpawnErrorIsPublishedToTheOtherNodes) {
   EXPECT_NE(link.published[0].message.find("node 1 (b): cannot execute"), std::string::npos);
   EXPECT_FALSE(agent->done());
   agent->on_verdict(link.published[0]);
+  // No rank of this node ran: it reports that at once, so node 0 does not
+  // wait for its results until the heartbeat timeout.
+  ASSERT_TRUE(link.finished.has_value());
+  EXPECT_TRUE(link.finished->empty());
+  EXPECT_FALSE(agent->done());
+  agent->on_finished({});
   ASSERT_TRUE(agent->done());
   EXPECT_EQ(agent->summary().exit_code, 127);
   EXPECT_TRUE(agent->error());

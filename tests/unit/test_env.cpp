@@ -85,11 +85,12 @@ TEST(Plan, BindingsGiveCpusGpusAndThreads) {
   b[2] = Binding{{4, 5}, {}, 2, false};
   Plan plan = make_plan(c, two_nodes(), {{"CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b"}}, b);
   EXPECT_EQ(plan.workers[1].cpus, (std::vector<int>{2, 3}));
-  EXPECT_EQ(plan.workers[1].env["CUDA_VISIBLE_DEVICES"], "GPU-b");
-  EXPECT_EQ(plan.workers[2].env["CUDA_VISIBLE_DEVICES"], "GPU-a,GPU-b") << "not bound: inherited";
-  EXPECT_EQ(plan.workers[0].env["OMP_NUM_THREADS"], "2") << "the share, not 1";
+  EXPECT_EQ(plan.workers[1].env.at("CUDA_VISIBLE_DEVICES"), "GPU-b");
+  EXPECT_EQ(plan.workers[2].env.at("CUDA_VISIBLE_DEVICES"), "GPU-a,GPU-b")
+      << "not bound: inherited";
+  EXPECT_EQ(plan.workers[0].env.at("OMP_NUM_THREADS"), "2") << "the share, not 1";
   plan = make_plan(c, two_nodes(), {{"OMP_NUM_THREADS", "7"}}, b);
-  EXPECT_EQ(plan.workers[0].env["OMP_NUM_THREADS"], "7") << "the user's own wins";
+  EXPECT_EQ(plan.workers[0].env.at("OMP_NUM_THREADS"), "7") << "the user's own wins";
 }
 
 TEST(EnvBuilders, OmpOnlyForSeveralWorkers) {
@@ -308,6 +309,28 @@ TEST(TfConfig, FollowsTensorFlowsRules) {
   // Without reserved ports there is no TF_CONFIG to give.
   EXPECT_EQ(tf_config(layout_of(uniform_topology(1, 2, 0, "a", "x", "x", 1), 0, "j", "r", 0), 0),
             "");
+}
+
+}  // namespace
+}  // namespace ddplaunch
+
+namespace ddplaunch {
+namespace {
+
+TEST(WorkerEnv, KeepsOnlyItsDifferenceFromWhatEveryWorkerInherits) {
+  auto inherited = std::make_shared<const EnvMap>(
+      EnvMap{{"PATH", "/bin"}, {"SLURM_PROCID", "0"}, {"PMIX_RANK", "3"}});
+  WorkerEnv env(inherited, {{"PATH", "/bin"}, {"SLURM_PROCID", "5"}, {"RANK", "5"}});
+  EXPECT_EQ(env.full(), (EnvMap{{"PATH", "/bin"}, {"SLURM_PROCID", "5"}, {"RANK", "5"}}));
+  EXPECT_EQ(env.at("PATH"), "/bin");
+  EXPECT_EQ(env.at("SLURM_PROCID"), "5");
+  EXPECT_FALSE(env.contains("PMIX_RANK"));
+  EXPECT_THROW((void)env.at("PMIX_RANK"), std::out_of_range);
+  env.set("TORCHELASTIC_ERROR_FILE", "/tmp/e");
+  env.erase("PATH");
+  EXPECT_EQ(env.full(),
+            (EnvMap{{"SLURM_PROCID", "5"}, {"RANK", "5"}, {"TORCHELASTIC_ERROR_FILE", "/tmp/e"}}));
+  EXPECT_EQ(inherited->at("PATH"), "/bin") << "what others inherit is untouched";
 }
 
 }  // namespace
