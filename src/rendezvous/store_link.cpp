@@ -124,7 +124,9 @@ void StoreLink::host_store() {
   try {
     StoreOptions options;
     options.token = m_config.rdzv_token;
-    options.max_clients = m_config.rdzv_max_clients;
+    // Every agent holds three connections (watch, wait, rpc): a job of more
+    // than about 1,300 nodes needs more than the default allows.
+    options.max_clients = std::max(m_config.rdzv_max_clients, 3 * m_config.nnodes + 16);
     m_server = std::make_unique<StoreServer>(store_bind_address(m_config), m_config.master_port,
                                              std::move(options));
     log::debug("hosting the store on {}", m_where);

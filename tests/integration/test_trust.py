@@ -106,3 +106,13 @@ def test_without_a_token_a_job_across_hosts_is_told_how_to_set_one(jobs):
     r = jobs.run(["--nnodes", 2, "--master-addr", "192.0.2.1", "--rdzv-timeout", "0.5",
                   "--", *worker()])
     assert "--rdzv-token-file" in r.stderr and "DDPLAUNCH_RDZV_TOKEN" in r.stderr
+
+
+def test_the_connection_cap_never_refuses_the_jobs_own_nodes(jobs):
+    # Each agent holds three connections: a cap below 3 per node (here 4 for
+    # 3 nodes, as the default 4,096 was for 1,366 nodes) is raised to fit.
+    port = free_port()
+    procs = [node(jobs, n, port, ["--rdzv-max-clients", 4, "--", "true"], nnodes=3) for n in range(3)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
