@@ -14,7 +14,7 @@
 
 namespace ddplaunch {
 
-inline constexpr int k_rendezvous_version = 2;
+inline constexpr int k_rendezvous_version = 3;  // 3: the compact plan topology
 
 // What one agent says about itself when it joins (docs/PROTOCOL.md).
 struct JoinRecord {

@@ -1,5 +1,6 @@
 #include "rendezvous/records.hpp"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "config/options.hpp"
@@ -126,21 +127,62 @@ json topology_json(const Topology& t) {
           {"nodes", nodes}};
 }
 
-Topology topology_from(const json& j) {
+// The plan's topology, compact: every node reads the plan, so the store host
+// serves its size once per node. One array per node, [node_rank, host, addr,
+// nproc, first_rank], plus its workers' reserved ports when it has any (a
+// rank is first_rank + local rank): about 40 bytes per node, so 16,384 nodes
+// fit in one value.
+json plan_topology_json(const Topology& t) {
+  json nodes = json::array();
+  for (const auto& n : t.nodes) {
+    json e = json::array({n.node_rank, n.host, n.addr, n.nproc, n.first_rank});
+    if (std::any_of(n.workers.begin(), n.workers.end(),
+                    [](const WorkerSlot& w) { return w.port != 0; })) {
+      json ports = json::array();
+      for (const auto& w : n.workers) {
+        ports.push_back(w.port);
+      }
+      e.push_back(ports);
+    }
+    nodes.push_back(e);
+  }
+  return {{"world_size", t.world_size},
+          {"master_addr", t.master_addr},
+          {"master_port", t.master_port},
+          {"nodes", nodes}};
+}
+
+Topology plan_topology_from(const json& j) {
   Topology t;
   t.world_size = j.at("world_size").get<int>();
   t.master_addr = j.at("master_addr").get<std::string>();
   t.master_port = j.at("master_port").get<int>();
+  long long ranks = 0;
   for (const auto& n : j.at("nodes")) {
+    if (!n.is_array() || (n.size() != 5 && n.size() != 6)) {
+      throw RecordError(
+          "malformed plan record: a node is not [rank, host, addr, nproc, first_rank]");
+    }
     NodeEntry e;
-    e.node_rank = n.at("node_rank").get<int>();
-    e.host = n.at("host").get<std::string>();
-    e.addr = n.at("addr").get<std::string>();
-    e.nproc = n.at("nproc").get<int>();
-    e.first_rank = n.at("first_rank").get<int>();
-    for (const auto& w : n.at("workers")) {
-      e.workers.push_back(WorkerSlot{w.at("rank").get<int>(), w.at("local_rank").get<int>(),
-                                     w.at("port").get<int>()});
+    e.node_rank = n.at(0).get<int>();
+    e.host = n.at(1).get<std::string>();
+    e.addr = n.at(2).get<std::string>();
+    e.nproc = n.at(3).get<int>();
+    e.first_rank = n.at(4).get<int>();
+    ranks += e.nproc;
+    if (e.nproc < 1 || ranks > t.world_size || e.first_rank < 0 ||
+        e.first_rank > t.world_size - e.nproc) {
+      throw RecordError("malformed plan record: node " + std::to_string(e.node_rank) +
+                        "'s ranks do not fit the world size");
+    }
+    const json* ports = n.size() == 6 ? &n.at(5) : nullptr;
+    if (ports != nullptr && (!ports->is_array() || ports->size() != static_cast<size_t>(e.nproc))) {
+      throw RecordError("malformed plan record: node " + std::to_string(e.node_rank) +
+                        " has not one port per worker");
+    }
+    for (int lr = 0; lr < e.nproc; ++lr) {
+      const int port = ports != nullptr ? ports->at(static_cast<size_t>(lr)).get<int>() : 0;
+      e.workers.push_back(WorkerSlot{e.first_rank + lr, lr, port});
     }
     t.nodes.push_back(std::move(e));
   }
@@ -186,7 +228,7 @@ std::string encode_plan(const PlanRecord& r) {
     return text_of({{"ok", false}, {"error", r.error}});
   }
   return text_of({{"ok", true},
-                  {"topology", topology_json(r.plan->topology)},
+                  {"topology", plan_topology_json(r.plan->topology)},
                   {"node_rank_of_arrival", r.plan->node_rank_of_arrival}});
 }
 
@@ -198,7 +240,7 @@ PlanRecord decode_plan(std::string_view text) {
       return r;
     }
     JobPlan plan;
-    plan.topology = topology_from(j.at("topology"));
+    plan.topology = plan_topology_from(j.at("topology"));
     plan.node_rank_of_arrival = j.at("node_rank_of_arrival").get<std::vector<int>>();
     r.plan = std::move(plan);
     return r;

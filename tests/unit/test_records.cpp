@@ -91,6 +91,11 @@ TEST(Records, EveryStoreRecordRoundTrips) {
   auto back = decode_plan(encode_plan(PlanRecord{plan, ""}));
   ASSERT_TRUE(back.plan);
   EXPECT_EQ(*back.plan, plan);
+  Topology with_ports = t;
+  with_ports.nodes[1].workers[2].port = 7003;  // --env-style tf reserved ports
+  with_ports.nodes[1].workers[0].port = 7001;
+  JobPlan tf_plan{with_ports, {0, 1}};
+  EXPECT_EQ(*decode_plan(encode_plan(PlanRecord{tf_plan, ""})).plan, tf_plan);
   auto failed = decode_plan(encode_plan(PlanRecord{std::nullopt, "timed out"}));
   EXPECT_FALSE(failed.plan);
   EXPECT_EQ(failed.error, "timed out");
@@ -182,6 +187,29 @@ TEST(Records, TheRootCausesErrorIsWrittenAsTorchrunWritesIt) {
   auto back = decode_error_file(doc.dump());
   ASSERT_TRUE(back);
   EXPECT_EQ(back->message, "ValueError: nan");
+}
+
+}  // namespace
+}  // namespace ddplaunch
+
+namespace ddplaunch {
+namespace {
+
+TEST(Records, ThePlanIsCompactAndItsRanksMustFitTheWorld) {
+  Topology t = uniform_topology(4096, 8, 0, "gpu-0001", "10.0.0.1", "10.0.0.1", 29500);
+  const std::string text = encode_plan(PlanRecord{JobPlan{t, {}}, ""});
+  EXPECT_LT(text.size(), 4096u * 48) << "every node reads it: about 40 bytes per node";
+  for (const char* bad :
+       {R"({"ok":true,"topology":{"world_size":2,"master_addr":"a","master_port":1,)"
+        R"("nodes":[[0,"h","a",2000000000,0]]},"node_rank_of_arrival":[0]})",
+        R"({"ok":true,"topology":{"world_size":4,"master_addr":"a","master_port":1,)"
+        R"("nodes":[[0,"h","a",2,3]]},"node_rank_of_arrival":[0]})",
+        R"({"ok":true,"topology":{"world_size":2,"master_addr":"a","master_port":1,)"
+        R"("nodes":[[0,"h","a",2,0,[1]]]},"node_rank_of_arrival":[0]})",
+        R"({"ok":true,"topology":{"world_size":2,"master_addr":"a","master_port":1,)"
+        R"("nodes":[{"node_rank":0}]},"node_rank_of_arrival":[0]})"}) {
+    EXPECT_THROW(decode_plan(bad), RecordError) << bad;
+  }
 }
 
 }  // namespace
