@@ -57,7 +57,7 @@ case "$mode" in
         cmake --build "$dir" -j "$JOBS"
         (cd "$dir" && ctest --output-on-failure -j "$JOBS" --timeout 600 -E '^format$')
       done
-      # Every libFuzzer target for a bounded time (FUZZ_SECONDS each, two at once).
+      # Every libFuzzer target for a bounded time (FUZZ_SECONDS each, all at once).
       echo "quickstart: the fuzz targets, ${FUZZ_SECONDS:-60} s each ($BUILD_DIR-fuzz)"
       JOBS="$JOBS" tests/fuzz/run.sh "${FUZZ_SECONDS:-60}" "$BUILD_DIR-fuzz"
     fi

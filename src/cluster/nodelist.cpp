@@ -82,17 +82,22 @@ void expand_one(std::string_view list, std::string_view expr, std::vector<std::s
       bad(list, "a '[' without its ']'");
     }
     const auto parts = expand_ranges(list, expr.substr(open + 1, close - open - 1));
+    // Checked before the product is built: two groups of 300,000 would be 9e10 names.
+    if (parts.size() > (k_max_hosts - out.size()) / names.size()) {
+      bad(list, "it names more than a million hosts");
+    }
     std::vector<std::string> next;
+    next.reserve(names.size() * parts.size());
     for (const auto& n : names) {
       for (const auto& p : parts) {
         next.push_back(n + p);
       }
     }
-    if (next.size() > k_max_hosts) {
-      bad(list, "it names more than a million hosts");
-    }
     names = std::move(next);
     expr.remove_prefix(close + 1);
+  }
+  if (names.size() > k_max_hosts - out.size()) {
+    bad(list, "it names more than a million hosts");
   }
   for (auto& n : names) {
     if (n.empty()) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every libFuzzer target for a bounded time, two at a time.
+# Runs every libFuzzer target for a bounded time, all at once.
 #   tests/fuzz/run.sh [SECONDS] [BUILD_DIR]     (defaults: 60, build-fuzz)
 # Builds them first (clang, -DDDPLAUNCH_SANITIZE=fuzzer). Each starts from
 # its seed corpus (tests/fuzz/corpus/<target>, never written to) plus what
@@ -31,14 +31,14 @@ run_one() {
     return 1
   fi
 }
+# All at once: each gets SECONDS of wall time (a share of the cores), so the
+# whole run takes SECONDS however many targets there are.
 failed=0
-for ((i = 0; i < ${#targets[@]}; i += 2)); do
-  pids=()
-  for t in "${targets[@]:i:2}"; do
-    run_one "$t" & pids+=($!)
-  done
-  for pid in "${pids[@]}"; do
-    wait "$pid" || failed=1
-  done
+pids=()
+for t in "${targets[@]}"; do
+  run_one "$t" & pids+=($!)
+done
+for pid in "${pids[@]}"; do
+  wait "$pid" || failed=1
 done
 exit $failed

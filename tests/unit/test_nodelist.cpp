@@ -32,6 +32,9 @@ TEST(Nodelist, MalformedListsAreClearErrors) {
       {"n[4-1]", "low to high"},
       {"n[a-b]", "not a number"},
       {"n[1-1000000000]", "million"},
+      // Found by fuzz_nodelist: the product of two groups was built before the check.
+      {"14,0,0n,0,0n[00-326367][00-326367]", "million"},
+      {"a[0-600000],b[0-600000]", "million"},
       {"a,,b", "empty host"},
       {"", "empty host"},
   };
