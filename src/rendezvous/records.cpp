@@ -1,6 +1,7 @@
 #include "rendezvous/records.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <nlohmann/json.hpp>
 
 #include "config/options.hpp"
@@ -23,6 +24,30 @@ auto parse_record(std::string_view text, const char* what, F&& read) {
   } catch (const json::exception& e) {
     throw RecordError(std::string("malformed ") + what + " record: " + e.what());
   }
+}
+
+// An integer field: a JSON integer within int's range. Anything else (a
+// float such as 4e19, which nlohmann would convert with undefined behaviour,
+// a string, 2^40) is a malformed record.
+int int_of(const json& j) {
+  if (j.is_number_integer()) {
+    if (j.is_number_unsigned() ? j.get<uint64_t>() <= static_cast<uint64_t>(INT_MAX)
+                               : (j.get<int64_t>() >= INT_MIN && j.get<int64_t>() <= INT_MAX)) {
+      return static_cast<int>(j.get<int64_t>());
+    }
+  }
+  throw RecordError("malformed record: " + j.dump().substr(0, 40) + " is not an integer in range");
+}
+
+std::vector<int> ints_of(const json& j) {
+  if (!j.is_array()) {
+    throw RecordError("malformed record: " + j.dump().substr(0, 40) + " is not a list of integers");
+  }
+  std::vector<int> out;
+  for (const auto& v : j) {
+    out.push_back(int_of(v));
+  }
+  return out;
 }
 
 json outcome_json(const RankOutcome& o) {
@@ -61,19 +86,19 @@ json outcome_json(const RankOutcome& o) {
 
 RankOutcome outcome_from(const json& j) {
   RankOutcome o;
-  o.rank = j.at("rank").get<int>();
-  o.local_rank = j.at("local_rank").get<int>();
-  o.node_rank = j.at("node_rank").get<int>();
+  o.rank = int_of(j.at("rank"));
+  o.local_rank = int_of(j.at("local_rank"));
+  o.node_rank = int_of(j.at("node_rank"));
   o.host = j.at("host").get<std::string>();
-  o.pid = j.at("pid").get<pid_t>();
+  o.pid = int_of(j.at("pid"));
   o.stopped_by_launcher = j.at("stopped_by_launcher").get<bool>();
   o.start_time = j.at("start_time").get<double>();
   o.end_time = j.at("end_time").get<double>();
   const auto state = j.at("state").get<std::string>();
   if (state == "signaled") {
-    o.exit = ExitInfo::signaled(j.at("signal").get<int>());
+    o.exit = ExitInfo::signaled(int_of(j.at("signal")));
   } else if (state == "succeeded" || state == "failed") {
-    o.exit = ExitInfo::exited(j.at("exit_code").get<int>());
+    o.exit = ExitInfo::exited(int_of(j.at("exit_code")));
   } else if (state != "unknown") {
     throw RecordError("unknown rank state '" + state + "'");
   }
@@ -154,9 +179,9 @@ json plan_topology_json(const Topology& t) {
 
 Topology plan_topology_from(const json& j) {
   Topology t;
-  t.world_size = j.at("world_size").get<int>();
+  t.world_size = int_of(j.at("world_size"));
   t.master_addr = j.at("master_addr").get<std::string>();
-  t.master_port = j.at("master_port").get<int>();
+  t.master_port = int_of(j.at("master_port"));
   long long ranks = 0;
   for (const auto& n : j.at("nodes")) {
     if (!n.is_array() || (n.size() != 5 && n.size() != 6)) {
@@ -164,11 +189,11 @@ Topology plan_topology_from(const json& j) {
           "malformed plan record: a node is not [rank, host, addr, nproc, first_rank]");
     }
     NodeEntry e;
-    e.node_rank = n.at(0).get<int>();
+    e.node_rank = int_of(n.at(0));
     e.host = n.at(1).get<std::string>();
     e.addr = n.at(2).get<std::string>();
-    e.nproc = n.at(3).get<int>();
-    e.first_rank = n.at(4).get<int>();
+    e.nproc = int_of(n.at(3));
+    e.first_rank = int_of(n.at(4));
     ranks += e.nproc;
     if (e.nproc < 1 || ranks > t.world_size || e.first_rank < 0 ||
         e.first_rank > t.world_size - e.nproc) {
@@ -181,7 +206,7 @@ Topology plan_topology_from(const json& j) {
                         " has not one port per worker");
     }
     for (int lr = 0; lr < e.nproc; ++lr) {
-      const int port = ports != nullptr ? ports->at(static_cast<size_t>(lr)).get<int>() : 0;
+      const int port = ports != nullptr ? int_of(ports->at(static_cast<size_t>(lr))) : 0;
       e.workers.push_back(WorkerSlot{e.first_rank + lr, lr, port});
     }
     t.nodes.push_back(std::move(e));
@@ -208,17 +233,17 @@ std::string encode_join(const JoinRecord& r) {
 JoinRecord decode_join(std::string_view text) {
   return parse_record(text, "join", [](const json& j) {
     JoinRecord r;
-    r.version = j.at("version").get<int>();
+    r.version = int_of(j.at("version"));
     r.run_id = j.at("run_id").get<std::string>();
     r.command = j.at("command").get<std::string>();
-    r.nnodes = j.at("nnodes").get<int>();
-    r.nproc = j.at("nproc").get<int>();
-    r.node_rank = j.at("node_rank").get<int>();
+    r.nnodes = int_of(j.at("nnodes"));
+    r.nproc = int_of(j.at("nproc"));
+    r.node_rank = int_of(j.at("node_rank"));
     r.host = j.at("host").get<std::string>();
     r.addr = j.at("addr").get<std::string>();
-    r.ports = j.at("ports").get<std::vector<int>>();
+    r.ports = ints_of(j.at("ports"));
     r.store_host = j.at("store_host").get<bool>();
-    r.arrival = j.at("arrival").get<int>();
+    r.arrival = int_of(j.at("arrival"));
     return r;
   });
 }
@@ -241,7 +266,7 @@ PlanRecord decode_plan(std::string_view text) {
     }
     JobPlan plan;
     plan.topology = plan_topology_from(j.at("topology"));
-    plan.node_rank_of_arrival = j.at("node_rank_of_arrival").get<std::vector<int>>();
+    plan.node_rank_of_arrival = ints_of(j.at("node_rank_of_arrival"));
     r.plan = std::move(plan);
     return r;
   });
@@ -256,9 +281,9 @@ std::string encode_verdict(const JobVerdict& v) {
 JobVerdict decode_verdict(std::string_view text) {
   return parse_record(text, "verdict", [](const json& j) {
     JobVerdict v;
-    v.exit_code = j.at("exit_code").get<int>();
+    v.exit_code = int_of(j.at("exit_code"));
     v.message = j.at("message").get<std::string>();
-    v.node = j.at("node").get<int>();
+    v.node = int_of(j.at("node"));
     if (!j.at("root_cause").is_null()) {
       v.root_cause = outcome_from(j.at("root_cause"));
     }
