@@ -8,8 +8,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include "log.hpp"
 #include "posix/fd.hpp"

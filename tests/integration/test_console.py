@@ -1,12 +1,11 @@
 """The launcher's own stdout and stderr never hold the job back: a pipe nobody
 reads, an O_NONBLOCK stdout, a console slower than the workers. Output is
-delayed, or (beyond the backlog) dropped with a notice, and the job, its
-signals and its report go on."""
+delayed (the workers wait on their pipes, as they would on that console), and
+the job, its signals and its report go on."""
 import collections
 import json
 import os
 import signal
-import subprocess
 
 from conftest import free_port, wait_until, worker
 
