@@ -21,21 +21,16 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
+
+from benchlib import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH_PY = "/usr/bin/python3"
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def timed(cmd, repeat, timeout=60, **kw):

@@ -17,20 +17,16 @@ import argparse
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
 
+from benchlib import free_port
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEARTBEAT = ["--heartbeat-interval", "0.2", "--heartbeat-timeout", "3"]
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def marked(marker):

@@ -297,7 +297,7 @@ void Agent::on_joined(const Topology& topology, int node_rank) {
     advance();
     return;
   }
-  log::debug("joined as node {} of {}", node_rank, topology.nodes.size());
+  log::debug("joined as node {} of {}", node_rank, topology.nnodes());
   begin(topology, node_rank);
   advance();
 }

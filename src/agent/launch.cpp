@@ -17,6 +17,8 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <set>
+#include <stdexcept>
 
 #include "agent/agent.hpp"
 #include "cluster/pmix_exchange.hpp"
@@ -104,9 +106,16 @@ void write_summary_json(const std::string& path, const JobSummary& summary) {
 // The event loop around one Agent.
 class Driver {
  public:
+  // `fault`: DDPLAUNCH_FAULT=output, for tests: the loop fails with an
+  // internal error at a worker's first output, as a node that breaks mid-run.
   Driver(posix::SignalFd& signals, Agent& agent, ProcessSpawner& spawner, StoreLink* link,
-         ConsoleWriter& console)
-      : m_signals(signals), m_agent(agent), m_spawner(spawner), m_link(link), m_console(console) {
+         ConsoleWriter& console, bool fault)
+      : m_signals(signals),
+        m_agent(agent),
+        m_spawner(spawner),
+        m_link(link),
+        m_console(console),
+        m_fault(fault) {
     m_loop.set(signals.fd(), EPOLLIN, k_tag_signals);
     m_loop.set(console.wake_fd(), EPOLLIN, k_tag_console);
   }
@@ -206,6 +215,9 @@ class Driver {
     if (n > 0) {
       m_agent.on_output(local_rank, stream,
                         std::string_view(m_buffer.data(), static_cast<size_t>(n)));
+      if (m_fault) {
+        throw std::runtime_error("the fault DDPLAUNCH_FAULT=output asked for");
+      }
       const uint64_t tag = 2 * static_cast<uint64_t>(local_rank) + static_cast<uint64_t>(stream);
       if (!m_agent.workers_ended() && m_console.backlogged(stream == Stream::k_out ? 1 : 2)) {
         // The console is behind: this worker waits on its pipe, as it would
@@ -267,6 +279,7 @@ class Driver {
   std::set<int> m_link_fds;
   std::set<uint64_t> m_paused;  // stream tags not read while the console is behind
   size_t m_children_watched = 0;
+  bool m_fault;
   std::array<char, k_read_chunk> m_buffer;
 };
 
@@ -421,13 +434,16 @@ void find_own_address(const Config& config, NodeIdentity& self) {
 }
 
 // An error that ends this node's run mid-job: every other node hears it at
-// once through the store rather than after the heartbeat timeout. Bounded,
-// and best effort: the error itself is what this node reports.
+// once through the store rather than after the heartbeat timeout, and node 0
+// does not wait for this node's results. Bounded, and best effort: the error
+// itself is what this node reports.
 void publish_failure(StoreLink& link, const std::string& message) {
   try {
     link.publish_stop(JobVerdict{k_exit_internal, message, std::nullopt, -1});
+    link.abandon();
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    for (auto now = std::chrono::steady_clock::now(); !link.stop_confirmed() && now < until;
+    for (auto now = std::chrono::steady_clock::now();
+         !(link.stop_confirmed() && link.abandoned()) && now < until;
          now = std::chrono::steady_clock::now()) {
       const auto watches = link.watches();
       std::vector<pollfd> fds;
@@ -540,7 +556,9 @@ int run_launch(const Config& given, const EnvMap& env) {
   if (link) {
     link->set_listener(agent);
   }
-  Driver driver(signals, agent, spawner, link.get(), console);
+  auto fault = env.find("DDPLAUNCH_FAULT");
+  Driver driver(signals, agent, spawner, link.get(), console,
+                fault != env.end() && fault->second == "output");
   try {
     agent.start();
     driver.run();

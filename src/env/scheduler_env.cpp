@@ -24,18 +24,21 @@ bool is_outer_mpi_identity(const std::string& name) {
   return false;
 }
 
-std::string slurm_counts(const std::vector<int>& counts) {
+std::string slurm_counts(const std::vector<SizeRun>& sizes) {
+  std::vector<SizeRun> merged;
+  for (const auto& run : sizes) {
+    if (!merged.empty() && merged.back().nproc == run.nproc) {
+      merged.back().count += run.count;
+    } else {
+      merged.push_back(run);
+    }
+  }
   std::string out;
-  for (size_t i = 0; i < counts.size();) {
-    size_t j = i;
-    while (j < counts.size() && counts[j] == counts[i]) {
-      ++j;
+  for (const auto& run : merged) {
+    out += (out.empty() ? "" : ",") + std::to_string(run.nproc);
+    if (run.count > 1) {
+      out += "(x" + std::to_string(run.count) + ")";
     }
-    out += (out.empty() ? "" : ",") + std::to_string(counts[i]);
-    if (j - i > 1) {
-      out += "(x" + std::to_string(j - i) + ")";
-    }
-    i = j;
   }
   return out;
 }
@@ -47,8 +50,9 @@ void rewrite_scheduler_identity(EnvMap& env, const JobLayout& layout, int local_
   if (!env.contains("SLURM_JOB_ID") && !env.contains("SLURM_JOBID")) {
     return;
   }
-  const std::string tasks = slurm_counts(
-      layout.node_sizes.empty() ? std::vector<int>{layout.local_world_size} : layout.node_sizes);
+  const std::string tasks =
+      slurm_counts(layout.node_sizes.empty() ? std::vector<SizeRun>{{layout.local_world_size, 1}}
+                                             : layout.node_sizes);
   env["SLURM_PROCID"] = std::to_string(layout.rank_offset + local_rank);
   env["SLURM_LOCALID"] = std::to_string(local_rank);
   env["SLURM_NODEID"] = std::to_string(layout.node_rank);

@@ -21,7 +21,7 @@ void rewrite_scheduler_identity(EnvMap& env, const JobLayout& layout, int local_
 // True for a variable that is part of an outer mpirun's identity.
 bool is_outer_mpi_identity(const std::string& name);
 
-// Slurm's compressed per-node counts: {2, 2, 1} -> "2(x2),1".
-std::string slurm_counts(const std::vector<int>& counts);
+// Slurm's compressed per-node counts: runs {2 x2, 1 x1} -> "2(x2),1".
+std::string slurm_counts(const std::vector<SizeRun>& sizes);
 
 }  // namespace ddplaunch

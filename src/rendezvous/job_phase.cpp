@@ -25,14 +25,16 @@ void StoreLink::start_job(const Topology& topology, int node_rank) {
   }
   m_phase = Phase::k_running;
   m_node_rank = node_rank;
-  m_nnodes = static_cast<int>(topology.nodes.size());
-  m_hosts.clear();
-  for (const auto& n : topology.nodes) {
-    m_hosts.push_back(n.host);
-  }
+  m_nnodes = topology.nnodes();
   const auto now = Clock::now();
   m_next_tick = now;
-  m_last_beat.assign(static_cast<size_t>(m_nnodes), {-1, now});
+  if (m_server) {  // only the store host watches every node, and it knows them all
+    m_hosts.assign(static_cast<size_t>(m_nnodes), "");
+    for (const auto& n : topology.nodes) {
+      m_hosts.at(static_cast<size_t>(n.node_rank)) = n.host;
+    }
+    m_last_beat.assign(static_cast<size_t>(m_nnodes), {-1, now});
+  }
   m_listener->on_joined(topology, node_rank);
 }
 
@@ -128,6 +130,15 @@ void StoreLink::publish_success() {
                          [](const std::string&) {});  // the watch delivers it
     }
   });
+}
+
+void StoreLink::abandon() {
+  if (m_phase != Phase::k_running || !m_rpc || m_rpc->state() == AsyncClient::State::k_failed) {
+    m_abandoned = true;
+    return;
+  }
+  m_phase = Phase::k_done;  // nothing more reaches the listener
+  m_rpc->set(keys::result(m_node_rank), encode_outcomes({}), [this] { m_abandoned = true; });
 }
 
 void StoreLink::finish(const std::vector<RankOutcome>& local) {

@@ -13,6 +13,9 @@ inline const char* const k_succeeded = "job/succeeded";
 inline std::string node(int arrival) {
   return "rdzv/node/" + std::to_string(arrival);
 }
+inline std::string plan(int arrival) {
+  return "rdzv/plan/" + std::to_string(arrival);
+}
 inline std::string ack(int arrival) {
   return "rdzv/ack/" + std::to_string(arrival);
 }

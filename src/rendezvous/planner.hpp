@@ -14,7 +14,7 @@
 
 namespace ddplaunch {
 
-inline constexpr int k_rendezvous_version = 3;  // 3: the compact plan topology
+inline constexpr int k_rendezvous_version = 4;  // 4: the plan holds node sizes; a key per node
 
 // What one agent says about itself when it joins (docs/PROTOCOL.md).
 struct JoinRecord {

@@ -132,6 +132,15 @@ std::string bounded(std::string text, size_t limit, bool tail) {
 constexpr size_t k_error_message_bytes = 4096;
 constexpr size_t k_error_traceback_bytes = 16384;
 
+// Node sizes, run-length: [[nproc, count], ...].
+json sizes_json(const std::vector<SizeRun>& sizes) {
+  json j = json::array();
+  for (const auto& run : sizes) {
+    j.push_back(json::array({run.nproc, run.count}));
+  }
+  return j;
+}
+
 json topology_json(const Topology& t) {
   json nodes = json::array();
   for (const auto& n : t.nodes) {
@@ -146,35 +155,36 @@ json topology_json(const Topology& t) {
                      {"first_rank", n.first_rank},
                      {"workers", workers}});
   }
-  return {{"world_size", t.world_size},
-          {"master_addr", t.master_addr},
-          {"master_port", t.master_port},
-          {"nodes", nodes}};
+  return {{"world_size", t.world_size},   {"nnodes", t.nnodes()},
+          {"sizes", sizes_json(t.sizes)}, {"master_addr", t.master_addr},
+          {"master_port", t.master_port}, {"nodes", nodes}};
 }
 
-// The plan's topology, compact: every node reads the plan, so the store host
-// serves its size once per node. One array per node, [node_rank, host, addr,
-// nproc, first_rank], plus its workers' reserved ports when it has any (a
-// rank is first_rank + local rank): about 40 bytes per node, so 16,384 nodes
-// fit in one value.
+// The plan's topology: what every node reads, so that its size does not
+// grow with the node count. The node sizes run-length ([[nproc, count], ...]);
+// when workers reserve ports (TF_CONFIG lists every worker), every node as
+// [node_rank, host, addr, nproc, first_rank, [port by local rank]].
 json plan_topology_json(const Topology& t) {
-  json nodes = json::array();
-  for (const auto& n : t.nodes) {
-    json e = json::array({n.node_rank, n.host, n.addr, n.nproc, n.first_rank});
-    if (std::any_of(n.workers.begin(), n.workers.end(),
-                    [](const WorkerSlot& w) { return w.port != 0; })) {
-      json ports = json::array();
+  json j = {{"world_size", t.world_size},
+            {"master_addr", t.master_addr},
+            {"master_port", t.master_port},
+            {"sizes", sizes_json(t.sizes)}};
+  const bool ports = std::any_of(t.nodes.begin(), t.nodes.end(), [](const NodeEntry& n) {
+    return std::any_of(n.workers.begin(), n.workers.end(),
+                       [](const WorkerSlot& w) { return w.port != 0; });
+  });
+  if (ports && t.complete()) {
+    json nodes = json::array();
+    for (const auto& n : t.nodes) {
+      json port_list = json::array();
       for (const auto& w : n.workers) {
-        ports.push_back(w.port);
+        port_list.push_back(w.port);
       }
-      e.push_back(ports);
+      nodes.push_back(json::array({n.node_rank, n.host, n.addr, n.nproc, n.first_rank, port_list}));
     }
-    nodes.push_back(e);
+    j["nodes"] = nodes;
   }
-  return {{"world_size", t.world_size},
-          {"master_addr", t.master_addr},
-          {"master_port", t.master_port},
-          {"nodes", nodes}};
+  return j;
 }
 
 Topology plan_topology_from(const json& j) {
@@ -182,32 +192,52 @@ Topology plan_topology_from(const json& j) {
   t.world_size = int_of(j.at("world_size"));
   t.master_addr = j.at("master_addr").get<std::string>();
   t.master_port = int_of(j.at("master_port"));
-  long long ranks = 0;
-  for (const auto& n : j.at("nodes")) {
-    if (!n.is_array() || (n.size() != 5 && n.size() != 6)) {
-      throw RecordError(
-          "malformed plan record: a node is not [rank, host, addr, nproc, first_rank]");
+  long long nodes = 0, ranks = 0;
+  for (const auto& run : j.at("sizes")) {
+    if (!run.is_array() || run.size() != 2) {
+      throw RecordError("malformed plan record: a size is not [nproc, count]");
     }
-    NodeEntry e;
-    e.node_rank = int_of(n.at(0));
+    SizeRun r{int_of(run.at(0)), int_of(run.at(1))};
+    if (r.nproc < 1 || r.count < 1) {
+      throw RecordError("malformed plan record: a size is not positive");
+    }
+    nodes += r.count;
+    ranks += static_cast<long long>(r.nproc) * r.count;
+    if (nodes > INT_MAX || ranks > t.world_size) {
+      throw RecordError("malformed plan record: the node sizes do not fit the world size");
+    }
+    t.sizes.push_back(r);
+  }
+  if (ranks != t.world_size || nodes == 0) {
+    throw RecordError("malformed plan record: the node sizes do not add up to the world size");
+  }
+  if (!j.contains("nodes")) {
+    return t;
+  }
+  const json& list = j.at("nodes");
+  if (!list.is_array() || static_cast<long long>(list.size()) != nodes) {
+    throw RecordError("malformed plan record: not one entry per node");
+  }
+  for (const auto& n : list) {
+    if (!n.is_array() || n.size() != 6) {
+      throw RecordError(
+          "malformed plan record: a node is not [rank, host, addr, nproc, first_rank, ports]");
+    }
+    const int rank = static_cast<int>(t.nodes.size());
+    NodeEntry e = entry_from_sizes(t.sizes, rank);
+    if (int_of(n.at(0)) != rank || int_of(n.at(3)) != e.nproc || int_of(n.at(4)) != e.first_rank) {
+      throw RecordError("malformed plan record: node " + std::to_string(rank) +
+                        "'s entry does not match the node sizes");
+    }
     e.host = n.at(1).get<std::string>();
     e.addr = n.at(2).get<std::string>();
-    e.nproc = int_of(n.at(3));
-    e.first_rank = int_of(n.at(4));
-    ranks += e.nproc;
-    if (e.nproc < 1 || ranks > t.world_size || e.first_rank < 0 ||
-        e.first_rank > t.world_size - e.nproc) {
-      throw RecordError("malformed plan record: node " + std::to_string(e.node_rank) +
-                        "'s ranks do not fit the world size");
-    }
-    const json* ports = n.size() == 6 ? &n.at(5) : nullptr;
-    if (ports != nullptr && (!ports->is_array() || ports->size() != static_cast<size_t>(e.nproc))) {
-      throw RecordError("malformed plan record: node " + std::to_string(e.node_rank) +
+    const std::vector<int> ports = ints_of(n.at(5));
+    if (ports.size() != static_cast<size_t>(e.nproc)) {
+      throw RecordError("malformed plan record: node " + std::to_string(rank) +
                         " has not one port per worker");
     }
-    for (int lr = 0; lr < e.nproc; ++lr) {
-      const int port = ports != nullptr ? int_of(ports->at(static_cast<size_t>(lr))) : 0;
-      e.workers.push_back(WorkerSlot{e.first_rank + lr, lr, port});
+    for (size_t lr = 0; lr < ports.size(); ++lr) {
+      e.workers[lr].port = ports[lr];
     }
     t.nodes.push_back(std::move(e));
   }
@@ -249,12 +279,10 @@ JoinRecord decode_join(std::string_view text) {
 }
 
 std::string encode_plan(const PlanRecord& r) {
-  if (!r.plan) {
+  if (!r.topology) {
     return text_of({{"ok", false}, {"error", r.error}});
   }
-  return text_of({{"ok", true},
-                  {"topology", plan_topology_json(r.plan->topology)},
-                  {"node_rank_of_arrival", r.plan->node_rank_of_arrival}});
+  return text_of({{"ok", true}, {"topology", plan_topology_json(*r.topology)}});
 }
 
 PlanRecord decode_plan(std::string_view text) {
@@ -264,12 +292,17 @@ PlanRecord decode_plan(std::string_view text) {
       r.error = j.at("error").get<std::string>();
       return r;
     }
-    JobPlan plan;
-    plan.topology = plan_topology_from(j.at("topology"));
-    plan.node_rank_of_arrival = ints_of(j.at("node_rank_of_arrival"));
-    r.plan = std::move(plan);
+    r.topology = plan_topology_from(j.at("topology"));
     return r;
   });
+}
+
+std::string encode_assignment(int node_rank) {
+  return text_of({{"node_rank", node_rank}});
+}
+
+int decode_assignment(std::string_view text) {
+  return parse_record(text, "node plan", [](const json& j) { return int_of(j.at("node_rank")); });
 }
 
 std::string encode_verdict(const JobVerdict& v) {

@@ -31,13 +31,20 @@ class RecordError : public std::runtime_error {
 std::string encode_join(const JoinRecord& record);
 JoinRecord decode_join(std::string_view text);
 
-// rdzv/plan: the job's plan, or the error that ended rendezvous.
+// rdzv/plan: what every node reads once every node has joined: the job's
+// topology (its sizes, not every node: Topology), or the error that ended
+// rendezvous. Its size does not grow with the node count unless workers
+// reserve ports.
 struct PlanRecord {
-  std::optional<JobPlan> plan;
-  std::string error;  // set when plan is not
+  std::optional<Topology> topology;
+  std::string error;  // set when topology is not
 };
 std::string encode_plan(const PlanRecord& record);
 PlanRecord decode_plan(std::string_view text);
+
+// rdzv/plan/<arrival>: the node rank the agent that joined `arrival`th got.
+std::string encode_assignment(int node_rank);
+int decode_assignment(std::string_view text);
 
 // job/stop
 std::string encode_verdict(const JobVerdict& verdict);

@@ -232,11 +232,21 @@ void StoreLink::host_wait_for(int k) {
     }
     const int worker_port =
         m_config.worker_port.value_or(0) != 0 ? *m_config.worker_port : posix::pick_free_port();
-    JobPlan plan = m_planner->plan(m_config.master_addr, worker_port);
-    m_rpc->set(keys::k_plan, encode_plan(PlanRecord{plan, ""}), [this, plan] {
-      start_job(plan.topology, plan.node_rank_of_arrival.at(static_cast<size_t>(m_self.arrival)));
-    });
+    publish_plan(m_planner->plan(m_config.master_addr, worker_port));
   });
+}
+
+// Each node's rank first, then the plan every node waits for: requests on one
+// connection are carried out in order, so a node that sees the plan finds its
+// rank. Each node reads a constant number of bytes, whatever the job's size.
+void StoreLink::publish_plan(const JobPlan& plan) {
+  for (size_t arrival = 0; arrival < plan.node_rank_of_arrival.size(); ++arrival) {
+    m_rpc->set(keys::plan(static_cast<int>(arrival)),
+               encode_assignment(plan.node_rank_of_arrival[arrival]), [] {});
+  }
+  const int node_rank = plan.node_rank_of_arrival.at(static_cast<size_t>(m_self.arrival));
+  m_rpc->set(keys::k_plan, encode_plan(PlanRecord{plan.topology, ""}),
+             [this, topology = plan.topology, node_rank] { start_job(topology, node_rank); });
 }
 
 // Node 0 publishes why rendezvous failed, and keeps the store up until every
@@ -290,18 +300,50 @@ void StoreLink::take_plan(const std::string& text) {
     join_failed(k_exit_rendezvous, std::string("node 0 published a malformed plan: ") + e.what());
     return;
   }
-  if (!record.plan) {
+  if (!record.topology) {
     join_failed(k_exit_rendezvous, record.error);
     return;
   }
-  const auto& arrivals = record.plan->node_rank_of_arrival;
-  if (m_self.arrival < 0 || static_cast<size_t>(m_self.arrival) >= arrivals.size()) {
+  if (m_self.arrival < 0 || m_self.arrival >= record.topology->nnodes()) {
     join_failed(k_exit_rendezvous, "more agents joined than --nnodes " +
                                        std::to_string(m_config.nnodes) +
                                        ": this node is not part of the job (is it started twice?)");
     return;
   }
-  start_job(record.plan->topology, arrivals[static_cast<size_t>(m_self.arrival)]);
+  m_rpc->get(keys::plan(m_self.arrival), Ms(1),
+             [this, topology = std::move(*record.topology)](std::optional<std::string> text) {
+               take_assignment(topology, text);
+             });
+}
+
+// This node's rank, and its own entry: the plan holds only the node sizes.
+void StoreLink::take_assignment(Topology topology, const std::optional<std::string>& text) {
+  if (m_phase != Phase::k_joining) {
+    return;
+  }
+  const std::string key = keys::plan(m_self.arrival);
+  try {
+    if (!text) {
+      throw RecordError("node 0 published the plan without " + key);
+    }
+    const int node_rank = decode_assignment(*text);
+    if (!topology.complete()) {
+      NodeEntry self = entry_from_sizes(topology.sizes, node_rank);
+      if (self.nproc != m_self.nproc) {
+        throw RecordError("it gives node " + std::to_string(node_rank) + " " +
+                          std::to_string(self.nproc) + " workers, this node starts " +
+                          std::to_string(m_self.nproc));
+      }
+      self.host = m_self.host;
+      self.addr = m_self.addr;
+      topology.nodes = {std::move(self)};
+    } else if (topology.find(node_rank) == nullptr) {
+      throw RecordError("node " + std::to_string(node_rank) + " is not in it");
+    }
+    start_job(topology, node_rank);
+  } catch (const std::exception& e) {  // RecordError, or std::out_of_range for a rank past the job
+    join_failed(k_exit_rendezvous, "node 0 published a malformed plan (" + key + "): " + e.what());
+  }
 }
 
 void StoreLink::join_failed(int exit_code, const std::string& message) {

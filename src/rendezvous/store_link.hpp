@@ -38,6 +38,11 @@ class StoreLink : public JobLink {
   void publish_stop(const JobVerdict& verdict) override;
   // The store answered this node's publish_stop() (whichever verdict won).
   bool stop_confirmed() const { return m_stop_confirmed; }
+  // This node leaves mid-run without its ranks' outcomes (an internal error):
+  // it reports none, so that node 0 does not wait for them. No listener call.
+  void abandon();
+  // abandon()'s report reached the store, or there was nothing to report.
+  bool abandoned() const { return m_abandoned; }
   void publish_success() override;
   void finish(const std::vector<RankOutcome>& local) override;
 
@@ -62,7 +67,9 @@ class StoreLink : public JobLink {
   void host_wait_for(int k);
   void host_fail(const std::string& error);
   void wait_for_plan();
+  void publish_plan(const JobPlan& plan);
   void take_plan(const std::string& text);
+  void take_assignment(Topology topology, const std::optional<std::string>& text);
   void join_failed(int exit_code, const std::string& message);
   void progress(TimePoint now);
   // A connection failed. The watch connection carries the verdict, and node
@@ -93,6 +100,7 @@ class StoreLink : public JobLink {
   std::optional<RendezvousPlanner> m_planner;
   bool m_verdict_delivered = false;
   bool m_stop_confirmed = false;
+  bool m_abandoned = false;
   std::optional<std::string> m_lost_why;  // a connection other than the watch failed
   bool m_refused = false;                 // a connection was refused at the handshake
   TimePoint m_lost_deadline{};

@@ -1,8 +1,11 @@
-// The job's shape: every node's rank, host name, address, worker count and
-// first rank, and a slot per worker for per-worker data. Every agent learns
-// it through the store at rendezvous (or builds it alone for one node), and
-// layout_of() computes any node's view of it, for one node and for many.
-// Plain values and pure functions.
+// The job's shape: every node's worker count (run-length, by node rank), and
+// for the nodes an agent knows, their rank, host name, address, first rank
+// and a slot per worker for per-worker data. The store host knows every node;
+// another agent learns the sizes and its own node rank through the store at
+// rendezvous, so what it reads does not grow with the job (every node, when
+// workers reserve ports: TF_CONFIG lists them all). layout_of() computes a
+// node's view of it, for one node and for many. Plain values and pure
+// functions.
 #pragma once
 
 #include <string>
@@ -29,22 +32,36 @@ struct NodeEntry {
   bool operator==(const NodeEntry&) const = default;
 };
 
+// Consecutive node ranks with the same number of workers.
+struct SizeRun {
+  int nproc = 1;
+  int count = 1;
+  bool operator==(const SizeRun&) const = default;
+};
+
 struct Topology {
   int world_size = 0;
-  std::string master_addr;       // the workers' MASTER_ADDR
-  int master_port = 0;           // the workers' MASTER_PORT (not the store's port)
-  std::vector<NodeEntry> nodes;  // by node rank
+  std::string master_addr;     // the workers' MASTER_ADDR
+  int master_port = 0;         // the workers' MASTER_PORT (not the store's port)
+  std::vector<SizeRun> sizes;  // every node's worker count, by node rank
+  // By node rank: every node where all are known (the store host, a
+  // one-node job, workers with reserved ports), else only this agent's own.
+  std::vector<NodeEntry> nodes;
   bool operator==(const Topology&) const = default;
+
+  int nnodes() const;
+  bool complete() const { return static_cast<int>(nodes.size()) == nnodes(); }
+  const NodeEntry* find(int node_rank) const;
 };
 
 // Where this node's workers sit in the whole job, as its agent sees it.
 struct JobLayout {
   int node_rank = 0;
   int nnodes = 1;
-  int local_world_size = 1;     // workers on this node
-  int world_size = 1;           // workers on every node
-  int rank_offset = 0;          // global rank of this node's local rank 0
-  std::vector<int> node_sizes;  // workers on each node, by node rank
+  int local_world_size = 1;         // workers on this node
+  int world_size = 1;               // workers on every node
+  int rank_offset = 0;              // global rank of this node's local rank 0
+  std::vector<SizeRun> node_sizes;  // workers on each node, by node rank
   // "addr:port" of every worker, by rank, when each has a reserved port.
   std::vector<std::string> worker_endpoints;
   std::string master_addr = "127.0.0.1";
@@ -59,9 +76,14 @@ struct JobLayout {
   std::string socket_ifname;
 };
 
-// Orders `nodes` by node rank and fills in first ranks, worker slots and the
-// world size from each node's worker count.
+// Orders `nodes` by node rank and fills in first ranks, worker slots, the
+// sizes and the world size from each node's worker count.
 void assign_ranks(Topology& topology);
+
+// Node `node_rank`'s entry as `sizes` give it: its worker count, first rank
+// and worker slots (host and address left empty). Throws std::out_of_range
+// when there is no such node.
+NodeEntry entry_from_sizes(const std::vector<SizeRun>& sizes, int node_rank);
 
 // A job of `nnodes` nodes of `nproc` workers each, with this host at
 // `node_rank` and the others unknown: one node's whole job, or --dry-run's

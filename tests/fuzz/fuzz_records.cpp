@@ -19,7 +19,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   };
   each([](std::string_view t) { (void)decode_join(t); });
-  each([](std::string_view t) { (void)decode_plan(t); });
+  each([](std::string_view t) {
+    if (auto plan = decode_plan(t); plan.topology) {
+      // A plan that decodes gives every node an entry within the world.
+      const NodeEntry last = entry_from_sizes(plan.topology->sizes, plan.topology->nnodes() - 1);
+      if (last.first_rank + last.nproc != plan.topology->world_size) {
+        __builtin_trap();
+      }
+    }
+  });
+  each([](std::string_view t) { (void)decode_assignment(t); });
   each([](std::string_view t) { (void)decode_verdict(t); });
   each([](std::string_view t) { (void)decode_outcomes(t); });
   each([](std::string_view t) {

@@ -240,7 +240,10 @@ def test_pytorch_gloo_across_nodes(jobs, nprocs):
     assert all(f"/{world}: all-reduce {total}," in l and l.endswith("replicas agree") for l in lines), lines
 
 
-def test_every_node_learns_the_whole_topology(jobs, tmp_path):
+def test_every_node_learns_the_jobs_shape_and_node_0_every_node(jobs, tmp_path):
+    """What the other nodes read at rendezvous does not grow with the job:
+    the node sizes and their own rank. So node 0's summary lists every node,
+    another node's summary its own (both have the world and the sizes)."""
     port = free_port()
     procs = []
     for n, nproc in enumerate([1, 3]):
@@ -250,12 +253,14 @@ def test_every_node_learns_the_whole_topology(jobs, tmp_path):
     for rc, out, err in finish(procs):
         assert rc == 0, err
     docs = [json.loads((tmp_path / f"s{n}.json").read_text()) for n in range(2)]
-    assert docs[0]["topology"] == docs[1]["topology"]
-    topo = docs[0]["topology"]
-    assert topo["world_size"] == 4 and topo["master_addr"] == "127.0.0.1"
-    assert [(n["node_rank"], n["addr"], n["nproc"], n["first_rank"]) for n in topo["nodes"]] == [
-        (0, "127.0.0.1", 1, 0), (1, "127.0.0.2", 3, 1)]
-    assert [w["rank"] for w in topo["nodes"][1]["workers"]] == [1, 2, 3]
+    for doc in docs:
+        topo = doc["topology"]
+        assert topo["world_size"] == 4 and topo["nnodes"] == 2 and topo["master_addr"] == "127.0.0.1"
+        assert topo["sizes"] == [[1, 1], [3, 1]]
+    nodes = [[(n["node_rank"], n["addr"], n["nproc"], n["first_rank"]) for n in doc["topology"]["nodes"]]
+             for doc in docs]
+    assert nodes == [[(0, "127.0.0.1", 1, 0), (1, "127.0.0.2", 3, 1)], [(1, "127.0.0.2", 3, 1)]]
+    assert [w["rank"] for w in docs[1]["topology"]["nodes"][0]["workers"]] == [1, 2, 3]
     assert [r["rank"] for r in docs[0]["ranks"]] == [0, 1, 2, 3], "node 0 lists every rank"
     assert [r["rank"] for r in docs[1]["ranks"]] == [1, 2, 3]
 

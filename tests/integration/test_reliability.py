@@ -166,6 +166,34 @@ def test_a_node_the_system_refuses_pipes_ends_every_node_at_once(jobs):
     assert "node 1 (" in err0 and "could not start its workers" in err0, err0
 
 
+def test_a_node_that_breaks_mid_run_ends_every_node_at_once_and_leaves_nothing(jobs, tmp_path):
+    # DDPLAUNCH_FAULT=output: node 1's loop fails with an internal error at
+    # its worker's first output, once every worker of both nodes runs.
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    program = [*worker(f"pidfile={pid_dir}", f"ready={tmp_path}", f"waitfile={tmp_path}/go",
+                       "out=started", "sleep=300")]
+    port = free_port()
+    common = ["--nnodes", 2, "--master-port", port, "--heartbeat-timeout", 300]
+    node0 = jobs.start(common + ["--node-rank", 0, "--nproc-per-node", 2, "--", *program])
+    node1 = jobs.start(common + ["--node-rank", 1, "--nproc-per-node", 1, "--", *program],
+                       env=dict(os.environ, DDPLAUNCH_FAULT="output"))
+    assert wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 3, timeout=60)
+    (tmp_path / "go").write_text("")
+    _, err1 = node1.communicate(timeout=60)
+    _, err0 = node0.communicate(timeout=60)
+    assert node1.returncode == 1, err1
+    assert "internal error" in err1 and "DDPLAUNCH_FAULT=output" in err1, err1
+    assert node0.returncode == 1, err0
+    assert "node 1 (" in err0 and "hit an internal error" in err0, err0
+    # Node 1 reported that it has no outcomes: node 0 did not wait for them
+    # (it used to, for 30 s, then warned).
+    assert "not every node reported" not in err0, err0
+    pids = [int(p.name) for p in pid_dir.iterdir()]
+    assert len(pids) == 3
+    assert wait_until(lambda: not any(alive(pid) for pid in pids), timeout=30), "a worker survived"
+
+
 @pytest.mark.skipif(resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 12000,
                     reason="4,096 workers need about 8,200 fds in the launcher")
 @pytest.mark.skipif(os.environ.get("DDPLAUNCH_SANITIZE") == "thread",

@@ -2,6 +2,7 @@
 --rdzv-token-file) a node or a stranger without it gets nothing done, the
 job goes on, and node 0 says once who was refused. A port held by another
 program is named at once."""
+import json
 import os
 import socket
 import struct
@@ -116,3 +117,62 @@ def test_the_connection_cap_never_refuses_the_jobs_own_nodes(jobs):
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
+
+
+class StoreClient:
+    """The store protocol from outside the job: what a stranger on the network
+    can send to a store without a token."""
+
+    def __init__(self, port):
+        def connect():
+            try:
+                return socket.create_connection(("127.0.0.1", port), timeout=30)
+            except ConnectionRefusedError:
+                return None  # node 0 is not listening yet
+
+        self.s = wait_until(connect, timeout=60)
+        self.call(b"\x00" + struct.pack(">IH", 0x44444C31, 2) + text(os.urandom(32)))
+
+    def call(self, body):
+        self.s.sendall(frame(body))
+        (size,) = struct.unpack(">I", self._read(4))
+        reply = self._read(size)
+        assert reply[0] == 0, reply
+        return reply[1:]
+
+    def _read(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.s.recv(n - len(data))
+            assert chunk, "the store closed the connection"
+            data += chunk
+        return data
+
+    def set(self, key, value):
+        self.call(b"\x01" + text(key) + text(value))
+
+    def get(self, key):
+        value = self.call(b"\x02" + text(key) + struct.pack(">I", 10000))
+        return value[4:4 + struct.unpack(">I", value[:4])[0]]
+
+    def add(self, key, delta):
+        return struct.unpack(">q", self.call(b"\x03" + text(key) + struct.pack(">q", delta)))[0]
+
+
+def test_a_forged_plan_is_an_error_naming_it_not_a_crash(jobs):
+    # Node 0 waits for a third node; a stranger publishes a plan whose sizes
+    # give node 1 five workers where it starts one.
+    port = free_port()
+    host = node(jobs, 0, port, ["--", *worker()], nnodes=3)
+    member = node(jobs, 1, port, ["--nproc-per-node", 1, "--", *worker()], nnodes=3)
+    stranger = StoreClient(port)
+    assert wait_until(lambda: stranger.add(b"rdzv/arrivals", 0) == 2, timeout=60)
+    arrival = next(a for a in (0, 1) if json.loads(stranger.get(f"rdzv/node/{a}".encode()))["node_rank"] == 1)
+    stranger.set(f"rdzv/plan/{arrival}".encode(), b'{"node_rank": 1}')
+    stranger.set(b"rdzv/plan", b'{"ok": true, "topology": {"world_size": 15, "master_addr": "x", '
+                 b'"master_port": 1, "sizes": [[5, 3]]}}')
+    out, err = member.communicate(timeout=60)
+    assert member.returncode == 3, err
+    assert f"malformed plan (rdzv/plan/{arrival})" in err and "5 workers, this node starts 1" in err, err
+    host.terminate()
+    host.communicate(timeout=60)

@@ -159,7 +159,7 @@ JobLayout second_node_of_three() {
   l.local_world_size = 2;
   l.world_size = 5;
   l.rank_offset = 2;
-  l.node_sizes = {2, 2, 1};
+  l.node_sizes = {{2, 2}, {1, 1}};
   return l;
 }
 
@@ -212,9 +212,10 @@ TEST(SchedulerEnv, TheOuterMpirunsIdentityIsRemoved) {
 }
 
 TEST(SchedulerEnv, SlurmCounts) {
-  EXPECT_EQ(slurm_counts({4}), "4");
-  EXPECT_EQ(slurm_counts({2, 2, 2}), "2(x3)");
-  EXPECT_EQ(slurm_counts({1, 3, 3}), "1,3(x2)");
+  EXPECT_EQ(slurm_counts({{4, 1}}), "4");
+  EXPECT_EQ(slurm_counts({{2, 3}}), "2(x3)");
+  EXPECT_EQ(slurm_counts({{1, 1}, {3, 2}}), "1,3(x2)");
+  EXPECT_EQ(slurm_counts({{2, 1}, {2, 2}, {1, 1}}), "2(x3),1");  // runs as a plan may give them
 }
 
 }  // namespace

@@ -87,18 +87,27 @@ TEST(Records, EveryStoreRecordRoundTrips) {
   EXPECT_EQ(decode_join(encode_join(join)), join);
 
   Topology t = uniform_topology(2, 3, 1, "b", "10.0.0.2", "10.0.0.1", 999);
-  JobPlan plan{t, {1, 0}};
-  auto back = decode_plan(encode_plan(PlanRecord{plan, ""}));
-  ASSERT_TRUE(back.plan);
-  EXPECT_EQ(*back.plan, plan);
+  auto back = decode_plan(encode_plan(PlanRecord{t, ""}));
+  ASSERT_TRUE(back.topology);
+  EXPECT_EQ(back.topology->world_size, 6);
+  EXPECT_EQ(back.topology->master_addr, "10.0.0.1");
+  EXPECT_EQ(back.topology->master_port, 999);
+  EXPECT_EQ(back.topology->sizes, (std::vector<SizeRun>{{3, 2}}));
+  EXPECT_TRUE(back.topology->nodes.empty()) << "each node knows its own entry; the plan has sizes";
   Topology with_ports = t;
-  with_ports.nodes[1].workers[2].port = 7003;  // --env-style tf reserved ports
-  with_ports.nodes[1].workers[0].port = 7001;
-  JobPlan tf_plan{with_ports, {0, 1}};
-  EXPECT_EQ(*decode_plan(encode_plan(PlanRecord{tf_plan, ""})).plan, tf_plan);
+  with_ports.nodes[0].host = "a";
+  with_ports.nodes[0].addr = "10.0.0.1";
+  for (auto& n : with_ports.nodes) {  // --env-style tf reserved ports: TF_CONFIG lists them all
+    for (auto& w : n.workers) {
+      w.port = 7000 + w.rank;
+    }
+  }
+  EXPECT_EQ(*decode_plan(encode_plan(PlanRecord{with_ports, ""})).topology, with_ports);
   auto failed = decode_plan(encode_plan(PlanRecord{std::nullopt, "timed out"}));
-  EXPECT_FALSE(failed.plan);
+  EXPECT_FALSE(failed.topology);
   EXPECT_EQ(failed.error, "timed out");
+  EXPECT_EQ(decode_assignment(encode_assignment(4095)), 4095);
+  EXPECT_THROW(decode_assignment(R"({"node_rank":"1"})"), RecordError);
 
   RankOutcome root{3,
                    1,
@@ -195,19 +204,50 @@ TEST(Records, TheRootCausesErrorIsWrittenAsTorchrunWritesIt) {
 namespace ddplaunch {
 namespace {
 
-TEST(Records, ThePlanIsCompactAndItsRanksMustFitTheWorld) {
-  Topology t = uniform_topology(4096, 8, 0, "gpu-0001", "10.0.0.1", "10.0.0.1", 29500);
-  const std::string text = encode_plan(PlanRecord{JobPlan{t, {}}, ""});
-  EXPECT_LT(text.size(), 4096u * 48) << "every node reads it: about 40 bytes per node";
+TEST(Records, WhatEveryNodeReadsDoesNotGrowWithTheJob) {
+  // 16,384 nodes x 8: every node reads the plan, so the store host would
+  // serve N times its size; it holds the node sizes, run-length.
+  Topology t = uniform_topology(16384, 8, 0, "gpu-0001", "10.0.0.1", "10.0.0.1", 29500);
+  const std::string text = encode_plan(PlanRecord{t, ""});
+  EXPECT_LT(text.size(), 200u) << text;
+  Topology mixed;  // nodes of 8 workers but one of 4: three runs
+  for (int n = 0; n < 16384; ++n) {
+    mixed.nodes.push_back(NodeEntry{n, "h", "a", n == 100 ? 4 : 8, 0, {}});
+  }
+  assign_ranks(mixed);
+  auto back = decode_plan(encode_plan(PlanRecord{mixed, ""}));
+  EXPECT_EQ(back.topology->sizes, (std::vector<SizeRun>{{8, 100}, {4, 1}, {8, 16283}}));
+  EXPECT_EQ(entry_from_sizes(back.topology->sizes, 101).first_rank, 804);
+}
+
+TEST(Records, APlanWhoseSizesDoNotFitTheWorldIsMalformed) {
   for (const char* bad :
-       {R"({"ok":true,"topology":{"world_size":2,"master_addr":"a","master_port":1,)"
-        R"("nodes":[[0,"h","a",2000000000,0]]},"node_rank_of_arrival":[0]})",
+       {// a node of 2e9 workers
+        R"({"ok":true,"topology":{"world_size":2,"master_addr":"a","master_port":1,)"
+        R"("sizes":[[2000000000,1]]}})",
+        // sizes that add up to more, or fewer, ranks than the world
         R"({"ok":true,"topology":{"world_size":4,"master_addr":"a","master_port":1,)"
-        R"("nodes":[[0,"h","a",2,3]]},"node_rank_of_arrival":[0]})",
+        R"("sizes":[[2,3]]}})",
+        R"({"ok":true,"topology":{"world_size":4,"master_addr":"a","master_port":1,)"
+        R"("sizes":[[2,1]]}})",
+        // counts that overflow when multiplied
+        R"({"ok":true,"topology":{"world_size":4,"master_addr":"a","master_port":1,)"
+        R"("sizes":[[65536,65536],[65536,65536]]}})",
+        R"({"ok":true,"topology":{"world_size":0,"master_addr":"a","master_port":1,)"
+        R"("sizes":[]}})",
         R"({"ok":true,"topology":{"world_size":2,"master_addr":"a","master_port":1,)"
-        R"("nodes":[[0,"h","a",2,0,[1]]]},"node_rank_of_arrival":[0]})",
+        R"("sizes":[[2,0],[1,2]]}})",
         R"({"ok":true,"topology":{"world_size":2,"master_addr":"a","master_port":1,)"
-        R"("nodes":[{"node_rank":0}]},"node_rank_of_arrival":[0]})"}) {
+        R"("sizes":[{"nproc":2}]}})",
+        // every node listed: one per node, matching the sizes, a port per worker
+        R"({"ok":true,"topology":{"world_size":2,"master_addr":"a","master_port":1,)"
+        R"("sizes":[[2,1]],"nodes":[[0,"h","a",2,3,[1,2]]]}})",
+        R"({"ok":true,"topology":{"world_size":2,"master_addr":"a","master_port":1,)"
+        R"("sizes":[[2,1]],"nodes":[[0,"h","a",2,0,[1]]]}})",
+        R"({"ok":true,"topology":{"world_size":2,"master_addr":"a","master_port":1,)"
+        R"("sizes":[[2,1]],"nodes":[]}})",
+        R"({"ok":true,"topology":{"world_size":2,"master_addr":"a","master_port":1,)"
+        R"("sizes":[[2,1]],"nodes":[{"node_rank":0}]}})"}) {
     EXPECT_THROW(decode_plan(bad), RecordError) << bad;
   }
 }
