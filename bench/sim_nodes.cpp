@@ -131,7 +131,7 @@ struct LeanNode : SimNode {
       }
       c->set(keys::ack(self.arrival), "1", [] {});
       state.joined = true;
-      c->get(keys::k_stop, Ms(0), [this](std::optional<std::string> verdict) {
+      c->get(keys::stop(0), Ms(0), [this](std::optional<std::string> verdict) {
         try {
           state.verdict_code = decode_verdict(verdict.value_or("")).exit_code;
           state.verdict = true;
@@ -151,7 +151,7 @@ struct LeanNode : SimNode {
   std::optional<Clock::time_point> deadline() const override { return c->deadline(); }
   void on_time(Clock::time_point now) override { c->on_time(now); }
   void finish() override {
-    c->set(keys::result(node_rank), encode_outcomes({}), [this] { state.finished = true; });
+    c->set(keys::result(0, node_rank), encode_outcomes({}), [this] { state.finished = true; });
   }
 };
 

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <csignal>
 #include <system_error>
+#include <utility>
 
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
@@ -64,6 +65,7 @@ void Agent::start() {
   self.host = m_self.host;
   self.addr = m_self.addr;
   self.ports = m_self.worker_ports;
+  self.max_restarts = m_config.max_restarts;
   m_link->join(self);
 }
 
@@ -71,10 +73,13 @@ void Agent::begin(const Topology& topology, int node_rank) {
   m_topology = topology;
   JobLayout layout =
       layout_of(topology, node_rank, m_config.rdzv_id, m_config.role, m_config.max_restarts);
+  layout.restart_count = m_round;
   layout.socket_ifname = m_self.ifname;
   m_plan = make_plan(m_config, layout, m_env, m_self.bindings);
   for (const auto& notice : m_plan->notices) {
-    log::info("{}", notice);
+    if (m_round == 0) {  // the same each round
+      log::info("{}", notice);
+    }
   }
   if (m_config.report_bindings) {
     for (const auto& w : m_plan->workers) {
@@ -216,8 +221,11 @@ void Agent::on_signal(int sig) {
       if (is_user_signal(sig)) {
         return;
       }
-      log::info("received {} while the job was ending: exiting now", signal_name(sig));
       m_late_signal = sig;
+      if (m_phase == Phase::k_finishing && try_restart()) {
+        break;  // the next round, to stop it on every node
+      }
+      log::info("received {} while the job was ending: exiting now", signal_name(sig));
       end_gathering(std::nullopt);
       return;
     case Phase::k_done:
@@ -395,6 +403,9 @@ void Agent::step() {
     }
     case Phase::k_finishing:
       if (m_router.all_closed() || now >= *m_drain_deadline) {
+        if (try_restart()) {
+          return;
+        }
         std::vector<RankOutcome> local;
         for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
           local.push_back(outcome(lr));
@@ -435,16 +446,11 @@ void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
     m_router.on_close(lr, Stream::k_out);
     m_router.on_close(lr, Stream::k_err);
   }
-  LocalEnd local;
-  local.reason = m_supervisor->reason();
-  local.exit_code = m_supervisor->exit_code();
-  local.stop_signal = m_supervisor->stop_signal();
-  local.late_signal = m_late_signal;
-  if (auto root = m_supervisor->root_cause()) {
-    local.root_cause = root_outcome(*root);
-  }
   const int node_rank = m_plan->layout.node_rank;
-  const Decision d = merge_verdict(local, m_link != nullptr ? m_verdict : std::nullopt, node_rank);
+  const Decision d =
+      merge_verdict(local_end(), m_link != nullptr ? m_verdict : std::nullopt, node_rank);
+  m_summary.rounds = rounds(d);
+  m_summary.max_restarts = m_config.max_restarts;
   m_summary.run_id = m_config.rdzv_id;
   m_summary.exit_code = d.exit_code;
   m_summary.reason = d.reason;
@@ -465,8 +471,91 @@ void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
   m_phase = Phase::k_done;
 }
 
+LocalEnd Agent::local_end() const {
+  LocalEnd local;
+  local.reason = m_supervisor->reason();
+  local.exit_code = m_supervisor->exit_code();
+  local.stop_signal = m_supervisor->stop_signal();
+  local.late_signal = m_late_signal;
+  if (auto root = m_supervisor->root_cause()) {
+    local.root_cause = root_outcome(*root);
+  }
+  return local;
+}
+
+bool Agent::try_restart() {
+  // Whether the job restarts is the job's verdict's to say (the same on every
+  // node), not a late signal's: a node that received one goes to the next
+  // round only to stop it everywhere. One node alone just stops.
+  LocalEnd quiet = local_end();
+  quiet.late_signal.reset();
+  const Decision d =
+      merge_verdict(quiet, m_link != nullptr ? m_verdict : std::nullopt, m_plan->layout.node_rank);
+  const bool known = m_link == nullptr || m_verdict;
+  const bool stopping_here = m_late_signal && m_link == nullptr;
+  if (!known || stopping_here || !restarts_after(d, m_round, m_config.max_restarts)) {
+    return false;
+  }
+  std::vector<RankOutcome> local;
+  for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
+    local.push_back(outcome(lr));
+  }
+  restart(local, d);
+  return true;
+}
+
+std::vector<RoundSummary> Agent::rounds(const Decision& last) const {
+  std::vector<RoundSummary> all = m_rounds;
+  if (m_supervisor) {
+    all.push_back(RoundSummary{m_round, last.exit_code, last.root_cause, last.message, m_start_time,
+                               m_clock.wall_now()});
+  }
+  return all;
+}
+
+void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d) {
+  m_rounds.push_back(RoundSummary{m_round, d.exit_code, d.root_cause, d.message, m_start_time,
+                                  m_clock.wall_now()});
+  ++m_round;
+  log::warn("{}: restarting every worker (restart {} of {})", describe_round_end(m_rounds.back()),
+            m_round, m_config.max_restarts);
+  for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
+    m_router.on_close(lr, Stream::k_out);  // a last unfinished line is shown now
+    m_router.on_close(lr, Stream::k_err);
+  }
+  m_supervisor.reset();
+  m_pids.clear();
+  m_end_times.clear();
+  m_verdict.reset();
+  m_publish_deadline.reset();
+  m_published_stop = false;
+  m_published_success = false;
+  m_drain_deadline.reset();
+  m_gathered.reset();
+  if (m_link != nullptr) {
+    m_phase = Phase::k_joining;
+    m_link->next_round(local);
+    if (m_late_signal) {
+      // Received while this round ended: the next one is stopped on every node.
+      m_join_signal = std::exchange(m_late_signal, std::nullopt);
+      publish(JobVerdict{
+          128 + *m_join_signal,
+          node_name() + " received " + signal_name(*m_join_signal) + " while the job restarted",
+          std::nullopt, m_plan->layout.node_rank});
+    }
+    return;
+  }
+  Topology next = *m_topology;
+  if (!m_config.worker_port && m_self.pick_port) {
+    next.master_port = m_self.pick_port();  // the last one may be in TIME_WAIT
+  }
+  begin(next, 0);
+}
+
 void Agent::end_early(int exit_code, StopReason reason, const std::string& message, bool is_error) {
   m_summary.run_id = m_config.rdzv_id;
+  m_summary.max_restarts = m_config.max_restarts;
+  m_summary.rounds = m_rounds;
   m_summary.exit_code = exit_code;
   m_summary.reason = reason;
   m_summary.message = message;

@@ -1,14 +1,16 @@
 // Agent: one node's run as a state machine, from the first instruction to
 // the summary. Its phases: joining (rendezvous, multi-node only), running
 // (the workers), finishing (the last output of the workers drains), gathering
-// (every node's results), done. It is told what happened (a signal, a worker
-// exit, output, the link's answers, time passing) and acts through small
-// interfaces: a Spawner, a Clock, a JobLink and a ConsoleSink. Apart from its
-// log lines and the --log-dir files its OutputRouter writes, it makes no
-// system call, so it is unit-tested with fakes; agent/launch.cpp drives the
-// real one from an epoll loop. Not thread-safe.
+// (every node's results), done. With --max-restarts, a round whose rank
+// failed goes from finishing back to running (one node) or joining (the
+// nodes meet for the next round), with TORCHELASTIC_RESTART_COUNT one more. It is told what
+// happened (a signal, a worker exit, output, the link's answers, time passing) and acts through
+// small interfaces: a Spawner, a Clock, a JobLink and a ConsoleSink. Apart from its log lines and
+// the --log-dir files its OutputRouter writes, it makes no system call, so it is unit-tested with
+// fakes; agent/launch.cpp drives the real one from an epoll loop. Not thread-safe.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +38,8 @@ struct NodeIdentity {
   std::vector<int> worker_ports;  // one reserved port per worker (--env-style tf)
   std::string ifname;             // the interface holding it (gloo's and NCCL's); empty: unset
   std::vector<Binding> bindings;  // CPUs and GPUs per local rank; empty: inherited
+  // A fresh MASTER_PORT for a one-node job's next round; unset: the same again.
+  std::function<int()> pick_port;
 };
 
 // How long an agent that stopped the job waits for the store to confirm the
@@ -96,6 +100,15 @@ class Agent : public JobLink::Listener {
   // Every node's results are in (nullopt: only this node's are known).
   void end_gathering(std::optional<std::vector<RankOutcome>> ranks);
   void end_early(int exit_code, StopReason reason, const std::string& message, bool is_error);
+  // This node's own view of how the round ended (its Supervisor's).
+  LocalEnd local_end() const;
+  // Once the round's workers ended: the next round if the round failed and
+  // restarts remain (true), else nothing.
+  bool try_restart();
+  // The round ended with a failure and restarts remain: the next round.
+  void restart(const std::vector<RankOutcome>& local, const Decision& decision);
+  // The rounds so far, and the current one if its workers started.
+  std::vector<RoundSummary> rounds(const Decision& last) const;
   RankOutcome outcome(int local_rank) const;
   // outcome() with what explains a failure: the stderr tail and the error file.
   RankOutcome root_outcome(int local_rank) const;
@@ -129,6 +142,9 @@ class Agent : public JobLink::Listener {
   // were told, or the store did not answer in time.
   std::optional<std::pair<int, std::string>> m_pending_error;
   std::optional<TimePoint> m_report_deadline;  // this node's empty results sent, until
+
+  int m_round = 0;                     // TORCHELASTIC_RESTART_COUNT
+  std::vector<RoundSummary> m_rounds;  // the rounds that ended in a restart
 
   bool m_advancing = false;
   bool m_again = false;

@@ -147,6 +147,7 @@ class Driver {
 
  private:
   void sync_fds() {
+    sync_worker_fds();  // first: a new round's pipes may take numbers the link then re-adds
     if (m_link != nullptr) {
       auto watches = m_link->watches();
       for (auto it = m_link_fds.begin(); it != m_link_fds.end();) {
@@ -164,16 +165,27 @@ class Driver {
         m_link_fds.insert(w.fd);
       }
     }
-    auto& children = m_spawner.children();
-    if (children.size() == m_children_watched) {
-      return;  // workers start once; their pipes leave the loop as they close
+  }
+
+  void sync_worker_fds() {
+    if (m_spawner.generation() == m_generation_watched) {
+      return;  // workers start once a round; their pipes leave the loop as they close
     }
-    m_children_watched = children.size();
+    // A new round's workers: the last round's pipes are closed, and their
+    // numbers may be the new ones'.
+    m_generation_watched = m_spawner.generation();
+    for (int fd : m_worker_fds) {
+      m_loop.remove(fd);
+    }
+    m_worker_fds.clear();
+    m_paused.clear();
+    auto& children = m_spawner.children();
     for (size_t i = 0; i < children.size(); ++i) {
       for (int s = 0; s < 2; ++s) {
         posix::Fd& fd = s == 0 ? children[i].out() : children[i].err();
-        if (fd && !m_loop.contains(fd.get()) && !m_paused.contains(2 * i + s)) {
+        if (fd) {
           m_loop.set(fd.get(), EPOLLIN, 2 * i + static_cast<uint64_t>(s));
+          m_worker_fds.insert(fd.get());
         }
       }
     }
@@ -231,6 +243,7 @@ class Driver {
       return false;
     }
     m_loop.remove(fd.get());
+    m_worker_fds.erase(fd.get());
     fd.close();
     m_agent.on_output_closed(local_rank, stream);
     return false;
@@ -278,7 +291,8 @@ class Driver {
   ConsoleWriter& m_console;
   std::set<int> m_link_fds;
   std::set<uint64_t> m_paused;  // stream tags not read while the console is behind
-  size_t m_children_watched = 0;
+  uint64_t m_generation_watched = 0;
+  std::set<int> m_worker_fds;  // the pipes of this round's workers in the loop
   bool m_fault;
   std::array<char, k_read_chunk> m_buffer;
 };
@@ -532,6 +546,7 @@ int run_launch(const Config& given, const EnvMap& env) {
   find_own_address(config, self);
   if (config.nnodes == 1 || config.dry_run) {
     self.free_port = config.worker_port ? 0 : posix::pick_free_port();
+    self.pick_port = [] { return posix::pick_free_port(); };
   }
   if (config.env_tf) {
     // Free a moment ago; TensorFlow binds them as its workers start.

@@ -369,7 +369,9 @@ const OptionSpec k_options[] = {
    "Accepted for torch.distributed.launch scripts: the environment is always set", true,
    nullptr, nullptr, apply_nothing, nullptr},
   {"max_restarts", "--max-restarts,--max_restarts", k_workers,
-   "Passed to workers as TORCHELASTIC_MAX_RESTARTS; workers are not restarted", false,
+   "Restart every worker of every node up to N times when a rank fails (one count for the "
+   "whole job; TORCHELASTIC_RESTART_COUNT says which round)",
+   false,
    "PET_MAX_RESTARTS", nullptr,
    [](Config& c, const std::string& v, const std::string& f) {
      c.max_restarts = parse_int_in(v, f, 0, 1000000, "a number from 0 to 1000000");

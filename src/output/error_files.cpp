@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "log.hpp"
+#include "output/router.hpp"
 #include "posix/fd.hpp"
 
 namespace ddplaunch {
@@ -20,6 +21,7 @@ ErrorFiles::~ErrorFiles() {
 
 void ErrorFiles::start(const std::string& log_dir, const JobLayout& layout) {
   m_rank_offset = layout.rank_offset;
+  m_restart_count = layout.restart_count;
   m_dir = log_dir;
   if (m_dir.empty() && m_private_dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
@@ -37,7 +39,7 @@ void ErrorFiles::start(const std::string& log_dir, const JobLayout& layout) {
   for (int lr = 0; lr < layout.local_world_size; ++lr) {
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(path(lr)).parent_path(), ec);
-    std::filesystem::remove(path(lr), ec);  // an earlier run's error is not this one's
+    keep_earlier(path(lr));  // an earlier job's error is not this one's, and it is kept
   }
 }
 
@@ -45,8 +47,7 @@ std::string ErrorFiles::path(int local_rank) const {
   if (m_dir.empty()) {
     return {};
   }
-  return (std::filesystem::path(m_dir) / std::to_string(m_rank_offset + local_rank) / "error.json")
-      .string();
+  return (rank_log_dir(m_dir, m_rank_offset + local_rank, m_restart_count) / "error.json").string();
 }
 
 std::optional<std::string> ErrorFiles::read(int local_rank) const {

@@ -1,7 +1,8 @@
 // ErrorFiles: each local rank's TORCHELASTIC_ERROR_FILE, the file PyTorch's
 // @record (torch.distributed.elastic.multiprocessing.errors) writes a failing
 // rank's exception and traceback to. LOG_DIR/<rank>/error.json when there is a
-// log directory, else under a private directory removed with this object.
+// log directory (LOG_DIR/<rank>/attempt_N/error.json in restart N), else
+// under a private directory removed with this object.
 // Not thread-safe; owned by the Agent.
 #pragma once
 
@@ -19,8 +20,9 @@ class ErrorFiles {
   ErrorFiles(const ErrorFiles&) = delete;
   ErrorFiles& operator=(const ErrorFiles&) = delete;
 
-  // Chooses the paths and removes what an earlier run left there. Never
-  // throws: without a writable place the workers get no error file.
+  // Chooses the paths for a round and keeps what an earlier job left there
+  // (renamed: keep_earlier()). Never throws: without a writable place the
+  // workers get no error file.
   void start(const std::string& log_dir, const JobLayout& layout);
   // The path for a local rank; empty when there is none.
   std::string path(int local_rank) const;
@@ -33,6 +35,7 @@ class ErrorFiles {
   std::string m_dir;          // where the per-rank directories are
   std::string m_private_dir;  // ours to remove, when there is no log directory
   int m_rank_offset = 0;
+  int m_restart_count = 0;
 };
 
 }  // namespace ddplaunch

@@ -15,11 +15,33 @@
 
 namespace ddplaunch {
 
+std::filesystem::path rank_log_dir(const std::string& log_dir, int rank, int restart_count) {
+  auto dir = std::filesystem::path(log_dir) / std::to_string(rank);
+  return restart_count == 0 ? dir : dir / ("attempt_" + std::to_string(restart_count));
+}
+
+void keep_earlier(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    return;
+  }
+  for (int k = 1; k < 100000; ++k) {
+    auto kept = path;
+    kept += "." + std::to_string(k);
+    if (!std::filesystem::exists(kept, ec)) {
+      std::filesystem::rename(path, kept, ec);
+      return;
+    }
+  }
+}
+
 OutputRouter::OutputRouter(const Config& config, ConsoleSink& console)
     : m_config(config), m_console(console) {}
 
 void OutputRouter::start(const JobLayout& layout) {
-  m_log_dir = m_config.log_dir;
+  if (m_log_dir.empty()) {
+    m_log_dir = m_config.log_dir;
+  }
   if (m_log_dir.empty() && (m_config.redirects.any() || m_config.tee.any())) {
     std::string run_id = layout.run_id;
     std::replace(run_id.begin(), run_id.end(), '/', '_');
@@ -42,11 +64,12 @@ void OutputRouter::start(const JobLayout& layout) {
     if (m_log_dir.empty()) {
       continue;
     }
-    auto dir = std::filesystem::path(m_log_dir) / std::to_string(rank);
+    auto dir = rank_log_dir(m_log_dir, rank, layout.restart_count);
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     for (int s = 0; s < 2; ++s) {
       auto path = (dir / (s == 0 ? "stdout.log" : "stderr.log")).string();
+      keep_earlier(path);
       posix::Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
       if (!fd) {
         throw LaunchError(k_exit_usage, "--log-dir: cannot write " + path + ": " +

@@ -6,6 +6,7 @@
 // and nothing else. Not thread-safe: the agent's one thread drives it.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,14 @@ class ConsoleSink {
   virtual bool write(int fd, std::string_view data) = 0;
 };
 
+// Where rank `rank`'s files go in round `restart_count` under `log_dir`:
+// DIR/RANK for the first round, DIR/RANK/attempt_N for restart N.
+std::filesystem::path rank_log_dir(const std::string& log_dir, int rank, int restart_count);
+
+// An earlier job's file at `path` is kept: renamed to path.1 (or .2, ...,
+// the first free), so a rerun never overwrites it.
+void keep_earlier(const std::filesystem::path& path);
+
 class OutputRouter {
  public:
   enum class Stream { k_out = 0, k_err = 1 };
@@ -32,7 +41,8 @@ class OutputRouter {
   OutputRouter(const Config& config, ConsoleSink& console);
 
   // Prepares one stream pair per local rank of `layout` and opens the log
-  // files (before any worker starts, so a bad --log-dir stops nothing).
+  // files (before any worker starts, so a bad --log-dir stops nothing); once
+  // per round (layout.restart_count).
   // Throws LaunchError (exit 2) for a log file that cannot be written.
   void start(const JobLayout& layout);
 

@@ -8,7 +8,9 @@
 namespace ddplaunch {
 
 std::vector<pid_t> ProcessSpawner::spawn(const std::vector<WorkerSpec>& workers) {
+  m_children.clear();  // the last round's, ended: before the new pipes take their fd numbers
   m_children = spawn_workers(workers);
+  ++m_generation;
   std::vector<pid_t> pids;
   for (const auto& c : m_children) {
     pids.push_back(c.pid());

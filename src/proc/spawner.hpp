@@ -35,6 +35,9 @@ class ProcessSpawner : public Spawner {
   void kill_all() override;
 
   std::vector<Child>& children() { return m_children; }
+  // One more each spawn() (a round of a restarted job): the children, and
+  // their pipes, are new.
+  uint64_t generation() const { return m_generation; }
   // A child of the launcher that is not the job's (the JobGuard's process):
   // never swept.
   void spare(pid_t pid) { m_spared = pid; }
@@ -43,6 +46,7 @@ class ProcessSpawner : public Spawner {
 
  private:
   std::vector<Child> m_children;
+  uint64_t m_generation = 0;
   pid_t m_spared = -1;
 };
 

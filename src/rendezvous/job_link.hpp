@@ -1,6 +1,7 @@
 // JobLink: the agent's connection to the rest of a multi-node job, through
 // its three phases: joining (rendezvous), the run (heartbeats, the job's
-// verdict), and finishing (every node's results). Every call returns at once;
+// verdict), and finishing (every node's results); with restarts, the run is
+// repeated in rounds (next_round()). Every call returns at once;
 // answers come later through the Listener, from the agent's own event loop.
 // StoreLink (store_link.hpp) implements it over the store; the agent's unit
 // tests use a fake. Single-node runs have none.
@@ -21,13 +22,14 @@ class JobLink {
   class Listener {
    public:
     virtual ~Listener() = default;
-    // Rendezvous is complete: the job's topology, and this node's rank in it.
+    // Rendezvous is complete, or the next round may start: the job's
+    // topology (a new MASTER_PORT each round), and this node's rank in it.
     virtual void on_joined(const Topology& topology, int node_rank) = 0;
     // Rendezvous failed (exit 3: timeout, disagreement; 4: store lost).
     virtual void on_join_failed(int exit_code, const std::string& message) = 0;
     // The job's verdict is known: the first stop any node published (this
     // node's own publish_stop() is answered here too), every node's success,
-    // or exit 4 when the store was lost. Called at most once.
+    // or exit 4 when the store was lost. Called at most once per round.
     virtual void on_verdict(const JobVerdict& verdict) = 0;
     // finish() is done: the ranks known here, by rank (node 0: every node's
     // that reported; other nodes: their own).
@@ -44,6 +46,10 @@ class JobLink {
   // Reports this node's outcomes and, on the store host, collects every
   // node's (bounded by the heartbeat timeout, at most 30 s).
   virtual void finish(const std::vector<RankOutcome>& local) = 0;
+  // The verdict restarts the job and this node's workers have ended: meets
+  // the other nodes for the next round; on_joined() says when it starts,
+  // on_join_failed() if it cannot (exit 4: a node did not come).
+  virtual void next_round(const std::vector<RankOutcome>& local) = 0;
 };
 
 }  // namespace ddplaunch

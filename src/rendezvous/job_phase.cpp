@@ -1,10 +1,11 @@
-// StoreLink's run and finishing phases: heartbeats, the job's verdict, and
-// every node's results.
+// StoreLink's run and finishing phases: heartbeats, the job's verdict, every
+// node's results, and the step from one round to the next.
 #include <algorithm>
 #include <charconv>
 
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
+#include "posix/net.hpp"
 #include "rendezvous/keys.hpp"
 #include "rendezvous/records.hpp"
 #include "rendezvous/store_link.hpp"
@@ -25,6 +26,7 @@ void StoreLink::start_job(const Topology& topology, int node_rank) {
   }
   m_phase = Phase::k_running;
   m_node_rank = node_rank;
+  m_topology = topology;
   m_nnodes = topology.nnodes();
   const auto now = Clock::now();
   m_next_tick = now;
@@ -45,18 +47,21 @@ void StoreLink::tick(TimePoint now) {
   }
   if (!m_beat_outstanding) {
     m_beat_outstanding = true;
-    m_rpc->add(keys::heartbeat(m_node_rank), 1, [this](int64_t) { m_beat_outstanding = false; });
+    m_rpc->add(keys::heartbeat(m_round, m_node_rank), 1,
+               [this](int64_t) { m_beat_outstanding = false; });
   }
   if (m_server && !m_check_outstanding) {
     std::vector<std::string> ks;
     for (int n = 0; n < m_nnodes; ++n) {
-      ks.push_back(keys::heartbeat(n));
-      ks.push_back(keys::result(n));
+      ks.push_back(keys::heartbeat(m_round, n));
+      ks.push_back(keys::result(m_round, n));
     }
     m_check_outstanding = true;
-    m_rpc->multi_get(ks, [this](std::vector<std::optional<std::string>> values) {
+    m_rpc->multi_get(ks, [this, round = m_round](std::vector<std::optional<std::string>> values) {
       m_check_outstanding = false;
-      check_heartbeats(values, Clock::now());
+      if (round == m_round && m_phase == Phase::k_running) {
+        check_heartbeats(values, Clock::now());
+      }
     });
   }
 }
@@ -106,8 +111,11 @@ void StoreLink::publish_stop(const JobVerdict& verdict) {
   if (!m_rpc || m_rpc->state() == AsyncClient::State::k_failed) {
     return;  // the agent goes on with its own verdict
   }
-  m_rpc->compare_set(keys::k_stop, std::nullopt, encode_verdict(verdict),
-                     [this, verdict](const std::string& current) {
+  m_rpc->compare_set(keys::stop(m_round), std::nullopt, encode_verdict(verdict),
+                     [this, verdict, round = m_round](const std::string& current) {
+                       if (round != m_round) {
+                         return;
+                       }
                        m_stop_confirmed = true;
                        try {
                          deliver(decode_verdict(current));
@@ -122,11 +130,11 @@ void StoreLink::publish_stop(const JobVerdict& verdict) {
 }
 
 void StoreLink::publish_success() {
-  m_rpc->add(keys::k_succeeded, 1, [this](int64_t done) {
-    if (done == m_nnodes) {
+  m_rpc->add(keys::succeeded(m_round), 1, [this, round = m_round](int64_t done) {
+    if (done == m_nnodes && round == m_round) {
       JobVerdict success;
       success.node = m_node_rank;
-      m_rpc->compare_set(keys::k_stop, std::nullopt, encode_verdict(success),
+      m_rpc->compare_set(keys::stop(round), std::nullopt, encode_verdict(success),
                          [](const std::string&) {});  // the watch delivers it
     }
   });
@@ -138,7 +146,8 @@ void StoreLink::abandon() {
     return;
   }
   m_phase = Phase::k_done;  // nothing more reaches the listener
-  m_rpc->set(keys::result(m_node_rank), encode_outcomes({}), [this] { m_abandoned = true; });
+  m_rpc->set(keys::result(m_round, m_node_rank), encode_outcomes({}),
+             [this] { m_abandoned = true; });
 }
 
 void StoreLink::finish(const std::vector<RankOutcome>& local) {
@@ -154,7 +163,7 @@ void StoreLink::finish(const std::vector<RankOutcome>& local) {
     // acknowledgement awaited only briefly.
     m_finish_deadline = Clock::now() + k_result_ack_wait;
   }
-  m_rpc->set(keys::result(m_node_rank), encode_outcomes(local), [this] {
+  m_rpc->set(keys::result(m_round, m_node_rank), encode_outcomes(local), [this] {
     if (m_server) {
       collect_results();
     } else {
@@ -168,7 +177,7 @@ void StoreLink::collect_results() {
   std::vector<std::string> live;
   for (int n = 0; n < m_nnodes; ++n) {
     if (!m_lost.contains(n)) {
-      live.push_back(keys::result(n));
+      live.push_back(keys::result(m_round, n));
     }
   }
   const auto limit = millis(std::min(m_config.heartbeat_timeout_s, 30.0));
@@ -179,7 +188,7 @@ void StoreLink::collect_results() {
     }
     std::vector<std::string> every;
     for (int n = 0; n < m_nnodes; ++n) {
-      every.push_back(keys::result(n));
+      every.push_back(keys::result(m_round, n));
     }
     m_rpc->multi_get(every, [this](std::vector<std::optional<std::string>> values) {
       std::vector<RankOutcome> all_ranks = m_local;
@@ -200,6 +209,105 @@ void StoreLink::collect_results() {
       finished(std::move(all_ranks));
     });
   });
+}
+
+// The verdict restarts the job: this node's workers have ended. It says so
+// (its round results), and the next round's keys take over at once, so a
+// stop published from here on (a signal, a node that does not come) ends the
+// next round on every node. Node 0 starts the round once every node's
+// workers have ended, with a fresh MASTER_PORT (the old one may be in
+// TIME_WAIT or held by a dying rank).
+void StoreLink::next_round(const std::vector<RankOutcome>& local) {
+  if (m_phase != Phase::k_running || m_rpc->state() == AsyncClient::State::k_failed) {
+    store_lost(m_rpc ? m_rpc->error() : "no connection");
+    return;
+  }
+  const int ended = m_round;
+  ++m_round;
+  m_phase = Phase::k_joining;
+  m_verdict_delivered = false;
+  m_stop_confirmed = false;
+  m_beat_outstanding = false;
+  m_check_outstanding = false;
+  m_lost.clear();
+  m_start = Clock::now();
+  m_next_progress = m_start + k_progress_every;
+  // Every node's workers stop within the grace period, then drain; a node
+  // that has not come by then is gone.
+  m_round_deadline = m_start + millis(m_config.term_timeout_s + m_config.heartbeat_timeout_s + 5);
+  log::debug("round {} ended: meeting the other nodes for round {}", ended, m_round);
+  watch_verdict();
+  m_rpc->set(keys::result(ended, m_node_rank), encode_outcomes(local), [this, ended] {
+    if (m_server) {
+      host_next_round(ended);
+    } else {
+      wait_for_round_plan();
+    }
+  });
+}
+
+void StoreLink::host_next_round(int ended) {
+  std::vector<std::string> all;
+  for (int n = 0; n < m_nnodes; ++n) {
+    all.push_back(keys::result(ended, n));
+  }
+  const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(m_round_deadline - Clock::now()));
+  m_wait->wait(all, wait, [this, ended, all](bool every) {
+    if (m_phase != Phase::k_joining || m_verdict_delivered) {
+      return;
+    }
+    if (!every) {
+      m_rpc->multi_get(all, [this, ended](std::vector<std::optional<std::string>> values) {
+        std::string missing;
+        for (int n = 0; n < m_nnodes; ++n) {
+          if (!values.at(static_cast<size_t>(n))) {
+            missing += (missing.empty() ? "node " : ", node ") + std::to_string(n) + " (" +
+                       m_hosts.at(static_cast<size_t>(n)) + ")";
+          }
+        }
+        publish_stop(JobVerdict{k_exit_node_lost,
+                                missing + " did not end round " + std::to_string(ended) +
+                                    "'s workers in time for the restart",
+                                std::nullopt, m_node_rank});
+      });
+      return;
+    }
+    const int port =
+        m_config.worker_port.value_or(0) != 0 ? *m_config.worker_port : posix::pick_free_port();
+    const std::string text = std::to_string(port);
+    m_rpc->set(keys::round_plan(m_round), text, [this, text] { start_round(text); });
+  });
+}
+
+void StoreLink::wait_for_round_plan() {
+  const auto wait = std::max(
+      Ms(1), std::chrono::ceil<Ms>(m_round_deadline - Clock::now()) + std::chrono::seconds(5));
+  m_wait->get(keys::round_plan(m_round), wait,
+              [this](std::optional<std::string> text) { start_round(text); });
+}
+
+void StoreLink::start_round(const std::optional<std::string>& port_text) {
+  if (m_phase != Phase::k_joining || m_verdict_delivered) {
+    return;
+  }
+  int port = 0;
+  if (port_text) {
+    auto [end, ec] =
+        std::from_chars(port_text->data(), port_text->data() + port_text->size(), port);
+    if (ec != std::errc() || end != port_text->data() + port_text->size() || port < 1 ||
+        port > 65535) {
+      join_failed(k_exit_node_lost, "node 0 published a malformed " + keys::round_plan(m_round) +
+                                        " record (not a port)");
+      return;
+    }
+  } else {
+    join_failed(k_exit_node_lost, "node 0 did not start round " + std::to_string(m_round) +
+                                      " in time (is it frozen or gone?)");
+    return;
+  }
+  Topology next = m_topology;  // the same nodes; reserved worker ports stay their owners'
+  next.master_port = port;
+  start_job(next, m_node_rank);
 }
 
 void StoreLink::finished(std::vector<RankOutcome> ranks) {

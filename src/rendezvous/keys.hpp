@@ -1,5 +1,7 @@
 // The store keys agents use (docs/PROTOCOL.md lists each with its record).
-// Pure.
+// The run's keys are scoped by round (0, then one more per restart), so
+// nothing of an old round (a verdict, a heartbeat, a result) leaks into the
+// next. Pure.
 #pragma once
 
 #include <string>
@@ -8,8 +10,6 @@ namespace ddplaunch::keys {
 
 inline const char* const k_arrivals = "rdzv/arrivals";
 inline const char* const k_plan = "rdzv/plan";
-inline const char* const k_stop = "job/stop";
-inline const char* const k_succeeded = "job/succeeded";
 inline std::string node(int arrival) {
   return "rdzv/node/" + std::to_string(arrival);
 }
@@ -19,11 +19,24 @@ inline std::string plan(int arrival) {
 inline std::string ack(int arrival) {
   return "rdzv/ack/" + std::to_string(arrival);
 }
-inline std::string heartbeat(int node) {
-  return "job/heartbeat/" + std::to_string(node);
+inline std::string round_prefix(int round) {
+  return "job/" + std::to_string(round) + "/";
 }
-inline std::string result(int node) {
-  return "job/result/" + std::to_string(node);
+inline std::string stop(int round) {
+  return round_prefix(round) + "stop";
+}
+inline std::string succeeded(int round) {
+  return round_prefix(round) + "succeeded";
+}
+// Round `round` (>= 1) may start: the workers' MASTER_PORT for it.
+inline std::string round_plan(int round) {
+  return round_prefix(round) + "plan";
+}
+inline std::string heartbeat(int round, int node) {
+  return round_prefix(round) + "heartbeat/" + std::to_string(node);
+}
+inline std::string result(int round, int node) {
+  return round_prefix(round) + "result/" + std::to_string(node);
 }
 
 }  // namespace ddplaunch::keys

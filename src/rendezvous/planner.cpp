@@ -49,6 +49,11 @@ std::optional<std::string> RendezvousPlanner::add(const JoinRecord& r) {
            " but node 0 has --nnodes " + std::to_string(m_expected.nnodes) +
            "; give every node the same --nnodes";
   }
+  if (r.max_restarts != m_expected.max_restarts) {
+    return describe_node(r) + " has --max-restarts " + std::to_string(r.max_restarts) +
+           " but node 0 has --max-restarts " + std::to_string(m_expected.max_restarts) +
+           "; give every node the same --max-restarts";
+  }
   if (r.node_rank >= r.nnodes) {
     return describe_node(r) + " claims node rank " + std::to_string(r.node_rank) +
            ", out of range for --nnodes " + std::to_string(r.nnodes);

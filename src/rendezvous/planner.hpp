@@ -1,7 +1,7 @@
 // RendezvousPlanner: the store host's pure rules for forming a job. It is
 // fed each node's join record in arrival order, refuses one that disagrees
-// with the job (another --nnodes, --rdzv-id or rendezvous version, a node
-// rank claimed twice) with the message every agent prints, says who is still
+// with the job (another --nnodes, --rdzv-id, --max-restarts or rendezvous
+// version, a node rank claimed twice) with the message every agent prints, says who is still
 // missing, and once every node has joined assigns automatic node ranks and
 // builds the Topology. No I/O; not thread-safe.
 #pragma once
@@ -29,6 +29,7 @@ struct JoinRecord {
   std::vector<int> ports;   // a port reserved for each of its workers (--env-style tf)
   bool store_host = false;  // this agent hosts the store
   int arrival = 0;          // 0 for the first agent to join, 1 for the next, ...
+  int max_restarts = 0;     // every node must restart alike
   bool operator==(const JoinRecord&) const = default;
 };
 

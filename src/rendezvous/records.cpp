@@ -257,7 +257,8 @@ std::string encode_join(const JoinRecord& r) {
                   {"addr", r.addr},
                   {"ports", r.ports},
                   {"store_host", r.store_host},
-                  {"arrival", r.arrival}});
+                  {"arrival", r.arrival},
+                  {"max_restarts", r.max_restarts}});
 }
 
 JoinRecord decode_join(std::string_view text) {
@@ -274,6 +275,7 @@ JoinRecord decode_join(std::string_view text) {
     r.ports = ints_of(j.at("ports"));
     r.store_host = j.at("store_host").get<bool>();
     r.arrival = int_of(j.at("arrival"));
+    r.max_restarts = int_of(j.at("max_restarts"));
     return r;
   });
 }
@@ -395,6 +397,21 @@ std::string encode_summary(const JobSummary& s) {
     doc["message"] = s.message;
   }
   doc["topology"] = s.topology ? topology_json(*s.topology) : json(nullptr);
+  doc["max_restarts"] = s.max_restarts;
+  doc["restarts"] = s.rounds.empty() ? 0 : static_cast<int>(s.rounds.size()) - 1;
+  json rounds = json::array();
+  for (const auto& r : s.rounds) {
+    json round = {{"round", r.round},
+                  {"exit_code", r.exit_code},
+                  {"start_time", r.start_time},
+                  {"end_time", r.end_time}};
+    round["root_cause"] = r.root_cause ? outcome_json(*r.root_cause) : json(nullptr);
+    if (!r.message.empty()) {
+      round["message"] = r.message;
+    }
+    rounds.push_back(std::move(round));
+  }
+  doc["rounds"] = std::move(rounds);
   json ranks = json::array();
   for (const auto& o : s.ranks) {
     ranks.push_back(outcome_json(o));

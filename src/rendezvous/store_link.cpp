@@ -16,7 +16,6 @@ namespace ddplaunch {
 namespace {
 
 using Ms = std::chrono::milliseconds;
-constexpr auto k_progress_every = std::chrono::seconds(5);
 constexpr auto k_ack_wait = Ms(5000);  // how long node 0 keeps the store up for a failed rendezvous
 constexpr auto k_watch_grace = Ms(1000);  // how long the watch may take to bring the verdict
 
@@ -168,17 +167,27 @@ void StoreLink::join(const JoinRecord& self) {
     store_lost(m_rpc->error());  // failed at once: the host does not resolve
     return;
   }
-  // The job's verdict can come at any phase, rendezvous included.
-  m_watch->get(keys::k_stop, Ms(0), [this](std::optional<std::string> text) {
+  watch_verdict();  // it can come at any phase, rendezvous included
+  m_rpc->add(keys::k_arrivals, 1, [this](int64_t n) { joined_as(static_cast<int>(n - 1)); });
+}
+
+// The round's verdict, whenever it comes; one of an earlier round (answered
+// after the next round began) is dropped.
+void StoreLink::watch_verdict() {
+  const int round = m_round;
+  m_watch->get(keys::stop(round), Ms(0), [this, round](std::optional<std::string> text) {
+    if (round != m_round) {
+      return;
+    }
     try {
       deliver(decode_verdict(text.value_or("")));
     } catch (const RecordError& e) {
-      deliver(JobVerdict{k_exit_node_lost,
-                         "the store holds a malformed job/stop record: " + std::string(e.what()),
-                         std::nullopt, -1});
+      deliver(JobVerdict{
+          k_exit_node_lost,
+          "the store holds a malformed " + keys::stop(round) + " record: " + std::string(e.what()),
+          std::nullopt, -1});
     }
   });
-  m_rpc->add(keys::k_arrivals, 1, [this](int64_t n) { joined_as(static_cast<int>(n - 1)); });
 }
 
 void StoreLink::joined_as(int arrival) {
@@ -357,7 +366,9 @@ void StoreLink::join_failed(int exit_code, const std::string& message) {
 void StoreLink::progress(TimePoint now) {
   m_next_progress = now + k_progress_every;
   const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - m_start).count();
-  if (m_rpc->state() == AsyncClient::State::k_connecting) {
+  if (m_round > 0) {
+    log::info("waiting for every node to end round {}'s workers ({} s)", m_round - 1, waited);
+  } else if (m_rpc->state() == AsyncClient::State::k_connecting) {
     log::info("connecting to the store at {} (attempt {}, {} s)", m_where, m_rpc->attempts(),
               waited);
   } else if (m_planner) {

@@ -27,6 +27,8 @@ class StoreLink : public JobLink {
  public:
   using Clock = std::chrono::steady_clock;
   using TimePoint = Clock::time_point;
+  // How often a node that waits for the others says so.
+  static constexpr auto k_progress_every = std::chrono::seconds(5);
 
   // `config` must outlive the link. Starts nothing until join().
   explicit StoreLink(const Config& config);
@@ -45,6 +47,7 @@ class StoreLink : public JobLink {
   bool abandoned() const { return m_abandoned; }
   void publish_success() override;
   void finish(const std::vector<RankOutcome>& local) override;
+  void next_round(const std::vector<RankOutcome>& local) override;
 
   // --- driving it -------------------------------------------------------------
   struct Watch {
@@ -71,6 +74,7 @@ class StoreLink : public JobLink {
   void take_plan(const std::string& text);
   void take_assignment(Topology topology, const std::optional<std::string>& text);
   void join_failed(int exit_code, const std::string& message);
+  void watch_verdict();  // parks GET job/<round>/stop on the watch connection
   void progress(TimePoint now);
   // A connection failed. The watch connection carries the verdict, and node
   // 0 sends it before it closes anything; so when another connection fails
@@ -83,6 +87,10 @@ class StoreLink : public JobLink {
   void check_heartbeats(const std::vector<std::optional<std::string>>& values, TimePoint now);
   void deliver(const JobVerdict& verdict);
   void collect_results();
+  // rounds (job_phase.cpp)
+  void host_next_round(int ended);
+  void wait_for_round_plan();
+  void start_round(const std::optional<std::string>& port_text);
   void finished(std::vector<RankOutcome> ranks);
 
   const Config& m_config;
@@ -105,6 +113,9 @@ class StoreLink : public JobLink {
   bool m_refused = false;                 // a connection was refused at the handshake
   TimePoint m_lost_deadline{};
   // running
+  int m_round = 0;  // 0, then one more per restart: the run's keys are scoped by it
+  Topology m_topology;
+  TimePoint m_round_deadline{};  // by when the next round must start
   int m_node_rank = -1;
   int m_nnodes = 0;
   std::vector<std::string> m_hosts;

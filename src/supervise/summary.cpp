@@ -39,6 +39,14 @@ std::string describe_outcome(const RankOutcome& o) {
                      o.local_rank, o.host, o.pid, ending(o));
 }
 
+std::string describe_round_end(const RoundSummary& r) {
+  if (r.root_cause) {
+    return fmt::format("rank {} (node {}, host {}) {}", r.root_cause->rank, r.root_cause->node_rank,
+                       r.root_cause->host, ending(*r.root_cause));
+  }
+  return r.message.empty() ? fmt::format("exit code {}", r.exit_code) : r.message;
+}
+
 namespace {
 
 // The last lines of a traceback, each as "  | line".
@@ -66,6 +74,10 @@ std::string format_failure_report(const JobSummary& s) {
     return {};
   }
   std::string out;
+  for (size_t i = 0; i + 1 < s.rounds.size(); ++i) {
+    out += fmt::format("ddplaunch: round {} failed: {}; restarted ({} of {})\n", s.rounds[i].round,
+                       describe_round_end(s.rounds[i]), i + 1, s.max_restarts);
+  }
   if (s.root_cause) {
     const auto& r = *s.root_cause;
     out += fmt::format(

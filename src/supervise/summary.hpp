@@ -39,6 +39,17 @@ struct RankOutcome {
   bool operator==(const RankOutcome&) const = default;
 };
 
+// A round of the job (the first run, or a restart) and how it ended.
+struct RoundSummary {
+  int round = 0;  // its TORCHELASTIC_RESTART_COUNT
+  int exit_code = 0;
+  std::optional<RankOutcome> root_cause;  // the rank whose failure ended it
+  std::string message;                    // why it ended, when no rank is to blame
+  double start_time = 0;
+  double end_time = 0;
+  bool operator==(const RoundSummary&) const = default;
+};
+
 struct JobSummary {
   std::string run_id;
   int exit_code = 0;
@@ -49,9 +60,14 @@ struct JobSummary {
   double start_time = 0;
   double end_time = 0;
   std::optional<Topology> topology;  // the job's shape, once known
-  std::vector<RankOutcome> ranks;    // ranks known here, by rank
+  std::vector<RankOutcome> ranks;    // ranks known here, by rank (of the last round)
   long launcher_max_rss_kib = 0;
+  int max_restarts = 0;
+  std::vector<RoundSummary> rounds;  // every round that started workers; restarts = size - 1
 };
+
+// "rank 3 (node 1) exited with exit code 7": what ended a round.
+std::string describe_round_end(const RoundSummary& round);
 
 // "none", "worker_failed", "signal", "remote".
 const char* stop_reason_name(StopReason reason);

@@ -38,4 +38,8 @@ Decision merge_verdict(const LocalEnd& local, const std::optional<JobVerdict>& j
   return d;
 }
 
+bool restarts_after(const Decision& d, int round, int max_restarts) {
+  return d.root_cause && d.exit_code != 0 && !d.stop_signal && round < max_restarts;
+}
+
 }  // namespace ddplaunch

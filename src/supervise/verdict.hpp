@@ -45,4 +45,11 @@ struct Decision {
 // never confirmed one); `node_rank` is this node's.
 Decision merge_verdict(const LocalEnd& local, const std::optional<JobVerdict>& job, int node_rank);
 
+// Whether round `round`, which ended with `decision`, is followed by another
+// (--max-restarts): a rank failed (torchrun's rule: a worker's failure; never
+// a stop signal, a lost node, a program that cannot start or an internal
+// error) and restarts remain. Every node of a job decides alike: the job's
+// verdict, the round and --max-restarts are the same everywhere.
+bool restarts_after(const Decision& decision, int round, int max_restarts);
+
 }  // namespace ddplaunch

@@ -51,10 +51,12 @@ struct FakeLink : JobLink {
   std::vector<JobVerdict> published;
   int successes = 0;
   std::optional<std::vector<RankOutcome>> finished;
+  std::vector<std::vector<RankOutcome>> rounds;  // what each next_round() reported
   void join(const JoinRecord& self) override { joined = self; }
   void publish_stop(const JobVerdict& v) override { published.push_back(v); }
   void publish_success() override { ++successes; }
   void finish(const std::vector<RankOutcome>& local) override { finished = local; }
+  void next_round(const std::vector<RankOutcome>& local) override { rounds.push_back(local); }
 };
 
 struct FakeConsole : ConsoleSink {
@@ -384,6 +386,107 @@ TEST_F(AgentTest, SpawnErrorIsPublishedToTheOtherNodes) {
   ASSERT_TRUE(agent->done());
   EXPECT_EQ(agent->summary().exit_code, 127);
   EXPECT_TRUE(agent->error());
+}
+
+// --- restarts (--max-restarts) -----------------------------------------------------
+
+TEST_F(AgentTest, OneNodeRestartsEveryWorkerWithAFreshPortAndTheNextCount) {
+  config.max_restarts = 2;
+  make(2, false);
+  ends(1, ExitInfo::exited(3));
+  ends(0, ExitInfo::signaled(SIGTERM));
+  ASSERT_FALSE(agent->done()) << "a restart remains";
+  ASSERT_EQ(spawner.spawned.size(), 2u);
+  EXPECT_EQ(spawner.spawned[1][0].env.at("TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_EQ(spawner.spawned[1][0].env.at("TORCHELASTIC_MAX_RESTARTS"), "2");
+  // No pick_port in the fake identity: the same port again. (With one, a
+  // fresh one: bench and integration tests.)
+  ends(0, ExitInfo::exited(0));
+  ends(1, ExitInfo::exited(0));
+  ASSERT_TRUE(agent->done());
+  const auto& s = agent->summary();
+  EXPECT_EQ(s.exit_code, 0);
+  ASSERT_EQ(s.rounds.size(), 2u);
+  EXPECT_EQ(s.rounds[0].exit_code, 3);
+  ASSERT_TRUE(s.rounds[0].root_cause);
+  EXPECT_EQ(s.rounds[0].root_cause->rank, 1);
+  EXPECT_EQ(s.rounds[1].exit_code, 0);
+}
+
+TEST_F(AgentTest, RestartsExhaustedEndWithTheLastRootCause) {
+  config.max_restarts = 1;
+  make(1, false);
+  ends(0, ExitInfo::exited(3));
+  ASSERT_FALSE(agent->done());
+  ends(0, ExitInfo::exited(4));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 4);
+  EXPECT_EQ(agent->summary().rounds.size(), 2u);
+  EXPECT_EQ(spawner.spawned.size(), 2u);
+  EXPECT_NE(format_failure_report(agent->summary()).find("round 0 failed: rank 0"),
+            std::string::npos);
+}
+
+TEST_F(AgentTest, AStopSignalIsNeverRestarted) {
+  config.max_restarts = 3;
+  make(1, false);
+  agent->on_signal(SIGTERM);
+  ends(0, ExitInfo::signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 143);
+  EXPECT_EQ(spawner.spawned.size(), 1u);
+}
+
+TEST_F(AgentTest, AcrossNodesTheVerdictRestartsAndTheNodesMeetAgain) {
+  config.max_restarts = 1;
+  make(2, true);
+  EXPECT_EQ(link.joined->max_restarts, 1) << "every node must agree";
+  agent->on_joined(two_nodes(2), 1);
+  RankOutcome root;
+  root.rank = 0;
+  root.exit = ExitInfo::exited(9);
+  agent->on_verdict(JobVerdict{9, "", root, 0});  // node 0's rank failed
+  ends(0, ExitInfo::signaled(SIGTERM));
+  ends(1, ExitInfo::signaled(SIGTERM));
+  ASSERT_EQ(link.rounds.size(), 1u) << "this node's workers ended: it meets the others";
+  EXPECT_EQ(link.rounds[0].size(), 2u);
+  EXPECT_FALSE(link.finished) << "no results yet: the job goes on";
+  EXPECT_EQ(spawner.spawned.size(), 1u) << "not before the next round starts";
+  Topology next = two_nodes(2);
+  next.master_port = 5678;
+  agent->on_joined(next, 1);
+  ASSERT_EQ(spawner.spawned.size(), 2u);
+  EXPECT_EQ(spawner.spawned[1][0].env.at("TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_EQ(spawner.spawned[1][0].env.at("MASTER_PORT"), "5678");
+  EXPECT_EQ(spawner.spawned[1][1].env.at("RANK"), "3");
+}
+
+TEST_F(AgentTest, AVerdictWithoutAFailingRankIsNeverRestarted) {
+  config.max_restarts = 1;
+  make(1, true);
+  agent->on_joined(two_nodes(1), 1);
+  agent->on_verdict(JobVerdict{4, "node 0 was lost", std::nullopt, 0});
+  ends(0, ExitInfo::signaled(SIGTERM));
+  EXPECT_TRUE(link.rounds.empty());
+  EXPECT_TRUE(link.finished);
+}
+
+TEST_F(AgentTest, ASignalWhileTheJobRestartsStopsTheNextRoundEverywhere) {
+  config.max_restarts = 1;
+  make(1, true);
+  agent->on_joined(two_nodes(1), 1);
+  RankOutcome root;
+  root.exit = ExitInfo::exited(9);
+  agent->on_verdict(JobVerdict{9, "", root, 0});
+  agent->on_worker_exit(0, ExitInfo::signaled(SIGTERM));  // its pipes are still open
+  agent->on_signal(SIGINT);
+  ASSERT_EQ(link.rounds.size(), 1u);
+  ASSERT_EQ(link.published.size(), 1u);
+  EXPECT_EQ(link.published[0].exit_code, 130);
+  agent->on_verdict(link.published[0]);
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 130);
+  EXPECT_EQ(spawner.spawned.size(), 1u);
 }
 
 }  // namespace

@@ -1,0 +1,152 @@
+"""--max-restarts: when a rank fails and restarts remain, every worker on
+every node is stopped and started again (TORCHELASTIC_RESTART_COUNT one
+more, a fresh MASTER_PORT), with one count for the whole job; a stop signal,
+a lost node or a program that cannot start is never restarted."""
+import json
+import os
+import signal
+
+import pytest
+from conftest import TORCH_PYTHON, free_port, needs_torch, wait_until
+
+# Each start of a worker prints one line: its rank, round and MASTER_PORT.
+REPORT = 'echo "start rank=$RANK round=$TORCHELASTIC_RESTART_COUNT port=$MASTER_PORT"'
+
+
+def failing_once(rank, code=3, rest="exit 0"):
+    """A worker whose rank `rank` fails with `code` in round 0 only."""
+    return ["sh", "-c", f'{REPORT}; if [ "$RANK" = {rank} ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; '
+                        f'then echo "boom in round 0" >&2; exit {code}; fi; {rest}']
+
+
+def starts(out):
+    """(rank, round, port) of every worker start printed on stdout."""
+    found = []
+    for line in out.splitlines():
+        if "start rank=" in line:
+            fields = dict(f.split("=") for f in line.split("start ", 1)[1].split())
+            found.append((int(fields["rank"]), int(fields["round"]), int(fields["port"])))
+    return found
+
+
+def check_rounds(seen, ranks, failing):
+    """Round 1 started every rank once; round 0 the failing rank and maybe
+    others (a rank stopped before its shell printed is not seen)."""
+    by_round = {}
+    for rank, rnd, _ in seen:
+        by_round.setdefault(rnd, []).append(rank)
+    assert sorted(by_round) == [0, 1], seen
+    assert sorted(by_round[1]) == list(range(ranks)), seen
+    assert failing in by_round[0] and len(set(by_round[0])) == len(by_round[0]), seen
+
+
+def nodes(jobs, nnodes, nproc, program, extra=()):
+    port = free_port()
+    return [jobs.start(["--nnodes", nnodes, "--node-rank", n, "--nproc-per-node", nproc,
+                        "--master-port", port, "--rdzv-timeout", 60, *extra, "--", *program])
+            for n in range(nnodes)]
+
+
+def test_one_node_restarts_a_failed_job_that_then_succeeds(jobs, tmp_path):
+    logs = tmp_path / "logs"
+    r = jobs.run(["--nproc-per-node", 2, "--max-restarts", 1, "--log-dir", logs,
+                  "--summary-json", tmp_path / "s.json", "--", *failing_once(1)])
+    assert r.returncode == 0, r.stderr
+    assert "restarting every worker (restart 1 of 1)" in r.stderr
+    seen = starts(r.stdout)
+    check_rounds(seen, ranks=2, failing=1)
+    ports = {rnd: port for _, rnd, port in seen}
+    assert len(ports) == 2 and ports[0] != ports[1], "a fresh MASTER_PORT each round"
+    # Every round's logs are kept: DIR/RANK for the first, DIR/RANK/attempt_1 next.
+    assert "boom in round 0" in (logs / "1" / "stderr.log").read_text()
+    assert "round=1" in (logs / "1" / "attempt_1" / "stdout.log").read_text()
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["exit_code"] == 0 and s["restarts"] == 1 and s["max_restarts"] == 1
+    assert [(x["round"], x["exit_code"]) for x in s["rounds"]] == [(0, 3), (1, 0)]
+    assert s["rounds"][0]["root_cause"]["rank"] == 1
+
+
+def test_three_nodes_restart_together_and_finish(jobs):
+    procs = nodes(jobs, 3, 2, failing_once(3, rest="sleep 0.2"), extra=["--max-restarts", 2])
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert "rank 3 (node 1, host" in err and "restart 1 of 2" in err, err
+        outs.append(out)
+    seen = [s for out in outs for s in starts(out)]
+    check_rounds(seen, ranks=6, failing=3)
+    ports = {}
+    for _, rnd, port in seen:
+        ports.setdefault(rnd, set()).add(port)
+    assert all(len(p) == 1 for p in ports.values()), "one MASTER_PORT per round on every node"
+    assert ports[0] != ports[1]
+
+
+def test_restarts_exhausted_end_with_the_root_causes_code(jobs):
+    procs = nodes(jobs, 2, 2, ["sh", "-c", f'{REPORT}; [ "$RANK" = 2 ] && exit 5; sleep 300'],
+                  extra=["--max-restarts", 1])
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 5, err
+        assert "round 0 failed: rank 2 (node 1" in err and "restarted (1 of 1)" in err, err
+        assert "job failed: rank 2 (node 1" in err, err
+    # Nothing of the last round is left: the sleeping ranks were stopped.
+
+
+def test_a_stop_signal_is_never_restarted(jobs, tmp_path):
+    program = ["sh", "-c", f'{REPORT}; touch {tmp_path}/ready.$RANK.$TORCHELASTIC_RESTART_COUNT; sleep 300']
+    procs = nodes(jobs, 2, 1, program, extra=["--max-restarts", 3])
+    assert wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 2, timeout=60)
+    procs[1].send_signal(signal.SIGINT)
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 130, err
+        assert "restarting" not in err, err
+    assert sorted(os.listdir(tmp_path)) == ["ready.0.0", "ready.1.0"]
+
+
+def test_a_signal_while_the_job_restarts_ends_every_node(jobs, tmp_path):
+    # Node 1's rank fails; node 0's rank ignores SIGTERM, so the round takes
+    # its grace period to end, and node 1 waits for node 0 meanwhile.
+    program = ["sh", "-c", f'{REPORT}; touch {tmp_path}/ready.$RANK.$TORCHELASTIC_RESTART_COUNT; '
+                           'if [ "$RANK" = 1 ]; then exit 7; fi; trap "" TERM; sleep 300']
+    procs = nodes(jobs, 2, 1, program, extra=["--max-restarts", 1, "--term-timeout", 30])
+    assert wait_until(lambda: os.path.exists(tmp_path / "ready.0.0"), timeout=60)
+    procs[0].send_signal(signal.SIGTERM)  # while its rank ignores the stop
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 143, err
+    assert not any(name.endswith(".1") for name in os.listdir(tmp_path)), "no round 1 started"
+
+
+def test_nodes_must_agree_on_max_restarts(jobs):
+    port = free_port()
+    procs = [jobs.start(["--nnodes", 2, "--node-rank", n, "--master-port", port, "--rdzv-timeout", 60,
+                         "--max-restarts", n, "--", "true"]) for n in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 3, err
+        assert "has --max-restarts 1 but node 0 has --max-restarts 0" in err, err
+
+
+def test_a_rerun_never_overwrites_an_earlier_jobs_logs(jobs, tmp_path):
+    for text in ("first", "second"):
+        r = jobs.run(["--log-dir", tmp_path, "--", "sh", "-c", f"echo {text}"])
+        assert r.returncode == 0, r.stderr
+    assert (tmp_path / "0" / "stdout.log").read_text() == "second\n"
+    assert (tmp_path / "0" / "stdout.log.1").read_text() == "first\n"
+
+
+@needs_torch
+def test_pytorch_ddp_survives_one_injected_failure(jobs):
+    script = os.path.join(os.path.dirname(__file__), "..", "helpers", "torch_restart.py")
+    procs = nodes(jobs, 2, 2, [TORCH_PYTHON, script], extra=["--max-restarts", 1])
+    lines = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        assert "restart 1 of 1" in err, err
+        lines += [l for l in out.splitlines() if "whole" in l]
+    assert len(lines) == 4, lines
+    assert all("round 1: group of 4 whole, all-reduce 10" in l for l in lines), lines
