@@ -51,6 +51,10 @@ class StoreClient {
   uint64_t num_keys();
   std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys);
   void ping();
+  // When this connection closes (this process exits or is killed), the store
+  // sets `key` to `value` if the key is absent then. One per connection; an
+  // empty key takes it back.
+  void on_close(const std::string& key, const std::string& value);
 
  private:
   struct Impl;

@@ -37,7 +37,26 @@ void StoreLink::start_job(const Topology& topology, int node_rank) {
     }
     m_last_beat.assign(static_cast<size_t>(m_nnodes), {-1, now});
   }
+  leave_last_word();
   m_listener->on_joined(topology, node_rank);
+}
+
+// If this agent's connection closes while the round runs (the agent killed,
+// its host rebooted), the store itself publishes that this node was
+// lost: every node hears it at once, not after the heartbeat timeout. A
+// verdict already there (this node's own end) makes it a no-op.
+void StoreLink::leave_last_word() {
+  if (m_server) {
+    return;  // the store goes with this agent: every other node notices that at once
+  }
+  const std::string who = "node " + std::to_string(m_node_rank) + " (" + m_self.host + ")";
+  JobVerdict lost{k_exit_node_lost,
+                  who +
+                      " was lost: its agent's connection to the store closed (the agent was "
+                      "killed, or its host rebooted)",
+                  std::nullopt, m_node_rank, m_node_rank};
+  m_rpc->request(protocol::request::on_close(keys::stop(m_round), encode_verdict(lost)),
+                 AsyncClient::Duration(0), [](const protocol::Reply&) {});
 }
 
 void StoreLink::tick(TimePoint now) {
@@ -93,7 +112,7 @@ void StoreLink::check_heartbeats(const std::vector<std::optional<std::string>>& 
                      "node " + std::to_string(n) + " (" + m_hosts.at(static_cast<size_t>(n)) +
                          ") was lost: no heartbeat for " +
                          std::to_string(static_cast<int>(m_config.heartbeat_timeout_s)) + " s",
-                     std::nullopt, m_node_rank});
+                     std::nullopt, m_node_rank, n});
       return;
     }
   }
@@ -104,6 +123,9 @@ void StoreLink::deliver(const JobVerdict& verdict) {
     return;
   }
   m_verdict_delivered = true;
+  if (verdict.lost >= 0) {
+    m_lost.insert(verdict.lost);  // its results will not come
+  }
   m_listener->on_verdict(verdict);
 }
 
@@ -237,6 +259,7 @@ void StoreLink::next_round(const std::vector<RankOutcome>& local) {
   m_round_deadline = m_start + millis(m_config.term_timeout_s + m_config.heartbeat_timeout_s + 5);
   log::debug("round {} ended: meeting the other nodes for round {}", ended, m_round);
   watch_verdict();
+  leave_last_word();
   m_rpc->set(keys::result(ended, m_node_rank), encode_outcomes(local), [this, ended] {
     if (m_server) {
       host_next_round(ended);

@@ -308,7 +308,7 @@ int decode_assignment(std::string_view text) {
 }
 
 std::string encode_verdict(const JobVerdict& v) {
-  json j = {{"exit_code", v.exit_code}, {"message", v.message}, {"node", v.node}};
+  json j = {{"exit_code", v.exit_code}, {"message", v.message}, {"node", v.node}, {"lost", v.lost}};
   j["root_cause"] = v.root_cause ? outcome_json(*v.root_cause) : json(nullptr);
   return text_of(j);
 }
@@ -319,6 +319,7 @@ JobVerdict decode_verdict(std::string_view text) {
     v.exit_code = int_of(j.at("exit_code"));
     v.message = j.at("message").get<std::string>();
     v.node = int_of(j.at("node"));
+    v.lost = int_of(j.at("lost"));
     if (!j.at("root_cause").is_null()) {
       v.root_cause = outcome_from(j.at("root_cause"));
     }

@@ -83,6 +83,7 @@ class StoreLink : public JobLink {
   void store_lost(std::string why);  // by value: it resets m_lost_why, which may be the argument
   // running and finishing (job_phase.cpp)
   void start_job(const Topology& topology, int node_rank);
+  void leave_last_word();  // ON_CLOSE: the store says this node was lost if it goes
   void tick(TimePoint now);
   void check_heartbeats(const std::vector<std::optional<std::string>>& values, TimePoint now);
   void deliver(const JobVerdict& verdict);

@@ -138,4 +138,11 @@ void StoreClient::ping() {
   });
 }
 
+void StoreClient::on_close(const std::string& key, const std::string& value) {
+  m_impl->call<bool>([&](auto done) {
+    m_impl->conn->request(protocol::request::on_close(key, value), Duration(0),
+                          [done](const protocol::Reply&) { done(true); });
+  });
+}
+
 }  // namespace ddplaunch

@@ -175,6 +175,10 @@ std::string ping() {
   return op(Op::k_ping).finish();
 }
 
+std::string on_close(std::string_view key, std::string_view value) {
+  return op(Op::k_on_close).bytes(key).bytes(value).finish();
+}
+
 }  // namespace request
 
 namespace reply {

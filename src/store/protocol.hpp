@@ -13,7 +13,7 @@
 namespace ddplaunch::protocol {
 
 inline constexpr uint32_t k_magic = 0x44444c31;  // "DDL1"
-inline constexpr uint16_t k_version = 2;         // 2: HELLO carries a nonce; AUTH
+inline constexpr uint16_t k_version = 3;         // 2: HELLO carries a nonce; AUTH. 3: ON_CLOSE
 
 // Limits: a peer exceeding one gets an error reply and loses its connection.
 inline constexpr size_t k_max_key = 4096;                       // bytes in a key
@@ -23,6 +23,7 @@ inline constexpr size_t k_max_frame = 2 * 1024 * 1024;          // bytes in one 
 inline constexpr size_t k_max_store_keys = 1'000'000;           // keys held by the server
 inline constexpr size_t k_max_store_bytes = 512 * 1024 * 1024;  // key and value bytes held
 inline constexpr size_t k_max_reply = 16 * 1024 * 1024;         // bytes in one reply (MULTI_GET)
+inline constexpr size_t k_max_on_close = 64 * 1024;             // bytes in an ON_CLOSE value
 
 enum class Op : uint8_t {
   // u32 magic, u16 version, client nonce -> OK u16 version, u8 auth[, server nonce, server proof]
@@ -38,6 +39,9 @@ enum class Op : uint8_t {
   k_multi_get = 9,  // u32 n, n keys                     -> OK n × (u8 present, value)
   k_ping = 10,      //                                   -> OK
   k_auth = 11,      // client proof                      -> OK (else ERROR, and closed)
+  // key, value: when this connection closes, the server sets key to value if
+  // the key is absent then (an empty key: no longer). One per connection.
+  k_on_close = 12,  //                                   -> OK
 };
 
 enum class Status : uint8_t {
@@ -105,6 +109,7 @@ std::string check(const std::vector<std::string>& keys);
 std::string num_keys();
 std::string multi_get(const std::vector<std::string>& keys);
 std::string ping();
+std::string on_close(std::string_view key, std::string_view value);
 }  // namespace request
 
 // --- Replies: the server's encoders and the clients' readers ----------------

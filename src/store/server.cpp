@@ -56,6 +56,7 @@ struct Conn {
   Clock::time_point last_input;   // the last bytes received
   Clock::time_point last_output;  // the last bytes sent (or when `out` last was empty)
   std::optional<Waiter> waiter;
+  std::optional<std::pair<std::string, std::string>> on_close;  // ON_CLOSE: key, value
 };
 
 std::string peer_of(int fd) {
@@ -240,7 +241,16 @@ void StoreServer::Impl::close_conn(int fd) {
   }
   unpark(fd, it->second);
   epoll_ctl(epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
+  auto last_word = std::move(it->second.on_close);
   conns.erase(it);
+  if (last_word && !data.contains(last_word->first)) {
+    try {
+      check_store_room(last_word->first, last_word->second.size());
+      set_key(last_word->first, std::move(last_word->second));
+    } catch (const protocol::ProtocolError&) {
+      // the store is full: the word is lost, as a SET would be refused
+    }
+  }
 }
 
 void StoreServer::Impl::error(Conn& c, const std::string& message) {
@@ -515,6 +525,17 @@ void StoreServer::Impl::handle(int fd, Conn& c, std::string_view body) {
     case Op::k_ping:
       queue(c, ok());
       return;
+    case Op::k_on_close: {
+      auto key = d.bytes(protocol::k_max_key);
+      auto value = d.bytes(protocol::k_max_on_close);
+      if (key.empty()) {
+        c.on_close.reset();
+      } else {
+        c.on_close.emplace(std::move(key), std::move(value));
+      }
+      queue(c, ok());
+      return;
+    }
   }
   throw protocol::ProtocolError("unknown operation " + std::to_string(static_cast<int>(op)));
 }

@@ -18,6 +18,7 @@ struct JobVerdict {
   std::string message;                    // empty for success, or when root_cause says it all
   std::optional<RankOutcome> root_cause;  // the failing rank, when it was a worker
   int node = -1;                          // the node that decided; -1 when unknown
+  int lost = -1;                          // the node found lost (exit 4), if one was
   bool success() const { return exit_code == 0 && message.empty() && !root_cause; }
   bool operator==(const JobVerdict&) const = default;
 };

@@ -11,6 +11,7 @@ import threading
 from conftest import free_port, wait_until, worker
 
 TOKEN = {"DDPLAUNCH_RDZV_TOKEN": "correct horse battery staple"}
+PROTOCOL_VERSION = 3  # the store protocol (docs/PROTOCOL.md)
 
 
 def node(jobs, rank, port, args, env=None, nnodes=2):
@@ -62,7 +63,7 @@ def test_a_stranger_cannot_stop_the_job(jobs, tmp_path):
     assert wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 2, timeout=60)
     # A stranger speaks the protocol: HELLO, then a forged stop verdict.
     s = socket.create_connection(("127.0.0.1", port))
-    hello = frame(b"\x00" + struct.pack(">IH", 0x44444C31, 2) + text(os.urandom(32)))
+    hello = frame(b"\x00" + struct.pack(">IH", 0x44444C31, PROTOCOL_VERSION) + text(os.urandom(32)))
     forged = frame(b"\x01" + text(b"job/stop") + text(b'{"exit_code":0,"message":"forged"}'))
     s.sendall(hello + forged)
     replies = b""
@@ -131,7 +132,7 @@ class StoreClient:
                 return None  # node 0 is not listening yet
 
         self.s = wait_until(connect, timeout=60)
-        self.call(b"\x00" + struct.pack(">IH", 0x44444C31, 2) + text(os.urandom(32)))
+        self.call(b"\x00" + struct.pack(">IH", 0x44444C31, PROTOCOL_VERSION) + text(os.urandom(32)))
 
     def call(self, body):
         self.s.sendall(frame(body))

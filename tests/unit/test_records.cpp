@@ -261,14 +261,15 @@ namespace {
 TEST(Records, NumbersOutOfRangeAreMalformedNotUndefined) {
   // Found by fuzz_records: nlohmann converts 4.3e19 to int with undefined behaviour.
   for (const char* bad :
-       {R"({"exit_code":1e30,"message":"","node":0,"root_cause":null})",
-        R"({"exit_code":4294967296,"message":"","node":0,"root_cause":null})",
-        R"({"exit_code":1.5,"message":"","node":0,"root_cause":null})",
-        R"({"exit_code":7,"message":"","node":-99999999999,"root_cause":null})"}) {
+       {R"({"exit_code":1e30,"message":"","node":0,"lost":-1,"root_cause":null})",
+        R"({"exit_code":4294967296,"message":"","node":0,"lost":-1,"root_cause":null})",
+        R"({"exit_code":1.5,"message":"","node":0,"lost":-1,"root_cause":null})",
+        R"({"exit_code":7,"message":"","node":-99999999999,"lost":-1,"root_cause":null})"}) {
     EXPECT_THROW(decode_verdict(bad), RecordError) << bad;
   }
-  EXPECT_EQ(
-      decode_verdict(R"({"exit_code":7,"message":"m","node":-1,"root_cause":null})").exit_code, 7);
+  EXPECT_EQ(decode_verdict(R"({"exit_code":7,"message":"m","node":-1,"lost":-1,"root_cause":null})")
+                .exit_code,
+            7);
 }
 
 }  // namespace

@@ -125,6 +125,33 @@ TEST(Store, BlockingGetAndWaitAreAnsweredBySet) {
   t.join();
 }
 
+TEST(Store, AConnectionsLastWordIsSetWhenItCloses) {
+  StoreServer server("127.0.0.1", 0);
+  auto watcher = client(server);
+  {
+    auto agent = client(server);
+    agent.on_close("job/0/stop", "lost");
+    agent.on_close("job/0/other", "replaced");  // one per connection: the last one counts
+    agent.set("k", "v");
+    EXPECT_FALSE(watcher.get("job/0/other", Ms(20))) << "not while it is open";
+  }  // closed (as a killed process's socket is)
+  EXPECT_EQ(watcher.get("job/0/other", 30s), "replaced");
+  EXPECT_FALSE(watcher.check({"job/0/stop"})) << "replaced by the later one";
+  // Present already: the last word is not written over it (the job's own
+  // verdict wins over "lost" when a node exits after it).
+  watcher.set("job/1/stop", "success");
+  {
+    auto agent = client(server);
+    agent.on_close("job/1/stop", "lost");
+  }
+  {
+    auto later = client(server);  // closed after the first: usually handled after it too
+    later.on_close("job/1/seen", "closed");
+  }
+  EXPECT_EQ(watcher.get("job/1/seen", 30s), "closed");
+  EXPECT_EQ(watcher.get("job/1/stop"), "success");
+}
+
 TEST(Store, TimeoutsAreReported) {
   StoreServer server("127.0.0.1", 0);
   auto c = client(server);
