@@ -133,6 +133,8 @@ void Agent::begin(const Topology& topology, int node_rank) {
     return;
   }
   m_end_times.assign(m_pids.size(), 0);
+  m_last_progress.assign(m_pids.size(), m_clock.now());
+  m_hung.reset();
   m_supervisor.emplace(static_cast<int>(m_pids.size()), millis(m_config.term_timeout_s));
   m_phase = Phase::k_running;
 }
@@ -161,6 +163,9 @@ RankOutcome Agent::outcome(int local_rank) const {
   o.stopped_by_launcher = m_supervisor->stopped_by_launcher(local_rank);
   o.start_time = m_start_time;
   o.end_time = m_end_times.at(i);
+  if (m_hung && m_hung->local_rank == local_rank) {
+    o.hung_for_s = m_hung->seconds;
+  }
   return o;
 }
 
@@ -254,6 +259,75 @@ void Agent::on_worker_exit(int local_rank, const ExitInfo& info) {
 
 void Agent::on_output(int local_rank, Stream stream, std::string_view data) {
   m_router.on_data(local_rank, stream, data);
+  // A complete line (or a progress bar's \r update) is progress.
+  if (data.find_first_of("\n\r") != std::string_view::npos &&
+      static_cast<size_t>(local_rank) < m_last_progress.size()) {
+    m_last_progress[static_cast<size_t>(local_rank)] = m_clock.now();
+  }
+}
+
+void Agent::on_progress(int local_rank) {
+  if (static_cast<size_t>(local_rank) < m_last_progress.size()) {
+    m_last_progress[static_cast<size_t>(local_rank)] = m_clock.now();
+  }
+}
+
+std::optional<Agent::TimePoint> Agent::hang_deadline() const {
+  if (m_config.hang_timeout_s <= 0 || m_phase != Phase::k_running || !m_supervisor) {
+    return std::nullopt;
+  }
+  if (m_hung) {
+    return m_hung->kill_at;
+  }
+  if (m_supervisor->stopping()) {
+    return std::nullopt;
+  }
+  std::optional<TimePoint> first;
+  for (size_t i = 0; i < m_last_progress.size(); ++i) {
+    if (!m_supervisor->exit_of(static_cast<int>(i)) && (!first || m_last_progress[i] < *first)) {
+      first = m_last_progress[i];
+    }
+  }
+  if (first) {
+    *first += millis(m_config.hang_timeout_s);
+  }
+  return first;
+}
+
+// A rank without progress for --hang-timeout is hung: SIGABRT makes Python's
+// faulthandler (PYTHONFAULTHANDLER, set for the workers) print every thread's
+// stack to its stderr, which lands in its log and the report, and ends it; it
+// then fails as any rank does (and is restarted, if restarts remain). One
+// that survives SIGABRT is killed after --term-timeout.
+void Agent::check_hangs(TimePoint now) {
+  auto due = hang_deadline();
+  if (!due || now < *due) {
+    return;
+  }
+  if (m_hung) {
+    if (!m_supervisor->exit_of(m_hung->local_rank)) {
+      log::warn("rank {} is still running {} s after SIGABRT: sending SIGKILL",
+                m_plan->workers.at(static_cast<size_t>(m_hung->local_rank)).rank,
+                m_config.term_timeout_s);
+      m_spawner.signal(m_hung->local_rank, SIGKILL);
+    }
+    m_hung->kill_at = TimePoint::max();
+    return;
+  }
+  for (size_t i = 0; i < m_last_progress.size(); ++i) {
+    const int lr = static_cast<int>(i);
+    if (m_supervisor->exit_of(lr) || now - m_last_progress[i] < millis(m_config.hang_timeout_s)) {
+      continue;
+    }
+    const double seconds = std::chrono::duration<double>(now - m_last_progress[i]).count();
+    m_hung = Hung{lr, seconds, now + millis(m_config.term_timeout_s)};
+    log::error(
+        "rank {} on {} shows no progress for {:.1f} s: hung; asking it for its stacks (SIGABRT) "
+        "and stopping the job",
+        m_plan->workers.at(i).rank, node_name(), seconds);
+    m_spawner.signal(lr, SIGABRT);
+    return;
+  }
 }
 
 void Agent::on_output_closed(int local_rank, Stream stream) {
@@ -263,6 +337,7 @@ void Agent::on_output_closed(int local_rank, Stream stream) {
 
 void Agent::on_time() {
   const auto now = m_clock.now();
+  check_hangs(now);
   if (m_supervisor && m_phase == Phase::k_running) {
     if (auto d = m_supervisor->deadline(); d && now >= *d) {
       log::warn("workers still running {} s after {}: sending SIGKILL", m_config.term_timeout_s,
@@ -283,6 +358,9 @@ std::optional<Agent::TimePoint> Agent::next_deadline() const {
   };
   if (m_phase == Phase::k_running && m_supervisor) {
     consider(m_supervisor->deadline());
+    if (auto h = hang_deadline(); h && *h != TimePoint::max()) {
+      consider(h);
+    }
   }
   if (m_publish_deadline && !m_verdict && now < *m_publish_deadline) {
     consider(m_publish_deadline);

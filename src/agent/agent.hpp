@@ -65,6 +65,8 @@ class Agent : public JobLink::Listener {
   // Worker `local_rank` ended; its pipes were read up to now first.
   void on_worker_exit(int local_rank, const ExitInfo& info);
   void on_output(int local_rank, Stream stream, std::string_view data);
+  // Worker `local_rank` wrote to its progress pipe (DDPLAUNCH_PROGRESS_FD).
+  void on_progress(int local_rank);
   void on_output_closed(int local_rank, Stream stream);
   // Call once now >= next_deadline().
   void on_time();
@@ -100,6 +102,9 @@ class Agent : public JobLink::Listener {
   // Every node's results are in (nullopt: only this node's are known).
   void end_gathering(std::optional<std::vector<RankOutcome>> ranks);
   void end_early(int exit_code, StopReason reason, const std::string& message, bool is_error);
+  // --hang-timeout: when the first running rank without progress is due.
+  std::optional<TimePoint> hang_deadline() const;
+  void check_hangs(TimePoint now);
   // This node's own view of how the round ended (its Supervisor's).
   LocalEnd local_end() const;
   // Once the round's workers ended: the next round if the round failed and
@@ -145,6 +150,15 @@ class Agent : public JobLink::Listener {
 
   int m_round = 0;                     // TORCHELASTIC_RESTART_COUNT
   std::vector<RoundSummary> m_rounds;  // the rounds that ended in a restart
+  // --hang-timeout: each rank's last progress; the rank found hung, how long
+  // it had shown none, and when it is killed if SIGABRT did not end it.
+  std::vector<TimePoint> m_last_progress;
+  struct Hung {
+    int local_rank;
+    double seconds;
+    TimePoint kill_at;
+  };
+  std::optional<Hung> m_hung;
 
   bool m_advancing = false;
   bool m_again = false;

@@ -46,6 +46,7 @@ using Stream = OutputRouter::Stream;
 constexpr uint64_t k_tag_signals = 1ULL << 62;
 constexpr uint64_t k_tag_link = 1ULL << 61;
 constexpr uint64_t k_tag_console = 1ULL << 60;
+constexpr uint64_t k_tag_progress = 1ULL << 59;  // | local rank: its DDPLAUNCH_PROGRESS_FD pipe
 constexpr size_t k_read_chunk = 64 * 1024;
 constexpr int k_drain_rounds = 64;  // bounded: a grandchild may still be writing
 
@@ -188,6 +189,10 @@ class Driver {
           m_worker_fds.insert(fd.get());
         }
       }
+      if (posix::Fd& fd = children[i].progress()) {
+        m_loop.set(fd.get(), EPOLLIN, k_tag_progress | i);
+        m_worker_fds.insert(fd.get());
+      }
     }
   }
 
@@ -203,6 +208,8 @@ class Driver {
     } else if (ready.tag == k_tag_console) {
       m_console.read_wake();
       resume_streams(false);
+    } else if ((ready.tag & k_tag_progress) != 0) {
+      read_progress(static_cast<int>(ready.tag & ~k_tag_progress));
     } else if ((ready.tag & k_tag_link) != 0) {
       // Find the fd by its id: the link matches fds itself.
       for (const auto& w : m_link->watches()) {
@@ -213,6 +220,22 @@ class Driver {
       }
     } else {
       read_stream(static_cast<int>(ready.tag / 2), static_cast<Stream>(ready.tag % 2));
+    }
+  }
+
+  // What a worker wrote to its progress pipe only says it is alive.
+  void read_progress(int local_rank) {
+    posix::Fd& fd = m_spawner.children().at(static_cast<size_t>(local_rank)).progress();
+    if (!fd) {
+      return;
+    }
+    ssize_t n = ::read(fd.get(), m_buffer.data(), m_buffer.size());
+    if (n > 0) {
+      m_agent.on_progress(local_rank);
+    } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+      m_loop.remove(fd.get());
+      m_worker_fds.erase(fd.get());
+      fd.close();
     }
   }
 

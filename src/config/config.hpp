@@ -97,6 +97,7 @@ struct Config {
 
   // --- Supervision -------------------------------------------------------------
   double term_timeout_s = 30;  // Default: 30 seconds between SIGTERM and SIGKILL
+  double hang_timeout_s = 0;   // a rank without progress this long is hung; 0: off
   std::string summary_json;    // Default: empty = no JSON summary file
 
   // --- Output ------------------------------------------------------------------

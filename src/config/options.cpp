@@ -456,6 +456,10 @@ const OptionSpec k_options[] = {
   {"term_timeout", "--term-timeout,--term_timeout", k_supervision,
    "Seconds between SIGTERM and SIGKILL when stopping workers", false, nullptr, nullptr,
    DDPLAUNCH_SECONDS(term_timeout_s, true)},
+  {"hang_timeout", "--hang-timeout,--hang_timeout", k_supervision,
+   "Seconds without progress (an output line, or a write to DDPLAUNCH_PROGRESS_FD) after "
+   "which a rank is hung: its stacks are shown, then it is stopped as a failure; 0: off",
+   false, nullptr, nullptr, DDPLAUNCH_SECONDS(hang_timeout_s, true)},
   {"summary_json", "--summary-json,--summary_json", k_supervision,
    "Write every rank's outcome to this file as JSON", false, nullptr, nullptr,
    DDPLAUNCH_STRING(summary_json)},

@@ -77,6 +77,15 @@ Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base
         env["OMP_NUM_THREADS"] = std::to_string(b.omp_threads);
       }
     }
+    if (config.hang_timeout_s > 0) {
+      // Progress for --hang-timeout, and Python's faulthandler, which prints
+      // every thread's stack when the launcher stops a hung rank (SIGABRT).
+      spec.progress_pipe = true;
+      env["DDPLAUNCH_PROGRESS_FD"] = std::to_string(k_progress_fd);
+      if (!base_env.contains("PYTHONFAULTHANDLER")) {
+        env["PYTHONFAULTHANDLER"] = "1";
+      }
+    }
     spec.env = WorkerEnv(inherited, env);
     spec.inherit_stdin = local_rank == 0;
     plan.workers.push_back(std::move(spec));

@@ -20,7 +20,11 @@ struct WorkerSpec {
   WorkerEnv env;
   std::vector<int> cpus;       // CPUs to bind it to before exec; empty: inherited
   bool inherit_stdin = false;  // local rank 0 reads the launcher's stdin; others /dev/null
+  bool progress_pipe = false;  // fd 3 (DDPLAUNCH_PROGRESS_FD) is a pipe the launcher reads
 };
+
+// The fd a worker reports progress on with --hang-timeout (DDPLAUNCH_PROGRESS_FD).
+inline constexpr int k_progress_fd = 3;
 
 struct Plan {
   JobLayout layout;

@@ -12,6 +12,7 @@ Child::Child(Child&& other) noexcept
     : m_pid(std::exchange(other.m_pid, -1)),
       m_out(std::move(other.m_out)),
       m_err(std::move(other.m_err)),
+      m_progress(std::move(other.m_progress)),
       m_reaped(other.m_reaped),
       m_own_group(other.m_own_group) {}
 
@@ -21,6 +22,7 @@ Child& Child::operator=(Child&& other) noexcept {
     m_pid = std::exchange(other.m_pid, -1);
     m_out = std::move(other.m_out);
     m_err = std::move(other.m_err);
+    m_progress = std::move(other.m_progress);
     m_reaped = other.m_reaped;
     m_own_group = other.m_own_group;
   }

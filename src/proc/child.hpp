@@ -1,5 +1,6 @@
 // Child: the RAII owner of one started worker: its pid (also its process
-// group id) and the read ends of its stdout and stderr pipes. A child that
+// group id) and the read ends of its stdout and stderr pipes (and of its
+// progress pipe, with --hang-timeout). A child that
 // has not been reaped when its owner goes away (an exception unwinding, say)
 // has its process group SIGKILLed and is reaped then: no worker outlives the
 // object that started it. Move-only; not thread-safe.
@@ -26,6 +27,7 @@ class Child {
   pid_t pid() const { return m_pid; }
   posix::Fd& out() { return m_out; }
   posix::Fd& err() { return m_err; }
+  posix::Fd& progress() { return m_progress; }  // invalid without --hang-timeout
   // Sends `sig` to the child's process group, or to the child alone when it
   // shares the launcher's (gone already: not an error).
   void signal(int sig) const;
@@ -38,6 +40,7 @@ class Child {
   pid_t m_pid = -1;
   posix::Fd m_out;
   posix::Fd m_err;
+  posix::Fd m_progress;
   bool m_reaped = false;
   bool m_own_group = true;
 };

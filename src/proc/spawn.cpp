@@ -81,7 +81,7 @@ struct ChildReport {
 // until it calls execve or _exit: only async-signal-safe calls, no
 // allocation, and no writes to memory except *report.
 [[noreturn]] void exec_child(const Prepared& p, pid_t parent, int stdin_fd, int out_fd, int err_fd,
-                             int report_fd, ChildReport* report, bool own_group) {
+                             int progress_fd, int report_fd, ChildReport* report, bool own_group) {
   report->shared = 1;
   if (own_group) {
     setpgid(0, 0);
@@ -90,9 +90,16 @@ struct ChildReport {
   if (getppid() != parent) {
     _exit(127);  // the launcher died before prctl took effect
   }
-  if ((stdin_fd == 0 || dup2(stdin_fd, 0) >= 0) && dup2(out_fd, 1) >= 0 && dup2(err_fd, 2) >= 0) {
-    // Everything above 2 closes on exec, including fds the launcher inherited.
-    syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+  // The progress pipe becomes fd 3 (dup2 onto itself would keep close-on-exec).
+  const bool progress_ok =
+      progress_fd < 0 || (progress_fd == k_progress_fd ? fcntl(progress_fd, F_SETFD, 0) == 0
+                                                       : dup2(progress_fd, k_progress_fd) >= 0);
+  if ((stdin_fd == 0 || dup2(stdin_fd, 0) >= 0) && dup2(out_fd, 1) >= 0 && dup2(err_fd, 2) >= 0 &&
+      progress_ok) {
+    // Everything above 2 (or the progress fd) closes on exec, including fds
+    // the launcher inherited.
+    syscall(SYS_close_range, progress_fd < 0 ? 3U : static_cast<unsigned>(k_progress_fd) + 1, ~0U,
+            CLOSE_RANGE_CLOEXEC);
     posix::reset_signals_for_child();
     if (g_worker_nofile) {
       (void)setrlimit(RLIMIT_NOFILE, &*g_worker_nofile);
@@ -118,13 +125,13 @@ struct ChildReport {
 // then does the parent wait on that pipe. Returns the pid, or -1 with the
 // child's errno in *exec_errno (the child is reaped).
 pid_t vfork_exec(const Prepared& p, pid_t parent, int stdin_fd, int out_fd, int err_fd,
-                 int* exec_errno, bool own_group) {
+                 int progress_fd, int* exec_errno, bool own_group) {
   auto pipe = posix::make_pipe();
   const int report_fd = pipe.write.get();
   ChildReport report;
   pid_t pid = vfork();
   if (pid == 0) {
-    exec_child(p, parent, stdin_fd, out_fd, err_fd, report_fd, &report, own_group);
+    exec_child(p, parent, stdin_fd, out_fd, err_fd, progress_fd, report_fd, &report, own_group);
   }
   if (pid < 0) {
     posix::throw_errno("vfork");
@@ -213,12 +220,16 @@ std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
   for (size_t i = 0; i < workers.size(); ++i) {
     auto out = posix::make_pipe();
     auto err = posix::make_pipe();
+    std::optional<posix::Pipe> progress;
+    if (workers[i].progress_pipe) {
+      progress = posix::make_pipe();
+    }
     int stdin_fd = workers[i].inherit_stdin ? 0 : devnull.get();
     const bool own_group = !(workers[i].inherit_stdin && foreground);
     int exec_errno = 0;
     const Prepared prepared = prepare(workers[i]);
-    pid_t pid = vfork_exec(prepared, self, stdin_fd, out.write.get(), err.write.get(), &exec_errno,
-                           own_group);
+    pid_t pid = vfork_exec(prepared, self, stdin_fd, out.write.get(), err.write.get(),
+                           progress ? progress->write.get() : -1, &exec_errno, own_group);
     if (pid < 0) {
       throw SpawnError("cannot execute '" + workers[i].argv.at(0) +
                        "': " + std::strerror(exec_errno));
@@ -226,6 +237,10 @@ std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
     posix::set_nonblocking(out.read.get());
     posix::set_nonblocking(err.read.get());
     started.emplace_back(pid, std::move(out.read), std::move(err.read), own_group);
+    if (progress) {
+      posix::set_nonblocking(progress->read.get());
+      started.back().progress() = std::move(progress->read);
+    }
   }
   return started;
 }

@@ -73,6 +73,9 @@ json outcome_json(const RankOutcome& o) {
     j["exit_code"] = o.exit->code();
     j["signal"] = nullptr;
   }
+  if (o.hung_for_s > 0) {
+    j["hung_for_s"] = o.hung_for_s;
+  }
   if (!o.last_stderr.empty()) {
     j["last_stderr"] = o.last_stderr;
   }
@@ -101,6 +104,9 @@ RankOutcome outcome_from(const json& j) {
     o.exit = ExitInfo::exited(int_of(j.at("exit_code")));
   } else if (state != "unknown") {
     throw RecordError("unknown rank state '" + state + "'");
+  }
+  if (j.contains("hung_for_s")) {
+    o.hung_for_s = j.at("hung_for_s").get<double>();
   }
   if (j.contains("last_stderr")) {
     o.last_stderr = j.at("last_stderr").get<std::vector<std::string>>();

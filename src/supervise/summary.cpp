@@ -12,6 +12,12 @@ std::string ending(const RankOutcome& o) {
   }
   std::string text =
       o.exit->by_signal() ? "killed by " + o.exit->describe() : "exited with " + o.exit->describe();
+  if (o.hung_for_s > 0) {
+    return fmt::format(
+        "hung: no progress for {:.1f} s; ddplaunch asked it for its stacks (SIGABRT) and it "
+        "ended, {}",
+        o.hung_for_s, text);
+  }
   if (o.stopped_by_launcher) {
     text += " after ddplaunch stopped it";
   }

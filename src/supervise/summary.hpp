@@ -36,6 +36,7 @@ struct RankOutcome {
   double end_time = 0;
   std::vector<std::string> last_stderr;  // root cause only
   std::optional<WorkerError> error;      // root cause only, when it wrote its error file
+  double hung_for_s = 0;  // --hang-timeout found it hung after this long without progress
   bool operator==(const RankOutcome&) const = default;
 };
 

@@ -7,7 +7,7 @@ import os
 import signal
 
 import pytest
-from conftest import TORCH_PYTHON, free_port, needs_torch, wait_until
+from conftest import TORCH_PYTHON, free_port, needs_torch, read_until, wait_until
 
 # Each start of a worker prints one line: its rank, round and MASTER_PORT.
 REPORT = 'echo "start rank=$RANK round=$TORCHELASTIC_RESTART_COUNT port=$MASTER_PORT"'
@@ -107,16 +107,20 @@ def test_a_stop_signal_is_never_restarted(jobs, tmp_path):
 
 
 def test_a_signal_while_the_job_restarts_ends_every_node(jobs, tmp_path):
-    # Node 1's rank fails; node 0's rank ignores SIGTERM, so the round takes
-    # its grace period to end, and node 1 waits for node 0 meanwhile.
-    program = ["sh", "-c", f'{REPORT}; touch {tmp_path}/ready.$RANK.$TORCHELASTIC_RESTART_COUNT; '
-                           'if [ "$RANK" = 1 ]; then exit 7; fi; trap "" TERM; sleep 300']
+    # Node 1's rank fails once node 0's runs; node 0's rank ignores SIGTERM,
+    # so the round takes its grace period to end, and node 1 waits for node 0
+    # meanwhile.
+    program = ["sh", "-c", f'{REPORT}; if [ "$RANK" = 1 ]; then '
+                           f'while [ ! -e {tmp_path}/ready.0.0 ]; do sleep 0.01; done; exit 7; fi; '
+                           f'trap "" TERM; touch {tmp_path}/ready.$RANK.$TORCHELASTIC_RESTART_COUNT; sleep 300']
     procs = nodes(jobs, 2, 1, program, extra=["--max-restarts", 1, "--term-timeout", 30])
-    assert wait_until(lambda: os.path.exists(tmp_path / "ready.0.0"), timeout=60)
+    # Node 1's workers have ended and it waits for node 0 in the next round.
+    seen = read_until(procs[1].stderr, "restarting every worker")
+    assert seen and "restarting every worker" in seen[-1], seen
     procs[0].send_signal(signal.SIGTERM)  # while its rank ignores the stop
     for p in procs:
         out, err = p.communicate(timeout=60)
-        assert p.returncode == 143, err
+        assert p.returncode == 143, "".join(seen) + err
     assert not any(name.endswith(".1") for name in os.listdir(tmp_path)), "no round 1 started"
 
 

@@ -489,5 +489,55 @@ TEST_F(AgentTest, ASignalWhileTheJobRestartsStopsTheNextRoundEverywhere) {
   EXPECT_EQ(spawner.spawned.size(), 1u);
 }
 
+// --- hangs (--hang-timeout) ---------------------------------------------------------
+
+TEST_F(AgentTest, ARankWithoutProgressIsHungAskedForItsStacksAndFails) {
+  config.hang_timeout_s = 10;
+  make(3, false);
+  EXPECT_EQ(spawner.spawned[0][0].env.at("DDPLAUNCH_PROGRESS_FD"), "3");
+  EXPECT_EQ(spawner.spawned[0][0].env.at("PYTHONFAULTHANDLER"), "1");
+  EXPECT_TRUE(spawner.spawned[0][0].progress_pipe);
+  ASSERT_EQ(agent->next_deadline(), clock.t + 10s);
+  pass(6s);
+  agent->on_output(0, Stream::k_err, "step 1\n");    // a line: progress
+  agent->on_progress(2);                             // a write to its progress fd
+  agent->on_output(1, Stream::k_out, "no newline");  // not progress
+  pass(4s);
+  EXPECT_EQ(spawner.signals, (std::vector<std::pair<int, int>>{{1, SIGABRT}}));
+  ends(1, ExitInfo::signaled(SIGABRT));
+  EXPECT_EQ(spawner.count(SIGTERM), 2) << "then the job stops as for any failure";
+  ends(0, ExitInfo::signaled(SIGTERM));
+  ends(2, ExitInfo::signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  const auto& s = agent->summary();
+  EXPECT_EQ(s.exit_code, 134);
+  ASSERT_TRUE(s.root_cause);
+  EXPECT_EQ(s.root_cause->rank, 1);
+  EXPECT_DOUBLE_EQ(s.root_cause->hung_for_s, 10);
+  EXPECT_NE(format_failure_report(s).find("hung: no progress for 10.0 s"), std::string::npos);
+}
+
+TEST_F(AgentTest, AHungRankThatSurvivesSigabrtIsKilledAfterTheGracePeriod) {
+  config.hang_timeout_s = 5;
+  make(1, false);
+  pass(5s);
+  EXPECT_EQ(spawner.count(SIGABRT), 1);
+  pass(29s);
+  EXPECT_EQ(spawner.count(SIGKILL), 0);
+  pass(1s);
+  EXPECT_EQ(spawner.count(SIGKILL), 1);
+  ends(0, ExitInfo::signaled(SIGKILL));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 137);
+  EXPECT_GT(agent->summary().root_cause->hung_for_s, 0);
+}
+
+TEST_F(AgentTest, WithoutAHangTimeoutThereIsNoProgressPipe) {
+  make(1, false);
+  EXPECT_FALSE(spawner.spawned[0][0].progress_pipe);
+  EXPECT_FALSE(spawner.spawned[0][0].env.contains("DDPLAUNCH_PROGRESS_FD"));
+  EXPECT_FALSE(agent->next_deadline());
+}
+
 }  // namespace
 }  // namespace ddplaunch

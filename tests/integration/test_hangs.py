@@ -1,0 +1,67 @@
+"""--hang-timeout: a rank that shows no progress (no output line, no write to
+DDPLAUNCH_PROGRESS_FD) for that long is hung. Its stacks are shown (Python's
+faulthandler, through SIGABRT) in its stderr and the report, and the job
+ends as for any failing rank (or restarts, with restarts left)."""
+import json
+import textwrap
+
+from conftest import TORCH_PYTHON
+
+SCRIPT = textwrap.dedent("""\
+    import os, sys, time
+    def stuck_forever():
+        time.sleep(300)
+    rank = int(os.environ["RANK"])
+    round = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    print(f"rank {rank} starts", flush=True)
+    if rank == 1 and round == 0:
+        stuck_forever()
+    # Quiet, but alive: one byte on the progress fd every 0.1 s, for 5 s.
+    fd = int(os.environ["DDPLAUNCH_PROGRESS_FD"])
+    for _ in range(50):
+        os.write(fd, b".")
+        time.sleep(0.1)
+    """)
+
+
+def test_a_hung_python_rank_shows_its_stack_and_ends_the_job(jobs, tmp_path):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    r = jobs.run(["--nproc-per-node", 2, "--hang-timeout", 2, "--summary-json", tmp_path / "s.json",
+                  "--log-dir", tmp_path / "logs", "--", TORCH_PYTHON, tmp_path / "train.py"], timeout=120)
+    assert r.returncode == 134, r.stderr  # SIGABRT
+    assert "rank 1 on node 0" in r.stderr and "hung; asking it for its stacks" in r.stderr, r.stderr
+    assert "job failed: rank 1 (node 0" in r.stderr and "hung: no progress for" in r.stderr, r.stderr
+    # The stack, in the report and in the rank's log.
+    assert 'in stuck_forever' in r.stderr, r.stderr
+    assert 'in stuck_forever' in (tmp_path / "logs" / "1" / "stderr.log").read_text()
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["root_cause"]["rank"] == 1 and s["root_cause"]["hung_for_s"] >= 2
+    # Rank 0 was quiet for as long, but wrote to its progress fd: not hung.
+    rank0 = next(o for o in s["ranks"] if o["rank"] == 0)
+    assert "hung_for_s" not in rank0 and rank0["stopped_by_launcher"]
+
+
+def test_a_hung_rank_with_restarts_left_restarts_the_job(jobs, tmp_path):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    r = jobs.run(["--nproc-per-node", 2, "--hang-timeout", 2, "--max-restarts", 1, "--",
+                  TORCH_PYTHON, tmp_path / "train.py"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "hung: no progress for" in r.stderr and "restart 1 of 1" in r.stderr, r.stderr
+
+
+def test_output_lines_are_progress_and_a_native_program_is_stopped_too(jobs):
+    # Rank 0 prints a line every 0.2 s for 5 s; rank 1 is silent in sleep.
+    program = ["sh", "-c", 'if [ "$RANK" = 0 ]; then for i in $(seq 25); do echo $i; sleep 0.2; done; '
+                           'else sleep 300; fi']
+    r = jobs.run(["--nproc-per-node", 2, "--hang-timeout", 2, "--", *program], timeout=120)
+    assert r.returncode == 134, r.stderr
+    assert "job failed: rank 1 (node 0" in r.stderr and "hung" in r.stderr, r.stderr
+
+
+def test_the_progress_fd_is_a_pipe_and_only_with_a_hang_timeout(jobs):
+    show = 'echo "fd=${DDPLAUNCH_PROGRESS_FD:-none}"; ls -l /proc/$$/fd/'
+    r = jobs.run(["--hang-timeout", 60, "--", "sh", "-c", show])
+    assert r.returncode == 0, r.stderr
+    assert "fd=3" in r.stdout and " 3 -> pipe:" in r.stdout and " 4 -> " not in r.stdout, r.stdout
+    r = jobs.run(["--", "sh", "-c", show])
+    assert "fd=none" in r.stdout and " 3 -> " not in r.stdout, r.stdout
