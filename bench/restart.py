@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Restart rounds and lost-node detection, ddplaunch against torchrun (c10d
+rendezvous, the backend torchrun restarts with), the same shape on loopback:
+2 agents x 2 workers, one Python worker script.
+
+    /usr/bin/python3 bench/restart.py [--build build] [--repeat 3]
+
+Restart round: rank 3 (node 1) fails once every rank runs; with
+--max-restarts 1, from the failing worker's exit (the time it writes just
+before exiting) to the last worker of the new round started (the time each
+writes first thing; Python's start-up counts for both launchers).
+
+Lost node: once every rank runs, node 1's agent is SIGKILLed; from then to
+node 0's agent's exit (capped at 60 s: torchrun's agent does not watch its
+peers, and its workers here do no collective that would fail).
+"""
+import argparse
+import glob
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchlib import free_port
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TORCH_PY = "/usr/bin/python3"
+
+WORKER = r"""
+import os, sys, time
+t = time.time()
+d, mode = sys.argv[1], sys.argv[2]
+rnd, rank = int(os.environ["TORCHELASTIC_RESTART_COUNT"]), int(os.environ["RANK"])
+def note(name, value):  # whole or not at all: the bench reads it at once
+    open(f"{d}/.{name}", "w").write(repr(value))
+    os.rename(f"{d}/.{name}", f"{d}/{name}")
+note(f"start.{rnd}.{rank}", t)
+if mode == "fail" and rnd == 0 and rank == 3:
+    while len([f for f in os.listdir(d) if f.startswith("start.0.")]) < 4:
+        time.sleep(0.01)
+    note("fail", time.time())
+    os._exit(1)
+if rnd == 0:
+    time.sleep(60)
+"""
+
+
+def agents(launcher, build, port, program, restarts):
+    if launcher == "ddplaunch":
+        return [[os.path.join(build, "ddplaunch"), "--nnodes", "2", "--node-rank", str(n),
+                 "--nproc-per-node", "2", "--master-port", str(port), "--max-restarts", str(restarts),
+                 "--", *program] for n in range(2)]
+    return [[TORCH_PY, os.path.join(HERE, "torchrun_fixed.py"), "--nnodes", "2", "--nproc_per_node", "2",
+             "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "bench",
+             "--max_restarts", str(restarts), "--monitor_interval", "0.1", "--no_python", *program]
+            for _ in range(2)]
+
+
+def start(cmds):
+    return [subprocess.Popen(c, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True) for c in cmds]
+
+
+def cleanup(procs):
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+
+def wait_for(pattern, count, timeout=120):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if len(glob.glob(pattern)) >= count:
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def restart_round(launcher, build, script):
+    with tempfile.TemporaryDirectory() as d:
+        procs = start(agents(launcher, build, free_port(), [TORCH_PY, script, d, "fail"], 1))
+        try:
+            if not wait_for(f"{d}/start.1.*", 4, timeout=60):
+                return None
+            failed = float(open(f"{d}/fail").read())
+            return max(float(open(f).read()) for f in glob.glob(f"{d}/start.1.*")) - failed
+        finally:
+            cleanup(procs)
+
+
+def lost_node(launcher, build, script):
+    with tempfile.TemporaryDirectory() as d:
+        procs = start(agents(launcher, build, free_port(), [TORCH_PY, script, d, "sleep"], 0))
+        try:
+            if not wait_for(f"{d}/start.0.*", 4):
+                return None
+            # torchrun's agents take ranks by arrival: kill the one not hosting rank 0.
+            victim = procs[1]
+            t = time.monotonic()
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.wait()
+            try:
+                procs[0].wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                return float("inf")
+            return time.monotonic() - t
+        finally:
+            cleanup(procs)
+
+
+def show(values):
+    ok = [v for v in values if v is not None and v != float("inf")]
+    if not ok:
+        return ("node 0 did not exit within 60 s" if any(v == float("inf") for v in values)
+                else "the new round did not start every worker within 60 s")
+    text = f"{statistics.median(ok) * 1000:.0f} ms (median of {len(ok)})"
+    if len(ok) < len(values):
+        text += f"; {len(values) - len(ok)} runs did not finish"
+    return text
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(WORKER)
+        script = f.name
+    try:
+        print("| 2 agents x 2 workers, loopback | ddplaunch | torchrun (c10d) | ratio |\n|---|---|---|---|")
+        for name, measure in (("restart round (failing exit to every new worker started)", restart_round),
+                              ("lost node (agent SIGKILLed to node 0's exit)", lost_node)):
+            ours = [measure("ddplaunch", args.build, script) for _ in range(args.repeat)]
+            theirs = [measure("torchrun", args.build, script) for _ in range(args.repeat)]
+            good = [v for v in ours if v not in (None, float("inf"))]
+            base = [v for v in theirs if v not in (None, float("inf"))]
+            ratio = (f"{statistics.median(base) / statistics.median(good):.0f}x faster"
+                     if good and base else "")
+            print(f"| {name} | {show(ours)} | {show(theirs)} | {ratio} |", flush=True)
+    finally:
+        os.unlink(script)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
