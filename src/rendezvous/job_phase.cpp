@@ -240,8 +240,18 @@ void StoreLink::collect_results() {
 // workers have ended, with a fresh MASTER_PORT (the old one may be in
 // TIME_WAIT or held by a dying rank).
 void StoreLink::next_round(const std::vector<RankOutcome>& local) {
-  if (m_phase != Phase::k_running || m_rpc->state() == AsyncClient::State::k_failed) {
-    store_lost(m_rpc ? m_rpc->error() : "no connection");
+  const AsyncClient* failed = nullptr;
+  for (const auto* c : {m_rpc.get(), m_watch.get(), m_wait.get()}) {
+    if (c->state() == AsyncClient::State::k_failed) {
+      failed = c;
+    }
+  }
+  if (m_phase != Phase::k_running || failed != nullptr) {
+    // The store went away after the verdict (node 0 gone): no next round.
+    m_phase = Phase::k_joining;
+    join_failed(k_exit_node_lost, "lost contact with the store at " + m_where +
+                                      " before the restart" +
+                                      (failed != nullptr ? ": " + failed->error() : std::string()));
     return;
   }
   const int ended = m_round;

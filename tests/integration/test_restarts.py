@@ -154,3 +154,26 @@ def test_pytorch_ddp_survives_one_injected_failure(jobs):
         lines += [l for l in out.splitlines() if "whole" in l]
     assert len(lines) == 4, lines
     assert all("round 1: group of 4 whole, all-reduce 10" in l for l in lines), lines
+
+
+def test_node_0_gone_before_the_restart_ends_the_other_nodes(jobs, tmp_path):
+    # Rank 1 fails; node 1's other rank ignores SIGTERM, so node 1 is still
+    # ending the round when node 0 (the store) is killed after hearing the
+    # verdict. Node 1 cannot restart without the store: it exits 4, never
+    # waiting forever.
+    program = ["sh", "-c",
+               f'if [ "$RANK" = 0 ]; then trap "touch {tmp_path}/term.0; exit 0" TERM; touch {tmp_path}/ready.0; '
+               'sleep 300 & wait; fi; '
+               f'if [ "$RANK" = 2 ]; then trap "" TERM; touch {tmp_path}/ready.2; sleep 300; fi; '
+               f'while [ ! -e {tmp_path}/ready.0 ] || [ ! -e {tmp_path}/ready.2 ]; do sleep 0.01; done; exit 7']
+    port = free_port()
+    procs = [jobs.start(["--nnodes", 2, "--node-rank", n, "--nproc-per-node", 1 if n == 0 else 2,
+                         "--master-port", port, "--rdzv-timeout", 60, "--max-restarts", 1,
+                         "--term-timeout", 3, "--", *program]) for n in range(2)]
+    # Node 0 heard the verdict (it stopped its rank): now it goes.
+    assert wait_until(lambda: (tmp_path / "term.0").exists(), timeout=60)
+    procs[0].kill()
+    procs[0].wait()
+    out, err = procs[1].communicate(timeout=60)
+    assert procs[1].returncode == 4, err
+    assert "lost contact with the store" in err, err
