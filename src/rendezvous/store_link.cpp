@@ -320,8 +320,8 @@ void StoreLink::take_plan(const std::string& text) {
     return;
   }
   m_rpc->get(keys::plan(m_self.arrival), Ms(1),
-             [this, topology = std::move(*record.topology)](std::optional<std::string> text) {
-               take_assignment(topology, text);
+             [this, topology = std::move(*record.topology)](std::optional<std::string> mine) {
+               take_assignment(topology, mine);
              });
 }
 
