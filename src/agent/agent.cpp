@@ -260,8 +260,9 @@ void Agent::on_worker_exit(int local_rank, const ExitInfo& info) {
 void Agent::on_output(int local_rank, Stream stream, std::string_view data) {
   m_router.on_data(local_rank, stream, data);
   // A complete line (or a progress bar's \r update) is progress.
-  if (data.find_first_of("\n\r") != std::string_view::npos &&
-      static_cast<size_t>(local_rank) < m_last_progress.size()) {
+  // Scanned only with --hang-timeout: this is the output hot path.
+  if (m_config.hang_timeout_s > 0 && static_cast<size_t>(local_rank) < m_last_progress.size() &&
+      data.find_first_of("\n\r") != std::string_view::npos) {
     m_last_progress[static_cast<size_t>(local_rank)] = m_clock.now();
   }
 }

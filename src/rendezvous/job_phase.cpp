@@ -37,7 +37,9 @@ void StoreLink::start_job(const Topology& topology, int node_rank) {
     }
     m_last_beat.assign(static_cast<size_t>(m_nnodes), {-1, now});
   }
-  leave_last_word();
+  if (m_round == 0) {
+    leave_last_word();  // a later round's was left when it began (next_round)
+  }
   m_listener->on_joined(topology, node_rank);
 }
 
