@@ -13,6 +13,10 @@ writes first thing; Python's start-up counts for both launchers).
 Lost node: once every rank runs, node 1's agent is SIGKILLed; from then to
 node 0's agent's exit (capped at 60 s: torchrun's agent does not watch its
 peers, and its workers here do no collective that would fail).
+
+Elastic: 3 agents x 2 workers with --nnodes 2:3 and one restart; once every
+rank runs, node 2's agent is SIGKILLed; from then to the last worker of the
+2-node round started (capped at 60 s, as above).
 """
 import argparse
 import glob
@@ -48,15 +52,15 @@ if rnd == 0:
 """
 
 
-def agents(launcher, build, port, program, restarts):
+def agents(launcher, build, port, program, restarts, nnodes="2", count=2):
     if launcher == "ddplaunch":
-        return [[os.path.join(build, "ddplaunch"), "--nnodes", "2", "--node-rank", str(n),
+        return [[os.path.join(build, "ddplaunch"), "--nnodes", nnodes, "--node-rank", str(n),
                  "--nproc-per-node", "2", "--master-port", str(port), "--max-restarts", str(restarts),
-                 "--", *program] for n in range(2)]
-    return [[TORCH_PY, os.path.join(HERE, "torchrun_fixed.py"), "--nnodes", "2", "--nproc_per_node", "2",
+                 "--", *program] for n in range(count)]
+    return [[TORCH_PY, os.path.join(HERE, "torchrun_fixed.py"), "--nnodes", nnodes, "--nproc_per_node", "2",
              "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "bench",
              "--max_restarts", str(restarts), "--monitor_interval", "0.1", "--no_python", *program]
-            for _ in range(2)]
+            for _ in range(count)]
 
 
 def start(cmds):
@@ -114,6 +118,24 @@ def lost_node(launcher, build, script):
             cleanup(procs)
 
 
+def elastic_lost_node(launcher, build, script):
+    with tempfile.TemporaryDirectory() as d:
+        procs = start(agents(launcher, build, free_port(), [TORCH_PY, script, d, "sleep"], 1,
+                             nnodes="2:3", count=3))
+        try:
+            if not wait_for(f"{d}/start.0.*", 6):
+                return None
+            victim = procs[2]  # not the store's host, for either launcher
+            t = time.time()
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.wait()
+            if not wait_for(f"{d}/start.1.*", 4, timeout=60):
+                return None
+            return max(float(open(f).read()) for f in glob.glob(f"{d}/start.1.*")) - t
+        finally:
+            cleanup(procs)
+
+
 def show(values):
     ok = [v for v in values if v is not None and v != float("inf")]
     if not ok:
@@ -136,7 +158,9 @@ def main():
     try:
         print("| 2 agents x 2 workers, loopback | ddplaunch | torchrun (c10d) | ratio |\n|---|---|---|---|")
         for name, measure in (("restart round (failing exit to every new worker started)", restart_round),
-                              ("lost node (agent SIGKILLed to node 0's exit)", lost_node)):
+                              ("lost node (agent SIGKILLed to node 0's exit)", lost_node),
+                              ("elastic 2:3, node 2 lost (agent SIGKILLed to every worker of the "
+                               "2-node round started)", elastic_lost_node)):
             ours = [measure("ddplaunch", args.build, script) for _ in range(args.repeat)]
             theirs = [measure("torchrun", args.build, script) for _ in range(args.repeat)]
             good = [v for v in ours if v not in (None, float("inf"))]

@@ -84,7 +84,7 @@ struct AgentNode : SimNode, JobLink::Listener {
   void on_time(Clock::time_point now) override { link->on_time(now); }
   void finish() override { link->finish({}); }
 
-  void on_joined(const Topology&, int) override { state.joined = true; }
+  void on_joined(const Topology&, int, const RoundStart&) override { state.joined = true; }
   void on_join_failed(int code, const std::string& message) override {
     state.failed = true;
     state.error = std::to_string(code) + ": " + message;

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <filesystem>
 #include <system_error>
 #include <utility>
 
@@ -60,6 +61,7 @@ void Agent::start() {
     self.command += " " + arg;
   }
   self.nnodes = m_config.nnodes;
+  self.nnodes_min = m_config.elastic() ? m_config.nnodes_min : 0;
   self.nproc = m_self.nproc;
   self.node_rank = m_config.node_rank.value_or(-1);
   self.host = m_self.host;
@@ -73,7 +75,8 @@ void Agent::begin(const Topology& topology, int node_rank) {
   m_topology = topology;
   JobLayout layout =
       layout_of(topology, node_rank, m_config.rdzv_id, m_config.role, m_config.max_restarts);
-  layout.restart_count = m_round;
+  layout.restart_count = m_restarts;
+  layout.round = m_round;
   layout.socket_ifname = m_self.ifname;
   m_plan = make_plan(m_config, layout, m_env, m_self.bindings);
   for (const auto& notice : m_plan->notices) {
@@ -195,8 +198,9 @@ void Agent::on_signal(int sig) {
         return;
       }
       m_join_signal = sig;
-      log::info("received {}: leaving rendezvous and stopping the job on every node",
-                signal_name(sig));
+      log::info("received {}: {}", signal_name(sig),
+                m_link->admitted() ? "leaving rendezvous and stopping the job on every node"
+                                   : "leaving; the running job goes on without this node");
       publish(JobVerdict{
           128 + sig,
           node_name() + " received " + signal_name(sig) + " while waiting for the other nodes",
@@ -305,6 +309,13 @@ void Agent::check_hangs(TimePoint now) {
   if (!due || now < *due) {
     return;
   }
+  if (m_hung && m_hung->dumping) {
+    log::warn("the debugger did not print rank {}'s stacks within {} s: going on",
+              m_plan->workers.at(static_cast<size_t>(m_hung->local_rank)).rank,
+              k_stack_dump_wait.count());
+    abort_hung(now);
+    return;
+  }
   if (m_hung) {
     if (!m_supervisor->exit_of(m_hung->local_rank)) {
       log::warn("rank {} is still running {} s after SIGABRT: sending SIGKILL",
@@ -321,13 +332,34 @@ void Agent::check_hangs(TimePoint now) {
       continue;
     }
     const double seconds = std::chrono::duration<double>(now - m_last_progress[i]).count();
-    m_hung = Hung{lr, seconds, now + millis(m_config.term_timeout_s)};
-    log::error(
-        "rank {} on {} shows no progress for {:.1f} s: hung; asking it for its stacks (SIGABRT) "
-        "and stopping the job",
-        m_plan->workers.at(i).rank, node_name(), seconds);
-    m_spawner.signal(lr, SIGABRT);
+    m_hung = Hung{lr, seconds, now + k_stack_dump_wait};
+    const auto& w = m_plan->workers.at(i);
+    // A native program's stacks come from a debugger, where one is
+    // installed; Python prints its own on SIGABRT (faulthandler).
+    const std::string program = std::filesystem::path(w.argv.at(0)).filename().string();
+    m_hung->dumping = !program.starts_with("python") && m_spawner.dump_stacks(lr);
+    log::error("rank {} on {} shows no progress for {:.1f} s: hung; {} and stopping the job",
+               w.rank, node_name(), seconds,
+               m_hung->dumping ? "printing its threads' native stacks, then SIGABRT"
+                               : "asking it for its stacks (SIGABRT)");
+    if (!m_hung->dumping) {
+      abort_hung(now);
+    }
     return;
+  }
+}
+
+void Agent::abort_hung(TimePoint now) {
+  m_hung->dumping = false;
+  m_hung->kill_at = now + millis(m_config.term_timeout_s);
+  m_spawner.signal(m_hung->local_rank, SIGABRT);
+}
+
+void Agent::on_stacks_dumped(int local_rank) {
+  if (m_phase == Phase::k_running && m_hung && m_hung->local_rank == local_rank &&
+      m_hung->dumping) {
+    abort_hung(m_clock.now());
+    advance();
   }
 }
 
@@ -375,10 +407,12 @@ std::optional<Agent::TimePoint> Agent::next_deadline() const {
   return first;
 }
 
-void Agent::on_joined(const Topology& topology, int node_rank) {
+void Agent::on_joined(const Topology& topology, int node_rank, const RoundStart& round) {
   if (m_phase != Phase::k_joining) {
     return;
   }
+  m_round = round.round;  // a node admitted to a running elastic job starts late
+  m_restarts = round.restarts;
   if (m_join_signal) {
     m_topology = topology;  // stopping already: no worker starts
     advance();
@@ -529,6 +563,7 @@ void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
   const Decision d =
       merge_verdict(local_end(), m_link != nullptr ? m_verdict : std::nullopt, node_rank);
   m_summary.rounds = rounds(d);
+  m_summary.restarts = m_restarts;
   m_summary.max_restarts = m_config.max_restarts;
   m_summary.run_id = m_config.rdzv_id;
   m_summary.exit_code = d.exit_code;
@@ -572,32 +607,45 @@ bool Agent::try_restart() {
       merge_verdict(quiet, m_link != nullptr ? m_verdict : std::nullopt, m_plan->layout.node_rank);
   const bool known = m_link == nullptr || m_verdict;
   const bool stopping_here = m_late_signal && m_link == nullptr;
-  if (!known || stopping_here || !restarts_after(d, m_round, m_config.max_restarts)) {
+  if (!known || stopping_here) {
+    return false;
+  }
+  const NextRound next =
+      next_round_after(d, m_link != nullptr ? m_verdict : std::nullopt, m_config.elastic(),
+                       m_plan->layout.node_rank, m_restarts, m_config.max_restarts);
+  if (next == NextRound::k_none) {
     return false;
   }
   std::vector<RankOutcome> local;
   for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
     local.push_back(outcome(lr));
   }
-  restart(local, d);
+  restart(local, d, next);
   return true;
 }
 
 std::vector<RoundSummary> Agent::rounds(const Decision& last) const {
   std::vector<RoundSummary> all = m_rounds;
   if (m_supervisor) {
-    all.push_back(RoundSummary{m_round, last.exit_code, last.root_cause, last.message, m_start_time,
-                               m_clock.wall_now()});
+    all.push_back(RoundSummary{m_round, m_plan->layout.nnodes, false, last.exit_code,
+                               last.root_cause, last.message, m_start_time, m_clock.wall_now()});
   }
   return all;
 }
 
-void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d) {
-  m_rounds.push_back(RoundSummary{m_round, d.exit_code, d.root_cause, d.message, m_start_time,
-                                  m_clock.wall_now()});
+void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, NextRound next) {
+  const bool regroup = next == NextRound::k_regroup;
+  m_rounds.push_back(RoundSummary{m_round, m_plan->layout.nnodes, regroup, d.exit_code,
+                                  d.root_cause, d.message, m_start_time, m_clock.wall_now()});
   ++m_round;
-  log::warn("{}: restarting every worker (restart {} of {})", describe_round_end(m_rounds.back()),
-            m_round, m_config.max_restarts);
+  if (regroup) {
+    log::info("{}: restarting every worker to admit it (no restart used)",
+              describe_round_end(m_rounds.back()));
+  } else {
+    ++m_restarts;
+    log::warn("{}: restarting every worker (restart {} of {})", describe_round_end(m_rounds.back()),
+              m_restarts, m_config.max_restarts);
+  }
   for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
     m_router.on_close(lr, Stream::k_out);  // a last unfinished line is shown now
     m_router.on_close(lr, Stream::k_err);
@@ -613,7 +661,7 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d) {
   m_gathered.reset();
   if (m_link != nullptr) {
     m_phase = Phase::k_joining;
-    m_link->next_round(local);
+    m_link->next_round(local, m_restarts);
     if (m_late_signal) {
       // Received while this round ended: the next one is stopped on every node.
       m_join_signal = std::exchange(m_late_signal, std::nullopt);
@@ -624,16 +672,17 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d) {
     }
     return;
   }
-  Topology next = *m_topology;
+  Topology again = *m_topology;
   if (!m_config.worker_port && m_self.pick_port) {
-    next.master_port = m_self.pick_port();  // the last one may be in TIME_WAIT
+    again.master_port = m_self.pick_port();  // the last one may be in TIME_WAIT
   }
-  begin(next, 0);
+  begin(again, 0);
 }
 
 void Agent::end_early(int exit_code, StopReason reason, const std::string& message, bool is_error) {
   m_summary.run_id = m_config.rdzv_id;
   m_summary.max_restarts = m_config.max_restarts;
+  m_summary.restarts = m_restarts;
   m_summary.rounds = m_rounds;
   m_summary.exit_code = exit_code;
   m_summary.reason = reason;

@@ -3,7 +3,8 @@
 // (the workers), finishing (the last output of the workers drains), gathering
 // (every node's results), done. With --max-restarts, a round whose rank
 // failed goes from finishing back to running (one node) or joining (the
-// nodes meet for the next round), with TORCHELASTIC_RESTART_COUNT one more. It is told what
+// nodes meet for the next round), with TORCHELASTIC_RESTART_COUNT one more;
+// an elastic job's rounds also end when a node joins or is lost. It is told what
 // happened (a signal, a worker exit, output, the link's answers, time passing) and acts through
 // small interfaces: a Spawner, a Clock, a JobLink and a ConsoleSink. Apart from its log lines and
 // the --log-dir files its OutputRouter writes, it makes no system call, so it is unit-tested with
@@ -45,6 +46,8 @@ struct NodeIdentity {
 // How long an agent that stopped the job waits for the store to confirm the
 // verdict before it ends with its own. Default: 500 ms.
 inline constexpr auto k_publish_wait = std::chrono::milliseconds(500);
+// How long a debugger may take to print a hung worker's native stacks.
+inline constexpr auto k_stack_dump_wait = std::chrono::seconds(10);
 // How long to wait for output pipes to close after every worker has ended.
 inline constexpr auto k_drain_timeout = std::chrono::seconds(2);
 
@@ -68,12 +71,14 @@ class Agent : public JobLink::Listener {
   // Worker `local_rank` wrote to its progress pipe (DDPLAUNCH_PROGRESS_FD).
   void on_progress(int local_rank);
   void on_output_closed(int local_rank, Stream stream);
+  // The debugger printing hung worker `local_rank`'s native stacks ended.
+  void on_stacks_dumped(int local_rank);
   // Call once now >= next_deadline().
   void on_time();
   std::optional<TimePoint> next_deadline() const;
 
   // JobLink::Listener
-  void on_joined(const Topology& topology, int node_rank) override;
+  void on_joined(const Topology& topology, int node_rank, const RoundStart& round) override;
   void on_join_failed(int exit_code, const std::string& message) override;
   void on_verdict(const JobVerdict& verdict) override;
   void on_finished(std::vector<RankOutcome> ranks) override;
@@ -105,13 +110,14 @@ class Agent : public JobLink::Listener {
   // --hang-timeout: when the first running rank without progress is due.
   std::optional<TimePoint> hang_deadline() const;
   void check_hangs(TimePoint now);
+  void abort_hung(TimePoint now);  // SIGABRT: Python prints its stacks and it ends
   // This node's own view of how the round ended (its Supervisor's).
   LocalEnd local_end() const;
   // Once the round's workers ended: the next round if the round failed and
-  // restarts remain (true), else nothing.
+  // restarts remain, or an elastic job regroups (true), else nothing.
   bool try_restart();
-  // The round ended with a failure and restarts remain: the next round.
-  void restart(const std::vector<RankOutcome>& local, const Decision& decision);
+  // The next round, after one that ended with `decision`.
+  void restart(const std::vector<RankOutcome>& local, const Decision& decision, NextRound next);
   // The rounds so far, and the current one if its workers started.
   std::vector<RoundSummary> rounds(const Decision& last) const;
   RankOutcome outcome(int local_rank) const;
@@ -148,7 +154,8 @@ class Agent : public JobLink::Listener {
   std::optional<std::pair<int, std::string>> m_pending_error;
   std::optional<TimePoint> m_report_deadline;  // this node's empty results sent, until
 
-  int m_round = 0;                     // TORCHELASTIC_RESTART_COUNT
+  int m_round = 0;                     // 0, then one more each time the nodes meet again
+  int m_restarts = 0;                  // TORCHELASTIC_RESTART_COUNT
   std::vector<RoundSummary> m_rounds;  // the rounds that ended in a restart
   // --hang-timeout: each rank's last progress; the rank found hung, how long
   // it had shown none, and when it is killed if SIGABRT did not end it.
@@ -156,7 +163,8 @@ class Agent : public JobLink::Listener {
   struct Hung {
     int local_rank;
     double seconds;
-    TimePoint kill_at;
+    TimePoint kill_at;     // SIGABRT when dumping, then SIGKILL
+    bool dumping = false;  // a debugger prints its native stacks first
   };
   std::optional<Hung> m_hung;
 

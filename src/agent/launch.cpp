@@ -291,6 +291,10 @@ class Driver {
 
   void reap() {
     while (auto reaped = reap_any()) {
+      if (auto dumped = m_spawner.debugger_of(reaped->first)) {
+        m_agent.on_stacks_dumped(*dumped);
+        continue;
+      }
       auto lr = m_spawner.local_rank_of(reaped->first);
       if (!lr) {
         continue;  // a reparented orphan (we are a subreaper)

@@ -70,7 +70,13 @@ struct Config {
   bool report_bindings = false;        // Default: false
 
   // --- Nodes and rendezvous ----------------------------------------------------
-  int nnodes = 1;                         // Default: 1
+  int nnodes = 1;  // Default: 1 (the most nodes, with --nnodes MIN:MAX)
+  // --nnodes MIN:MAX: the fewest nodes the job runs with. Default: 0 = nnodes
+  // (a fixed-size job).
+  int nnodes_min = 0;
+  // An elastic job starts this long after MIN nodes joined, unless MAX join
+  // first (torchrun's last_call_timeout). Default: 5 seconds.
+  double rdzv_last_call_s = 5;
   std::optional<int> node_rank;           // Default: nullopt = automatic ("auto")
   std::string master_addr = "127.0.0.1";  // Default: 127.0.0.1
   int master_port = 29500;                // Default: 29500 (the store's port when nnodes > 1)
@@ -111,6 +117,10 @@ struct Config {
   // --- Launcher ----------------------------------------------------------------
   bool dry_run = false;            // Default: false
   std::string log_level = "info";  // Default: "info" (trace|debug|info|warn|error|off)
+
+  // --nnodes MIN:MAX with MIN < MAX: nodes may leave and join between rounds.
+  bool elastic() const { return nnodes_min > 0 && nnodes_min < nnodes; }
+  int min_nodes() const { return elastic() ? nnodes_min : nnodes; }
 
   // Where each value came from, by option key ("nnodes" -> "flag" or
   // "PET_NNODES"). A key that is absent has its default.

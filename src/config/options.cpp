@@ -112,19 +112,38 @@ std::string show_nproc(const Config& c) {
 }
 
 void apply_nnodes(Config& c, const std::string& value, const std::string& flag) {
-  const std::string_view what = "a number from 1 to 65536 (or MIN:MAX with MIN equal to MAX)";
+  const std::string_view what = "a number from 1 to 65536, or MIN:MAX";
   auto colon = value.find(':');
   if (colon == std::string::npos) {
     c.nnodes = parse_int_in(value, flag, 1, k_max_nodes, what);
+    c.nnodes_min = 0;
     return;
   }
   int lo = parse_int_in(value.substr(0, colon), flag, 1, k_max_nodes, what);
   int hi = parse_int_in(value.substr(colon + 1), flag, 1, k_max_nodes, what);
-  if (lo != hi) {
-    throw UsageError(flag + " " + value +
-                     ": elastic node ranges are not supported; give one number of nodes");
+  if (lo > hi) {
+    throw UsageError(flag + " " + value + ": MIN is larger than MAX; give MIN:MAX with MIN <= MAX");
   }
-  c.nnodes = lo;
+  c.nnodes = hi;
+  c.nnodes_min = lo;
+}
+
+// --rdzv-conf key=value,...: torchrun's last_call_timeout is read; the rest
+// (c10d's read_timeout, is_host, ...) has no meaning here and is ignored.
+void apply_rdzv_conf(Config& c, const std::string& value, const std::string& flag) {
+  size_t start = 0;
+  while (start <= value.size()) {
+    size_t end = value.find(',', start);
+    if (end == std::string::npos) {
+      end = value.size();
+    }
+    const std::string item = value.substr(start, end - start);
+    const auto eq = item.find('=');
+    if (eq != std::string::npos && item.substr(0, eq) == "last_call_timeout") {
+      c.rdzv_last_call_s = parse_seconds(item.substr(eq + 1), flag + " last_call_timeout", true);
+    }
+    start = end + 1;
+  }
 }
 
 void apply_node_rank(Config& c, const std::string& value, const std::string& flag) {
@@ -378,8 +397,14 @@ const OptionSpec k_options[] = {
    },
    [](const Config& c) { return std::to_string(c.max_restarts); }},
 
-  {"nnodes", "--nnodes", k_nodes, "Number of nodes in the job", false, "PET_NNODES", nullptr,
-   apply_nnodes, [](const Config& c) { return std::to_string(c.nnodes); }},
+  {"nnodes", "--nnodes", k_nodes,
+   "Number of nodes, or MIN:MAX for an elastic job (it starts with MIN to MAX nodes; nodes may "
+   "leave and join between rounds)",
+   false, "PET_NNODES", nullptr, apply_nnodes,
+   [](const Config& c) {
+     return c.elastic() ? std::to_string(c.nnodes_min) + ":" + std::to_string(c.nnodes)
+                        : std::to_string(c.nnodes);
+   }},
   {"node_rank", "--node-rank,--node_rank", k_nodes,
    "This node's rank, or auto (the store host is 0, others by arrival)", false, "PET_NODE_RANK",
    nullptr, apply_node_rank,
@@ -416,8 +441,12 @@ const OptionSpec k_options[] = {
   {"rdzv_backend", "--rdzv-backend,--rdzv_backend", k_nodes,
    "Accepted for torchrun scripts: static or c10d (both use ddplaunch's store)", false,
    "PET_RDZV_BACKEND", nullptr, apply_backend, [](const Config& c) { return c.rdzv_backend; }},
-  {"rdzv_conf", "--rdzv-conf,--rdzv_conf", k_nodes, "Accepted for torchrun scripts; ignored",
-   false, "PET_RDZV_CONF", nullptr, apply_nothing, nullptr},
+  {"rdzv_conf", "--rdzv-conf,--rdzv_conf", k_nodes,
+   "torchrun's KEY=VALUE,...: last_call_timeout=S is --rdzv-last-call; other keys are ignored",
+   false, "PET_RDZV_CONF", nullptr, apply_rdzv_conf, nullptr},
+  {"rdzv_last_call", "--rdzv-last-call,--rdzv_last_call", k_nodes,
+   "Elastic jobs: seconds to wait for more nodes once MIN have joined (none once MAX have)",
+   false, nullptr, nullptr, DDPLAUNCH_SECONDS(rdzv_last_call_s, true)},
   {"rdzv_timeout", "--rdzv-timeout,--rdzv_timeout", k_nodes,
    "Seconds to wait for every node to join", false, nullptr, nullptr,
    DDPLAUNCH_SECONDS(rdzv_timeout_s, false)},

@@ -21,7 +21,7 @@ ErrorFiles::~ErrorFiles() {
 
 void ErrorFiles::start(const std::string& log_dir, const JobLayout& layout) {
   m_rank_offset = layout.rank_offset;
-  m_restart_count = layout.restart_count;
+  m_round = layout.round;
   m_dir = log_dir;
   if (m_dir.empty() && m_private_dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
@@ -47,7 +47,7 @@ std::string ErrorFiles::path(int local_rank) const {
   if (m_dir.empty()) {
     return {};
   }
-  return (rank_log_dir(m_dir, m_rank_offset + local_rank, m_restart_count) / "error.json").string();
+  return (rank_log_dir(m_dir, m_rank_offset + local_rank, m_round) / "error.json").string();
 }
 
 std::optional<std::string> ErrorFiles::read(int local_rank) const {

@@ -1,7 +1,7 @@
 // ErrorFiles: each local rank's TORCHELASTIC_ERROR_FILE, the file PyTorch's
 // @record (torch.distributed.elastic.multiprocessing.errors) writes a failing
 // rank's exception and traceback to. LOG_DIR/<rank>/error.json when there is a
-// log directory (LOG_DIR/<rank>/attempt_N/error.json in restart N), else
+// log directory (LOG_DIR/<rank>/attempt_N/error.json in round N), else
 // under a private directory removed with this object.
 // Not thread-safe; owned by the Agent.
 #pragma once
@@ -35,7 +35,7 @@ class ErrorFiles {
   std::string m_dir;          // where the per-rank directories are
   std::string m_private_dir;  // ours to remove, when there is no log directory
   int m_rank_offset = 0;
-  int m_restart_count = 0;
+  int m_round = 0;
 };
 
 }  // namespace ddplaunch

@@ -15,9 +15,9 @@
 
 namespace ddplaunch {
 
-std::filesystem::path rank_log_dir(const std::string& log_dir, int rank, int restart_count) {
+std::filesystem::path rank_log_dir(const std::string& log_dir, int rank, int round) {
   auto dir = std::filesystem::path(log_dir) / std::to_string(rank);
-  return restart_count == 0 ? dir : dir / ("attempt_" + std::to_string(restart_count));
+  return round == 0 ? dir : dir / ("attempt_" + std::to_string(round));
 }
 
 void keep_earlier(const std::filesystem::path& path) {
@@ -64,7 +64,7 @@ void OutputRouter::start(const JobLayout& layout) {
     if (m_log_dir.empty()) {
       continue;
     }
-    auto dir = rank_log_dir(m_log_dir, rank, layout.restart_count);
+    auto dir = rank_log_dir(m_log_dir, rank, layout.round);
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     for (int s = 0; s < 2; ++s) {

@@ -26,9 +26,10 @@ class ConsoleSink {
   virtual bool write(int fd, std::string_view data) = 0;
 };
 
-// Where rank `rank`'s files go in round `restart_count` under `log_dir`:
-// DIR/RANK for the first round, DIR/RANK/attempt_N for restart N.
-std::filesystem::path rank_log_dir(const std::string& log_dir, int rank, int restart_count);
+// Where rank `rank`'s files go in round `round` under `log_dir`: DIR/RANK
+// for the first round, DIR/RANK/attempt_N for round N (restart N, unless an
+// elastic job regrouped).
+std::filesystem::path rank_log_dir(const std::string& log_dir, int rank, int round);
 
 // An earlier job's file at `path` is kept: renamed to path.1 (or .2, ...,
 // the first free), so a rerun never overwrites it.
@@ -42,7 +43,7 @@ class OutputRouter {
 
   // Prepares one stream pair per local rank of `layout` and opens the log
   // files (before any worker starts, so a bad --log-dir stops nothing); once
-  // per round (layout.restart_count).
+  // per round (layout.round).
   // Throws LaunchError (exit 2) for a log file that cannot be written.
   void start(const JobLayout& layout);
 

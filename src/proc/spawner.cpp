@@ -1,6 +1,10 @@
 #include "proc/spawner.hpp"
 
+#include <fcntl.h>
+#include <spawn.h>
+
 #include <csignal>
+#include <string>
 
 #include "proc/reap.hpp"
 #include "proc/spawn.hpp"
@@ -35,6 +39,49 @@ void ProcessSpawner::kill_all() {
       }
     }
   }
+}
+
+bool ProcessSpawner::dump_stacks(int local_rank) {
+  const Child& child = m_children.at(static_cast<size_t>(local_rank));
+  const std::string pid = std::to_string(child.pid());
+  // Its stderr pipe, opened anew through /proc: the debugger writes where
+  // the worker does.
+  const std::string err = "/proc/" + pid + "/fd/2";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, err.c_str(), O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  const std::vector<std::vector<std::string>> debuggers = {
+      {"eu-stack", "-p", pid},
+      {"gdb", "-p", pid, "-batch", "-nx", "-q", "-ex", "thread apply all bt"}};
+  bool started = false;
+  for (const auto& command : debuggers) {
+    std::vector<char*> argv;
+    for (const auto& a : command) {
+      argv.push_back(const_cast<char*>(a.c_str()));
+    }
+    argv.push_back(nullptr);
+    pid_t debugger = -1;
+    if (posix_spawnp(&debugger, argv[0], &actions, nullptr, argv.data(), environ) == 0) {
+      m_debuggers.emplace_back(debugger, local_rank);
+      started = true;
+      break;
+    }
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  return started;
+}
+
+std::optional<int> ProcessSpawner::debugger_of(pid_t pid) {
+  for (auto it = m_debuggers.begin(); it != m_debuggers.end(); ++it) {
+    if (it->first == pid) {
+      const int local_rank = it->second;
+      m_debuggers.erase(it);
+      return local_rank;
+    }
+  }
+  return std::nullopt;
 }
 
 std::optional<int> ProcessSpawner::local_rank_of(pid_t pid) const {

@@ -26,6 +26,15 @@ class Spawner {
   // The job is over here: SIGKILL every worker's process group and every
   // process that escaped them (reparented to the launcher, a subreaper).
   virtual void kill_all() = 0;
+  // Starts a debugger (eu-stack, else gdb, found on PATH) that prints the
+  // native stack of every thread of worker `local_rank` into that worker's
+  // own stderr pipe, so the stacks reach its log, the console and the
+  // report. false when none is installed or it could not start. The owner
+  // learns when it ends (ProcessSpawner::debugger_of()).
+  virtual bool dump_stacks(int local_rank) {
+    (void)local_rank;
+    return false;
+  }
 };
 
 class ProcessSpawner : public Spawner {
@@ -33,8 +42,12 @@ class ProcessSpawner : public Spawner {
   std::vector<pid_t> spawn(const std::vector<WorkerSpec>& workers) override;
   void signal(int local_rank, int sig) override;
   void kill_all() override;
+  bool dump_stacks(int local_rank) override;
 
   std::vector<Child>& children() { return m_children; }
+  // The local rank whose stacks the reaped `pid` printed (dump_stacks()),
+  // or nullopt when it was not one of those debuggers.
+  std::optional<int> debugger_of(pid_t pid);
   // One more each spawn() (a round of a restarted job): the children, and
   // their pipes, are new.
   uint64_t generation() const { return m_generation; }
@@ -48,6 +61,7 @@ class ProcessSpawner : public Spawner {
   std::vector<Child> m_children;
   uint64_t m_generation = 0;
   pid_t m_spared = -1;
+  std::vector<std::pair<pid_t, int>> m_debuggers;  // pid, local rank
 };
 
 }  // namespace ddplaunch

@@ -17,14 +17,22 @@
 
 namespace ddplaunch {
 
+// Which round starts, and the restarts the job used before it (the same on
+// every node; a node admitted late learns them here).
+struct RoundStart {
+  int round = 0;
+  int restarts = 0;
+};
+
 class JobLink {
  public:
   class Listener {
    public:
     virtual ~Listener() = default;
     // Rendezvous is complete, or the next round may start: the job's
-    // topology (a new MASTER_PORT each round), and this node's rank in it.
-    virtual void on_joined(const Topology& topology, int node_rank) = 0;
+    // topology (a new MASTER_PORT each round; in an elastic job, the nodes
+    // of this round), and this node's rank in it.
+    virtual void on_joined(const Topology& topology, int node_rank, const RoundStart& round) = 0;
     // Rendezvous failed (exit 3: timeout, disagreement; 4: store lost).
     virtual void on_join_failed(int exit_code, const std::string& message) = 0;
     // The job's verdict is known: the first stop any node published (this
@@ -41,15 +49,20 @@ class JobLink {
   virtual void join(const JoinRecord& self) = 0;
   // This node decided the job is over; on_verdict() says which verdict won.
   virtual void publish_stop(const JobVerdict& verdict) = 0;
+  // false while this node waits to be admitted to a running elastic job: a
+  // stop it publishes then ends only this node.
+  virtual bool admitted() const { return true; }
   // Every local worker succeeded.
   virtual void publish_success() = 0;
   // Reports this node's outcomes and, on the store host, collects every
   // node's (bounded by the heartbeat timeout, at most 30 s).
   virtual void finish(const std::vector<RankOutcome>& local) = 0;
-  // The verdict restarts the job and this node's workers have ended: meets
-  // the other nodes for the next round; on_joined() says when it starts,
-  // on_join_failed() if it cannot (exit 4: a node did not come).
-  virtual void next_round(const std::vector<RankOutcome>& local) = 0;
+  // The verdict restarts the job (or regroups an elastic one) and this
+  // node's workers have ended: meets the other nodes for the next round,
+  // `restarts` having been used; on_joined() says when it starts,
+  // on_join_failed() if it cannot (exit 4: a node did not come, or this one
+  // was left out).
+  virtual void next_round(const std::vector<RankOutcome>& local, int restarts) = 0;
 };
 
 }  // namespace ddplaunch

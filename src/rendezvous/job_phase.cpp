@@ -37,10 +37,13 @@ void StoreLink::start_job(const Topology& topology, int node_rank) {
     }
     m_last_beat.assign(static_cast<size_t>(m_nnodes), {-1, now});
   }
-  if (m_round == 0) {
-    leave_last_word();  // a later round's was left when it began (next_round)
+  if (m_last_word != std::pair(m_round, m_node_rank)) {
+    leave_last_word();  // a survivor's was left when the round began (next_round)
   }
-  m_listener->on_joined(topology, node_rank);
+  if (m_server) {
+    maybe_regroup();  // nodes that came while this round formed
+  }
+  m_listener->on_joined(topology, node_rank, RoundStart{m_round, m_restarts});
 }
 
 // If this agent's connection closes while the round runs (the agent killed,
@@ -51,6 +54,7 @@ void StoreLink::leave_last_word() {
   if (m_server) {
     return;  // the store goes with this agent: every other node notices that at once
   }
+  m_last_word = {m_round, m_node_rank};
   const std::string who = "node " + std::to_string(m_node_rank) + " (" + m_self.host + ")";
   JobVerdict lost{k_exit_node_lost,
                   who +
@@ -94,7 +98,10 @@ void StoreLink::check_heartbeats(const std::vector<std::optional<std::string>>& 
     return;
   }
   const auto limit = millis(m_config.heartbeat_timeout_s);
+  bool all_started = true;
   for (int n = 0; n < m_nnodes; ++n) {
+    all_started = all_started && (values.at(static_cast<size_t>(2 * n)) ||
+                                  values.at(static_cast<size_t>(2 * n + 1)));
     if (values.at(static_cast<size_t>(2 * n + 1))) {
       continue;  // it finished and reported
     }
@@ -118,6 +125,10 @@ void StoreLink::check_heartbeats(const std::vector<std::optional<std::string>>& 
       return;
     }
   }
+  if (all_started && m_all_started != m_round) {
+    m_all_started = m_round;
+    maybe_regroup();
+  }
 }
 
 void StoreLink::deliver(const JobVerdict& verdict) {
@@ -132,6 +143,10 @@ void StoreLink::deliver(const JobVerdict& verdict) {
 }
 
 void StoreLink::publish_stop(const JobVerdict& verdict) {
+  if (m_waiting) {
+    deliver(verdict);  // not part of the job: this node alone leaves
+    return;
+  }
   if (!m_rpc || m_rpc->state() == AsyncClient::State::k_failed) {
     return;  // the agent goes on with its own verdict
   }
@@ -230,7 +245,7 @@ void StoreLink::collect_results() {
       }
       std::sort(all_ranks.begin(), all_ranks.end(),
                 [](const RankOutcome& a, const RankOutcome& b) { return a.rank < b.rank; });
-      finished(std::move(all_ranks));
+      tell_waiting([this, all_ranks]() mutable { finished(std::move(all_ranks)); });
     });
   });
 }
@@ -241,9 +256,12 @@ void StoreLink::collect_results() {
 // next round on every node. Node 0 starts the round once every node's
 // workers have ended, with a fresh MASTER_PORT (the old one may be in
 // TIME_WAIT or held by a dying rank).
-void StoreLink::next_round(const std::vector<RankOutcome>& local) {
+void StoreLink::next_round(const std::vector<RankOutcome>& local, int restarts) {
   const AsyncClient* failed = nullptr;
-  for (const auto* c : {m_rpc.get(), m_watch.get(), m_wait.get()}) {
+  for (const auto* c : {m_rpc.get(), m_watch.get(), m_wait.get(), m_arrivals.get()}) {
+    if (c == nullptr) {
+      continue;
+    }
     if (c->state() == AsyncClient::State::k_failed) {
       failed = c;
     }
@@ -258,6 +276,8 @@ void StoreLink::next_round(const std::vector<RankOutcome>& local) {
   }
   const int ended = m_round;
   ++m_round;
+  m_restarts = restarts;
+  m_gone = std::move(m_lost);
   m_phase = Phase::k_joining;
   m_verdict_delivered = false;
   m_stop_confirmed = false;
@@ -284,65 +304,63 @@ void StoreLink::next_round(const std::vector<RankOutcome>& local) {
 void StoreLink::host_next_round(int ended) {
   std::vector<std::string> all;
   for (int n = 0; n < m_nnodes; ++n) {
-    all.push_back(keys::result(ended, n));
+    if (!m_gone.contains(n)) {
+      all.push_back(keys::result(ended, n));
+    }
   }
   const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(m_round_deadline - Clock::now()));
-  m_wait->wait(all, wait, [this, ended, all](bool every) {
+  m_wait->wait(all, wait, [this, ended](bool every) {
     if (m_phase != Phase::k_joining || m_verdict_delivered) {
       return;
     }
-    if (!every) {
-      m_rpc->multi_get(all, [this, ended](std::vector<std::optional<std::string>> values) {
-        std::string missing;
-        for (int n = 0; n < m_nnodes; ++n) {
-          if (!values.at(static_cast<size_t>(n))) {
-            missing += (missing.empty() ? "node " : ", node ") + std::to_string(n) + " (" +
-                       m_hosts.at(static_cast<size_t>(n)) + ")";
-          }
-        }
-        publish_stop(JobVerdict{k_exit_node_lost,
-                                missing + " did not end round " + std::to_string(ended) +
-                                    "'s workers in time for the restart",
-                                std::nullopt, m_node_rank});
-      });
+    if (every) {
+      form_next_round();
       return;
     }
-    const int port =
-        m_config.worker_port.value_or(0) != 0 ? *m_config.worker_port : posix::pick_free_port();
-    const std::string text = std::to_string(port);
-    m_rpc->set(keys::round_plan(m_round), text, [this, text] { start_round(text); });
+    std::vector<std::string> results;
+    for (int n = 0; n < m_nnodes; ++n) {
+      results.push_back(keys::result(ended, n));
+    }
+    m_rpc->multi_get(results, [this, ended](std::vector<std::optional<std::string>> values) {
+      missing_at_restart(ended, values);
+    });
   });
+}
+
+// Nodes whose workers had not ended by the restart's deadline: a
+// fixed-size job cannot go on without them; an elastic one leaves them out.
+void StoreLink::missing_at_restart(int ended,
+                                   const std::vector<std::optional<std::string>>& results) {
+  if (m_phase != Phase::k_joining || m_verdict_delivered) {
+    return;
+  }
+  std::string missing;
+  for (int n = 0; n < m_nnodes; ++n) {
+    if (!m_gone.contains(n) && !results.at(static_cast<size_t>(n))) {
+      missing += (missing.empty() ? "node " : ", node ") + std::to_string(n) + " (" +
+                 m_hosts.at(static_cast<size_t>(n)) + ")";
+      if (m_config.elastic()) {
+        m_gone.insert(n);
+      }
+    }
+  }
+  if (m_config.elastic()) {
+    log::warn("{} did not end round {}'s workers in time: the next round goes on without it",
+              missing, ended);
+    form_next_round();
+    return;
+  }
+  publish_stop(JobVerdict{k_exit_node_lost,
+                          missing + " did not end round " + std::to_string(ended) +
+                              "'s workers in time for the restart",
+                          std::nullopt, m_node_rank});
 }
 
 void StoreLink::wait_for_round_plan() {
   const auto wait = std::max(
       Ms(1), std::chrono::ceil<Ms>(m_round_deadline - Clock::now()) + std::chrono::seconds(5));
   m_wait->get(keys::round_plan(m_round), wait,
-              [this](std::optional<std::string> text) { start_round(text); });
-}
-
-void StoreLink::start_round(const std::optional<std::string>& port_text) {
-  if (m_phase != Phase::k_joining || m_verdict_delivered) {
-    return;
-  }
-  int port = 0;
-  if (port_text) {
-    auto [end, ec] =
-        std::from_chars(port_text->data(), port_text->data() + port_text->size(), port);
-    if (ec != std::errc() || end != port_text->data() + port_text->size() || port < 1 ||
-        port > 65535) {
-      join_failed(k_exit_node_lost, "node 0 published a malformed " + keys::round_plan(m_round) +
-                                        " record (not a port)");
-      return;
-    }
-  } else {
-    join_failed(k_exit_node_lost, "node 0 did not start round " + std::to_string(m_round) +
-                                      " in time (is it frozen or gone?)");
-    return;
-  }
-  Topology next = m_topology;  // the same nodes; reserved worker ports stay their owners'
-  next.master_port = port;
-  start_job(next, m_node_rank);
+              [this](std::optional<std::string> text) { take_round_plan(text); });
 }
 
 void StoreLink::finished(std::vector<RankOutcome> ranks) {

@@ -19,6 +19,14 @@ inline std::string plan(int arrival) {
 inline std::string ack(int arrival) {
   return "rdzv/ack/" + std::to_string(arrival);
 }
+// An elastic job's answer to a node that joined after it started (Admission).
+inline std::string admit(int arrival) {
+  return "rdzv/admit/" + std::to_string(arrival);
+}
+// Set by the store when a node waiting for admission goes (its last word).
+inline std::string left(int arrival) {
+  return "rdzv/left/" + std::to_string(arrival);
+}
 inline std::string round_prefix(int round) {
   return "job/" + std::to_string(round) + "/";
 }
@@ -28,9 +36,14 @@ inline std::string stop(int round) {
 inline std::string succeeded(int round) {
   return round_prefix(round) + "succeeded";
 }
-// Round `round` (>= 1) may start: the workers' MASTER_PORT for it.
+// Round `round` (>= 1) may start: its topology (a PlanRecord).
 inline std::string round_plan(int round) {
   return round_prefix(round) + "plan";
+}
+// The node rank of the agent that joined `arrival`th in round `round` (>= 1);
+// none when that agent is not part of it.
+inline std::string round_rank(int round, int arrival) {
+  return round_prefix(round) + "rank/" + std::to_string(arrival);
 }
 inline std::string heartbeat(int round, int node) {
   return round_prefix(round) + "heartbeat/" + std::to_string(node);

@@ -1,5 +1,6 @@
 #include "rendezvous/planner.hpp"
 
+#include <algorithm>
 #include <set>
 
 namespace ddplaunch {
@@ -27,7 +28,25 @@ std::string describe_node(const JoinRecord& r) {
   return who + " (" + r.host + ", " + r.addr + ")";
 }
 
-std::optional<std::string> RendezvousPlanner::add(const JoinRecord& r) {
+bool RendezvousPlanner::elastic() const {
+  return m_expected.nnodes_min > 0 && m_expected.nnodes_min < m_expected.nnodes;
+}
+
+int RendezvousPlanner::min_nodes() const {
+  return elastic() ? m_expected.nnodes_min : m_expected.nnodes;
+}
+
+namespace {
+
+std::string nnodes_text(const JoinRecord& r) {
+  const bool elastic = r.nnodes_min > 0 && r.nnodes_min < r.nnodes;
+  return elastic ? std::to_string(r.nnodes_min) + ":" + std::to_string(r.nnodes)
+                 : std::to_string(r.nnodes);
+}
+
+}  // namespace
+
+std::optional<std::string> RendezvousPlanner::check(const JoinRecord& r) const {
   if (r.version != m_expected.version) {
     return describe_node(r) + " speaks rendezvous version " + std::to_string(r.version) +
            ", node 0 version " + std::to_string(m_expected.version) +
@@ -44,10 +63,9 @@ std::optional<std::string> RendezvousPlanner::add(const JoinRecord& r) {
            "'; start the same program with the same arguments on every node, and give "
            "unrelated jobs their own --master-port";
   }
-  if (r.nnodes != m_expected.nnodes) {
-    return describe_node(r) + " has --nnodes " + std::to_string(r.nnodes) +
-           " but node 0 has --nnodes " + std::to_string(m_expected.nnodes) +
-           "; give every node the same --nnodes";
+  if (nnodes_text(r) != nnodes_text(m_expected)) {
+    return describe_node(r) + " has --nnodes " + nnodes_text(r) + " but node 0 has --nnodes " +
+           nnodes_text(m_expected) + "; give every node the same --nnodes";
   }
   if (r.max_restarts != m_expected.max_restarts) {
     return describe_node(r) + " has --max-restarts " + std::to_string(r.max_restarts) +
@@ -57,6 +75,17 @@ std::optional<std::string> RendezvousPlanner::add(const JoinRecord& r) {
   if (r.node_rank >= r.nnodes) {
     return describe_node(r) + " claims node rank " + std::to_string(r.node_rank) +
            ", out of range for --nnodes " + std::to_string(r.nnodes);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> RendezvousPlanner::add(const JoinRecord& r) {
+  if (auto error = check(r)) {
+    return error;
+  }
+  if (m_planned) {
+    m_waiting.push_back(r);  // only an elastic job's host reads records once it runs
+    return std::nullopt;
   }
   for (const auto& other : m_joined) {
     if (r.node_rank >= 0 && other.node_rank == r.node_rank) {
@@ -80,8 +109,8 @@ std::string RendezvousPlanner::missing() const {
     any_automatic = any_automatic || r.node_rank < 0;
     claimed.insert(r.node_rank);
   }
-  const int count = m_expected.nnodes - joined();
-  if (any_automatic) {
+  const int count = min_nodes() - joined();
+  if (any_automatic || elastic()) {
     return std::to_string(count) + (count == 1 ? " node" : " nodes");
   }
   std::string names;
@@ -93,7 +122,7 @@ std::string RendezvousPlanner::missing() const {
   return names;
 }
 
-JobPlan RendezvousPlanner::plan(const std::string& worker_addr, int worker_port) const {
+JobPlan RendezvousPlanner::plan(const std::string& worker_addr, int worker_port) {
   std::vector<JoinRecord> records = m_joined;
   std::set<int> taken;
   for (const auto& r : records) {
@@ -117,13 +146,71 @@ JobPlan RendezvousPlanner::plan(const std::string& worker_addr, int worker_port)
       taken.insert(next_free);
     }
   }
+  std::stable_sort(records.begin(), records.end(), [](const JoinRecord& a, const JoinRecord& b) {
+    return a.node_rank < b.node_rank;
+  });
+  m_planned = true;
+  return plan_of(std::move(records), worker_addr, worker_port);
+}
+
+int RendezvousPlanner::remaining(const std::set<int>& gone) const {
+  int count = 0;
+  for (int n = 0; n < members(); ++n) {
+    count += gone.contains(n) ? 0 : 1;
+  }
+  return count;
+}
+
+JobPlan RendezvousPlanner::next_round(const std::set<int>& gone, const std::set<int>& left,
+                                      const std::string& worker_addr, int worker_port) {
+  std::vector<JoinRecord> next;
+  for (int n = 0; n < members(); ++n) {
+    if (!gone.contains(n)) {
+      next.push_back(m_members[static_cast<size_t>(n)]);
+    }
+  }
+  std::vector<int> admitted;
+  std::vector<JoinRecord> still_waiting;
+  for (auto& r : m_waiting) {
+    if (left.contains(r.arrival)) {
+      continue;
+    }
+    if (static_cast<int>(next.size()) < max_nodes()) {
+      admitted.push_back(r.arrival);
+      next.push_back(std::move(r));
+    } else {
+      still_waiting.push_back(std::move(r));
+    }
+  }
+  m_waiting = std::move(still_waiting);
+  JobPlan plan = plan_of(std::move(next), worker_addr, worker_port);
+  plan.admitted = std::move(admitted);
+  return plan;
+}
+
+std::vector<int> RendezvousPlanner::drop_waiting() {
+  std::vector<int> arrivals;
+  for (const auto& r : m_waiting) {
+    arrivals.push_back(r.arrival);
+  }
+  m_waiting.clear();
+  return arrivals;
+}
+
+// `members` in node rank order; their ranks become 0, 1, 2, ...
+JobPlan RendezvousPlanner::plan_of(std::vector<JoinRecord> members, const std::string& worker_addr,
+                                   int worker_port) {
   JobPlan plan;
-  plan.node_rank_of_arrival.resize(records.size());
   Topology& t = plan.topology;
   t.master_addr = worker_addr;
   t.master_port = worker_port;
-  for (const auto& r : records) {
-    if (r.arrival >= 0 && static_cast<size_t>(r.arrival) < records.size()) {
+  int rank = 0;
+  for (auto& r : members) {
+    r.node_rank = rank++;
+    if (r.arrival >= 0) {
+      if (static_cast<size_t>(r.arrival) >= plan.node_rank_of_arrival.size()) {
+        plan.node_rank_of_arrival.resize(static_cast<size_t>(r.arrival) + 1, -1);
+      }
       plan.node_rank_of_arrival[static_cast<size_t>(r.arrival)] = r.node_rank;
     }
     NodeEntry n;
@@ -139,6 +226,7 @@ JobPlan RendezvousPlanner::plan(const std::string& worker_addr, int worker_port)
     t.nodes.push_back(std::move(n));
   }
   assign_ranks(t);
+  m_members = std::move(members);
   return plan;
 }
 

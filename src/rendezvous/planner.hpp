@@ -1,12 +1,16 @@
 // RendezvousPlanner: the store host's pure rules for forming a job. It is
 // fed each node's join record in arrival order, refuses one that disagrees
 // with the job (another --nnodes, --rdzv-id, --max-restarts or rendezvous
-// version, a node rank claimed twice) with the message every agent prints, says who is still
-// missing, and once every node has joined assigns automatic node ranks and
-// builds the Topology. No I/O; not thread-safe.
+// version, a node rank claimed twice) with the message every agent prints,
+// says who is still missing, and once enough nodes have joined assigns node
+// ranks (contiguous) and builds the Topology. In an elastic job (--nnodes
+// MIN:MAX) it also keeps the membership from round to round: a node that joins
+// once the job runs waits for the next round, a lost node leaves it. No I/O;
+// not thread-safe.
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -14,14 +18,15 @@
 
 namespace ddplaunch {
 
-inline constexpr int k_rendezvous_version = 4;  // 4: the plan holds node sizes; a key per node
+inline constexpr int k_rendezvous_version = 5;  // 5: elastic membership (nnodes_min)
 
 // What one agent says about itself when it joins (docs/PROTOCOL.md).
 struct JoinRecord {
   int version = k_rendezvous_version;
   std::string run_id;
   std::string command;  // the program and its arguments, as the user gave them
-  int nnodes = 1;
+  int nnodes = 1;       // the most nodes (--nnodes MAX)
+  int nnodes_min = 0;   // --nnodes MIN:MAX's MIN; 0: a fixed-size job
   int nproc = 1;
   int node_rank = -1;  // -1: automatic
   std::string host;
@@ -40,7 +45,9 @@ std::string describe_node(const JoinRecord& record);
 // What the store host publishes once every node has joined.
 struct JobPlan {
   Topology topology;
-  std::vector<int> node_rank_of_arrival;  // [arrival] -> the node rank it got
+  // [arrival] -> the node rank it got; -1: not part of this round.
+  std::vector<int> node_rank_of_arrival;
+  std::vector<int> admitted;  // the arrivals that waited and join with this round
   bool operator==(const JobPlan&) const = default;
 };
 
@@ -49,23 +56,54 @@ class RendezvousPlanner {
   // `host` is the store host's own record: the job is what it says.
   explicit RendezvousPlanner(JoinRecord host) : m_expected(std::move(host)) {}
 
-  // Takes the next record in arrival order. Returns the error that ends
-  // rendezvous on every node, or nullopt when the node may join.
+  // Takes the next record in arrival order. Before plan(): returns the error
+  // that ends rendezvous on every node, or nullopt when the node may join.
+  // After it (elastic jobs only): the error that node alone is told, or
+  // nullopt when it waits for the next round.
   std::optional<std::string> add(const JoinRecord& record);
 
+  bool elastic() const;
+  int min_nodes() const;
+  int max_nodes() const { return m_expected.nnodes; }
   int joined() const { return static_cast<int>(m_joined.size()); }
-  bool complete() const { return joined() >= m_expected.nnodes; }
+  bool complete() const { return joined() >= max_nodes(); }
+  bool enough() const { return joined() >= min_nodes(); }
   // Who has not joined: the unclaimed node ranks when every node that joined
   // gave its rank ("node 2, node 3"), else how many ("2 nodes").
   std::string missing() const;
 
-  // Once complete(): the store host is node 0 unless another node claimed 0;
-  // other automatic ranks are the lowest free ones, in arrival order.
-  JobPlan plan(const std::string& worker_addr, int worker_port) const;
+  // Once enough(): the first round, of every node that joined. The store host
+  // is node 0 unless another node claimed 0; other automatic ranks are the
+  // lowest free ones, in arrival order; then ranks are made contiguous, in
+  // that order (a fixed-size job's are already).
+  JobPlan plan(const std::string& worker_addr, int worker_port);
+
+  // --- elastic rounds, after plan() ---------------------------------------------
+  int members() const { return static_cast<int>(m_members.size()); }
+  const std::vector<JoinRecord>& waiting() const { return m_waiting; }
+  // Waiting nodes, and room for them.
+  bool can_grow() const { return !m_waiting.empty() && members() < max_nodes(); }
+  // The members that remain once `gone` (node ranks of the round that ended)
+  // leave: as many as the next round would have before it admits anyone.
+  int remaining(const std::set<int>& gone) const;
+  // The next round: the members but `gone`, in their order, then waiting
+  // nodes in arrival order (but those in `left`, arrivals that went away) up
+  // to MAX; node ranks contiguous again.
+  JobPlan next_round(const std::set<int>& gone, const std::set<int>& left,
+                     const std::string& worker_addr, int worker_port);
+  // The arrivals still waiting, forgotten: the job ends without them.
+  std::vector<int> drop_waiting();
 
  private:
+  // Any disagreement between `record` and the job.
+  std::optional<std::string> check(const JoinRecord& record) const;
+  JobPlan plan_of(std::vector<JoinRecord> members, const std::string& worker_addr, int worker_port);
+
   JoinRecord m_expected;
-  std::vector<JoinRecord> m_joined;
+  std::vector<JoinRecord> m_joined;  // before plan()
+  bool m_planned = false;
+  std::vector<JoinRecord> m_members;  // the current round's, by node rank
+  std::vector<JoinRecord> m_waiting;  // joined since, in arrival order
 };
 
 }  // namespace ddplaunch

@@ -257,6 +257,7 @@ std::string encode_join(const JoinRecord& r) {
                   {"run_id", r.run_id},
                   {"command", r.command},
                   {"nnodes", r.nnodes},
+                  {"nnodes_min", r.nnodes_min},
                   {"nproc", r.nproc},
                   {"node_rank", r.node_rank},
                   {"host", r.host},
@@ -274,6 +275,7 @@ JoinRecord decode_join(std::string_view text) {
     r.run_id = j.at("run_id").get<std::string>();
     r.command = j.at("command").get<std::string>();
     r.nnodes = int_of(j.at("nnodes"));
+    r.nnodes_min = j.contains("nnodes_min") ? int_of(j.at("nnodes_min")) : 0;
     r.nproc = int_of(j.at("nproc"));
     r.node_rank = int_of(j.at("node_rank"));
     r.host = j.at("host").get<std::string>();
@@ -290,7 +292,11 @@ std::string encode_plan(const PlanRecord& r) {
   if (!r.topology) {
     return text_of({{"ok", false}, {"error", r.error}});
   }
-  return text_of({{"ok", true}, {"topology", plan_topology_json(*r.topology)}});
+  json j = {{"ok", true}, {"topology", plan_topology_json(*r.topology)}};
+  if (r.restarts > 0) {
+    j["restarts"] = r.restarts;
+  }
+  return text_of(j);
 }
 
 PlanRecord decode_plan(std::string_view text) {
@@ -301,7 +307,36 @@ PlanRecord decode_plan(std::string_view text) {
       return r;
     }
     r.topology = plan_topology_from(j.at("topology"));
+    r.restarts = j.contains("restarts") ? int_of(j.at("restarts")) : 0;
+    if (r.restarts < 0) {
+      throw RecordError("malformed plan record: a negative restart count");
+    }
     return r;
+  });
+}
+
+std::string encode_admission(const Admission& a) {
+  if (!a.error.empty()) {
+    return text_of({{"error", a.error}});
+  }
+  return text_of({{"round", a.round}});
+}
+
+Admission decode_admission(std::string_view text) {
+  return parse_record(text, "admission", [](const json& j) {
+    Admission a;
+    if (j.contains("error")) {
+      a.error = j.at("error").get<std::string>();
+      if (a.error.empty()) {
+        throw RecordError("malformed admission record: an empty error");
+      }
+      return a;
+    }
+    a.round = int_of(j.at("round"));
+    if (a.round < 1) {
+      throw RecordError("malformed admission record: round " + std::to_string(a.round));
+    }
+    return a;
   });
 }
 
@@ -315,6 +350,9 @@ int decode_assignment(std::string_view text) {
 
 std::string encode_verdict(const JobVerdict& v) {
   json j = {{"exit_code", v.exit_code}, {"message", v.message}, {"node", v.node}, {"lost", v.lost}};
+  if (v.regroup) {
+    j["regroup"] = true;
+  }
   j["root_cause"] = v.root_cause ? outcome_json(*v.root_cause) : json(nullptr);
   return text_of(j);
 }
@@ -326,6 +364,7 @@ JobVerdict decode_verdict(std::string_view text) {
     v.message = j.at("message").get<std::string>();
     v.node = int_of(j.at("node"));
     v.lost = int_of(j.at("lost"));
+    v.regroup = j.contains("regroup") && j.at("regroup").get<bool>();
     if (!j.at("root_cause").is_null()) {
       v.root_cause = outcome_from(j.at("root_cause"));
     }
@@ -405,13 +444,12 @@ std::string encode_summary(const JobSummary& s) {
   }
   doc["topology"] = s.topology ? topology_json(*s.topology) : json(nullptr);
   doc["max_restarts"] = s.max_restarts;
-  doc["restarts"] = s.rounds.empty() ? 0 : static_cast<int>(s.rounds.size()) - 1;
+  doc["restarts"] = s.restarts;
   json rounds = json::array();
   for (const auto& r : s.rounds) {
-    json round = {{"round", r.round},
-                  {"exit_code", r.exit_code},
-                  {"start_time", r.start_time},
-                  {"end_time", r.end_time}};
+    json round = {{"round", r.round},           {"nnodes", r.nnodes},
+                  {"regroup", r.regroup},       {"exit_code", r.exit_code},
+                  {"start_time", r.start_time}, {"end_time", r.end_time}};
     round["root_cause"] = r.root_cause ? outcome_json(*r.root_cause) : json(nullptr);
     if (!r.message.empty()) {
       round["message"] = r.message;

@@ -35,9 +35,12 @@ JoinRecord decode_join(std::string_view text);
 // topology (its sizes, not every node: Topology), or the error that ended
 // rendezvous. Its size does not grow with the node count unless workers
 // reserve ports.
+// job/<round>/plan (round >= 1) is the same record with the restarts the
+// job has used so far (elastic rounds that admit a node use none).
 struct PlanRecord {
   std::optional<Topology> topology;
   std::string error;  // set when topology is not
+  int restarts = 0;
 };
 std::string encode_plan(const PlanRecord& record);
 PlanRecord decode_plan(std::string_view text);
@@ -45,6 +48,15 @@ PlanRecord decode_plan(std::string_view text);
 // rdzv/plan/<arrival>: the node rank the agent that joined `arrival`th got.
 std::string encode_assignment(int node_rank);
 int decode_assignment(std::string_view text);
+
+// rdzv/admit/<arrival>: an elastic job's answer to a node that joined after
+// it started: the round it is admitted at, or why it never will be.
+struct Admission {
+  int round = 0;
+  std::string error;  // set when round is not
+};
+std::string encode_admission(const Admission& admission);
+Admission decode_admission(std::string_view text);
 
 // job/stop
 std::string encode_verdict(const JobVerdict& verdict);

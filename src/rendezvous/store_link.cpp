@@ -43,13 +43,14 @@ StoreLink::~StoreLink() {
   m_rpc.reset();
   m_watch.reset();
   m_wait.reset();
+  m_arrivals.reset();
   m_server.reset();
 }
 
 std::vector<StoreLink::Watch> StoreLink::watches() const {
   std::vector<Watch> out;
   uint64_t index = 0;
-  for (const auto* c : {m_rpc.get(), m_watch.get(), m_wait.get()}) {
+  for (const auto* c : {m_rpc.get(), m_watch.get(), m_wait.get(), m_arrivals.get()}) {
     ++index;
     if (c != nullptr && c->fd() >= 0 && c->events() != 0) {
       out.push_back({c->fd(), c->events(), (index << 32) | static_cast<uint32_t>(c->attempts())});
@@ -59,7 +60,7 @@ std::vector<StoreLink::Watch> StoreLink::watches() const {
 }
 
 void StoreLink::on_ready(int fd, uint32_t events, TimePoint now) {
-  for (auto* c : {m_rpc.get(), m_watch.get(), m_wait.get()}) {
+  for (auto* c : {m_rpc.get(), m_watch.get(), m_wait.get(), m_arrivals.get()}) {
     if (c != nullptr && c->fd() == fd) {
       c->on_ready(events, now);
       return;
@@ -74,7 +75,7 @@ std::optional<StoreLink::TimePoint> StoreLink::deadline() const {
       first = t;
     }
   };
-  for (const auto* c : {m_rpc.get(), m_watch.get(), m_wait.get()}) {
+  for (const auto* c : {m_rpc.get(), m_watch.get(), m_wait.get(), m_arrivals.get()}) {
     if (c != nullptr) {
       consider(c->deadline());
     }
@@ -95,7 +96,7 @@ std::optional<StoreLink::TimePoint> StoreLink::deadline() const {
 }
 
 void StoreLink::on_time(TimePoint now) {
-  for (auto* c : {m_rpc.get(), m_watch.get(), m_wait.get()}) {
+  for (auto* c : {m_rpc.get(), m_watch.get(), m_wait.get(), m_arrivals.get()}) {
     if (c != nullptr) {
       c->on_time(now);
     }
@@ -176,11 +177,17 @@ void StoreLink::join(const JoinRecord& self) {
 void StoreLink::watch_verdict() {
   const int round = m_round;
   m_watch->get(keys::stop(round), Ms(0), [this, round](std::optional<std::string> text) {
-    if (round != m_round) {
-      return;
+    if (round != m_round || m_waiting) {
+      return;  // an earlier round's, or one this node is not part of
     }
     try {
-      deliver(decode_verdict(text.value_or("")));
+      JobVerdict verdict = decode_verdict(text.value_or(""));
+      if (verdict.regroup && m_phase == Phase::k_joining) {
+        // Published once every node of the round started it: this node is
+        // the newcomer, which has not read the plan that leaves it out yet.
+        return;
+      }
+      deliver(verdict);
     } catch (const RecordError& e) {
       deliver(JobVerdict{
           k_exit_node_lost,
@@ -209,14 +216,25 @@ void StoreLink::host_wait_for(int k) {
     return;
   }
   const auto now = Clock::now();
+  if (m_planner->elastic() && m_planner->enough() && !m_last_call) {
+    m_last_call = now + millis(m_config.rdzv_last_call_s);
+    log::info("{} of {} to {} nodes joined: the job starts in {} s, or once {} have joined",
+              m_planner->joined(), m_planner->min_nodes(), m_planner->max_nodes(),
+              m_config.rdzv_last_call_s, m_planner->max_nodes());
+  }
+  if (m_last_call && now >= *m_last_call) {
+    start_first_round();
+    return;
+  }
   if (now >= m_deadline) {
     host_fail("rendezvous timed out after " + seconds_text(m_config.rdzv_timeout_s) +
-              " s: " + std::to_string(m_planner->joined()) + "/" + std::to_string(m_config.nnodes) +
-              " joined (missing: " + m_planner->missing() +
+              " s: " + std::to_string(m_planner->joined()) + "/" +
+              std::to_string(m_planner->min_nodes()) + " joined (missing: " + m_planner->missing() +
               "); start ddplaunch on the missing nodes with the same --master-addr/--master-port");
     return;
   }
-  const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(m_deadline - now));
+  const auto until = m_last_call ? std::min(*m_last_call, m_deadline) : m_deadline;
+  const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(until - now));
   m_wait->get(keys::node(k), wait, [this, k](std::optional<std::string> text) {
     if (!text) {
       host_wait_for(k);  // the deadline passed: the next call says so
@@ -239,10 +257,18 @@ void StoreLink::host_wait_for(int k) {
       host_wait_for(k + 1);
       return;
     }
-    const int worker_port =
-        m_config.worker_port.value_or(0) != 0 ? *m_config.worker_port : posix::pick_free_port();
-    publish_plan(m_planner->plan(m_config.master_addr, worker_port));
+    start_first_round();
   });
+}
+
+void StoreLink::start_first_round() {
+  const int worker_port =
+      m_config.worker_port.value_or(0) != 0 ? *m_config.worker_port : posix::pick_free_port();
+  m_next_arrival = m_planner->joined();
+  publish_plan(m_planner->plan(m_config.master_addr, worker_port));
+  if (m_planner->elastic()) {
+    watch_arrivals();
+  }
 }
 
 // Each node's rank first, then the plan every node waits for: requests on one
@@ -313,6 +339,10 @@ void StoreLink::take_plan(const std::string& text) {
     join_failed(k_exit_rendezvous, record.error);
     return;
   }
+  if (m_config.elastic() && m_self.arrival >= record.topology->nnodes()) {
+    wait_for_admission();  // it joined after node 0 planned the first round
+    return;
+  }
   if (m_self.arrival < 0 || m_self.arrival >= record.topology->nnodes()) {
     join_failed(k_exit_rendezvous, "more agents joined than --nnodes " +
                                        std::to_string(m_config.nnodes) +
@@ -321,16 +351,20 @@ void StoreLink::take_plan(const std::string& text) {
   }
   m_rpc->get(keys::plan(m_self.arrival), Ms(1),
              [this, topology = std::move(*record.topology)](std::optional<std::string> mine) {
-               take_assignment(topology, mine);
+               take_assignment(topology, mine, keys::plan(m_self.arrival));
              });
 }
 
 // This node's rank, and its own entry: the plan holds only the node sizes.
-void StoreLink::take_assignment(Topology topology, const std::optional<std::string>& text) {
+void StoreLink::take_assignment(Topology topology, const std::optional<std::string>& text,
+                                const std::string& key) {
   if (m_phase != Phase::k_joining) {
     return;
   }
-  const std::string key = keys::plan(m_self.arrival);
+  if (!text && m_config.elastic() && m_round == 0) {
+    wait_for_admission();
+    return;
+  }
   try {
     if (!text) {
       throw RecordError("node 0 published the plan without " + key);
@@ -366,14 +400,19 @@ void StoreLink::join_failed(int exit_code, const std::string& message) {
 void StoreLink::progress(TimePoint now) {
   m_next_progress = now + k_progress_every;
   const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - m_start).count();
-  if (m_round > 0) {
+  if (m_waiting) {
+    log::info("waiting to be admitted: the job runs without this node ({} s)", waited);
+  } else if (m_round > 0) {
     log::info("waiting for every node to end round {}'s workers ({} s)", m_round - 1, waited);
   } else if (m_rpc->state() == AsyncClient::State::k_connecting) {
     log::info("connecting to the store at {} (attempt {}, {} s)", m_where, m_rpc->attempts(),
               waited);
+  } else if (m_planner && m_planner->enough()) {
+    log::info("waiting for more nodes: {} of {} to {} joined ({} s)", m_planner->joined(),
+              m_planner->min_nodes(), m_planner->max_nodes(), waited);
   } else if (m_planner) {
     log::info("waiting for nodes: {}/{} joined (missing: {}; {} s)", m_planner->joined(),
-              m_config.nnodes, m_planner->missing(), waited);
+              m_planner->min_nodes(), m_planner->missing(), waited);
   } else if (m_rpc->idle()) {
     m_rpc->add(keys::k_arrivals, 0, [this, waited](int64_t joined) {
       log::info("waiting for nodes: {}/{} joined ({} s)", joined, m_config.nnodes, waited);
@@ -399,6 +438,14 @@ void StoreLink::store_lost(std::string why) {
       return;
     case Phase::k_joining:
       if (m_verdict_delivered) {
+        return;
+      }
+      if (m_waiting) {
+        join_failed(k_exit_rendezvous,
+                    "the store at " + m_where +
+                        " closed while this node waited to be admitted: the job ended (or node 0 "
+                        "was lost) without it; " +
+                        why);
         return;
       }
       if (why.find("version mismatch") != std::string::npos) {

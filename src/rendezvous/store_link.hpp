@@ -3,13 +3,16 @@
 // talks to it through three non-blocking connections, so a request never
 // waits behind one the server holds: `watch` parks GET job/stop for the whole
 // run, `wait` holds rendezvous and result waits, `rpc` carries short requests
-// (joining, heartbeats, the verdict's compare-and-set, results). The owner's
+// (joining, heartbeats, the verdict's compare-and-set, results); an elastic
+// job's store host holds a fourth, `arrivals`, parked on the next join record
+// while the job runs. The owner's
 // event loop watches watches(), calls on_ready() and on_time(); nothing here
 // blocks, so a stalled store host delays no signal, output or reaping. Not
 // thread-safe: the agent's thread drives it.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -40,6 +43,7 @@ class StoreLink : public JobLink {
   void publish_stop(const JobVerdict& verdict) override;
   // The store answered this node's publish_stop() (whichever verdict won).
   bool stop_confirmed() const { return m_stop_confirmed; }
+  bool admitted() const override { return !m_waiting; }
   // This node leaves mid-run without its ranks' outcomes (an internal error):
   // it reports none, so that node 0 does not wait for them. No listener call.
   void abandon();
@@ -47,7 +51,7 @@ class StoreLink : public JobLink {
   bool abandoned() const { return m_abandoned; }
   void publish_success() override;
   void finish(const std::vector<RankOutcome>& local) override;
-  void next_round(const std::vector<RankOutcome>& local) override;
+  void next_round(const std::vector<RankOutcome>& local, int restarts) override;
 
   // --- driving it -------------------------------------------------------------
   struct Watch {
@@ -68,12 +72,24 @@ class StoreLink : public JobLink {
   void host_store();
   void joined_as(int arrival);
   void host_wait_for(int k);
+  void start_first_round();
   void host_fail(const std::string& error);
   void wait_for_plan();
   void publish_plan(const JobPlan& plan);
   void take_plan(const std::string& text);
-  void take_assignment(Topology topology, const std::optional<std::string>& text);
+  void take_assignment(Topology topology, const std::optional<std::string>& text,
+                       const std::string& key);
   void join_failed(int exit_code, const std::string& message);
+  // elastic membership (elastic.cpp)
+  void watch_arrivals();  // the store host: the next node to join the running job
+  void take_arrival(int arrival, const std::optional<std::string>& text);
+  void maybe_regroup();
+  void wait_for_admission();  // a node that joined once the job ran
+  void take_admission(const std::optional<std::string>& text);
+  void form_next_round();
+  void publish_round(const JobPlan& plan);
+  void take_round_plan(const std::optional<std::string>& text);
+  void tell_waiting(std::function<void()> then);  // the job ends without them
   void watch_verdict();  // parks GET job/<round>/stop on the watch connection
   void progress(TimePoint now);
   // A connection failed. The watch connection carries the verdict, and node
@@ -90,8 +106,8 @@ class StoreLink : public JobLink {
   void collect_results();
   // rounds (job_phase.cpp)
   void host_next_round(int ended);
+  void missing_at_restart(int ended, const std::vector<std::optional<std::string>>& results);
   void wait_for_round_plan();
-  void start_round(const std::optional<std::string>& port_text);
   void finished(std::vector<RankOutcome> ranks);
 
   const Config& m_config;
@@ -102,6 +118,7 @@ class StoreLink : public JobLink {
   std::unique_ptr<AsyncClient> m_rpc;
   std::unique_ptr<AsyncClient> m_watch;
   std::unique_ptr<AsyncClient> m_wait;
+  std::unique_ptr<AsyncClient> m_arrivals;  // an elastic job's store host only
   TimePoint m_start{};
   TimePoint m_deadline{};  // rendezvous deadline
   TimePoint m_next_progress{};
@@ -114,7 +131,17 @@ class StoreLink : public JobLink {
   bool m_refused = false;                 // a connection was refused at the handshake
   TimePoint m_lost_deadline{};
   // running
-  int m_round = 0;  // 0, then one more per restart: the run's keys are scoped by it
+  int m_round = 0;         // 0, then one more per restart: the run's keys are scoped by it
+  int m_restarts = 0;      // the restarts the job used before this round
+  bool m_waiting = false;  // joined a running elastic job: not admitted yet
+  std::optional<TimePoint> m_last_call;  // an elastic rendezvous closes then
+  int m_next_arrival = 0;                // the store host: the next join record to read
+  std::set<int> m_gone;                  // the nodes the last round lost
+  int m_regrouped = -1;                  // the round the store host regrouped to admit a node
+  // The store host saw every node's first heartbeat of the round: each has
+  // started it, so a regroup reaches none still joining it.
+  int m_all_started = -1;
+  std::pair<int, int> m_last_word{-1, -1};  // the (round, node rank) it names
   Topology m_topology;
   TimePoint m_round_deadline{};  // by when the next round must start
   int m_node_rank = -1;

@@ -80,9 +80,19 @@ std::string format_failure_report(const JobSummary& s) {
     return {};
   }
   std::string out;
+  int used = s.restarts;
   for (size_t i = 0; i + 1 < s.rounds.size(); ++i) {
-    out += fmt::format("ddplaunch: round {} failed: {}; restarted ({} of {})\n", s.rounds[i].round,
-                       describe_round_end(s.rounds[i]), i + 1, s.max_restarts);
+    used -= s.rounds[i].regroup ? 0 : 1;
+  }
+  for (size_t i = 0; i + 1 < s.rounds.size(); ++i) {
+    const auto& r = s.rounds[i];
+    if (r.regroup) {
+      out += fmt::format("ddplaunch: round {} ended: {}; the nodes met again (no restart used)\n",
+                         r.round, describe_round_end(r));
+    } else {
+      out += fmt::format("ddplaunch: round {} failed: {}; restarted ({} of {})\n", r.round,
+                         describe_round_end(r), ++used, s.max_restarts);
+    }
   }
   if (s.root_cause) {
     const auto& r = *s.root_cause;

@@ -42,7 +42,9 @@ struct RankOutcome {
 
 // A round of the job (the first run, or a restart) and how it ended.
 struct RoundSummary {
-  int round = 0;  // its TORCHELASTIC_RESTART_COUNT
+  int round = 0;
+  int nnodes = 0;        // the nodes it ran on
+  bool regroup = false;  // it ended for an elastic job to admit a node: no restart used
   int exit_code = 0;
   std::optional<RankOutcome> root_cause;  // the rank whose failure ended it
   std::string message;                    // why it ended, when no rank is to blame
@@ -64,7 +66,8 @@ struct JobSummary {
   std::vector<RankOutcome> ranks;    // ranks known here, by rank (of the last round)
   long launcher_max_rss_kib = 0;
   int max_restarts = 0;
-  std::vector<RoundSummary> rounds;  // every round that started workers; restarts = size - 1
+  std::vector<RoundSummary> rounds;  // every round this node ran workers in
+  int restarts = 0;                  // the restarts the job used
 };
 
 // "rank 3 (node 1) exited with exit code 7": what ended a round.

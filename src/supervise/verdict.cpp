@@ -38,8 +38,23 @@ Decision merge_verdict(const LocalEnd& local, const std::optional<JobVerdict>& j
   return d;
 }
 
-bool restarts_after(const Decision& d, int round, int max_restarts) {
-  return d.root_cause && d.exit_code != 0 && !d.stop_signal && round < max_restarts;
+NextRound next_round_after(const Decision& d, const std::optional<JobVerdict>& job, bool elastic,
+                           int node_rank, int restarts, int max_restarts) {
+  if (d.stop_signal) {
+    return NextRound::k_none;
+  }
+  if (job && job->regroup) {
+    return NextRound::k_regroup;
+  }
+  if (restarts >= max_restarts) {
+    return NextRound::k_none;
+  }
+  if (d.root_cause && d.exit_code != 0) {
+    return NextRound::k_restart;
+  }
+  // The store host's loss ends the job: its agents see lost == -1.
+  const bool other_lost = job && job->lost >= 0 && job->lost != node_rank;
+  return elastic && other_lost ? NextRound::k_restart : NextRound::k_none;
 }
 
 }  // namespace ddplaunch

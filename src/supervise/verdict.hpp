@@ -19,7 +19,10 @@ struct JobVerdict {
   std::optional<RankOutcome> root_cause;  // the failing rank, when it was a worker
   int node = -1;                          // the node that decided; -1 when unknown
   int lost = -1;                          // the node found lost (exit 4), if one was
-  bool success() const { return exit_code == 0 && message.empty() && !root_cause; }
+  // An elastic job's membership changes (a node joined): not a failure; the
+  // nodes meet again at once without using a restart.
+  bool regroup = false;
+  bool success() const { return exit_code == 0 && message.empty() && !root_cause && !regroup; }
   bool operator==(const JobVerdict&) const = default;
 };
 
@@ -46,11 +49,22 @@ struct Decision {
 // never confirmed one); `node_rank` is this node's.
 Decision merge_verdict(const LocalEnd& local, const std::optional<JobVerdict>& job, int node_rank);
 
-// Whether round `round`, which ended with `decision`, is followed by another
-// (--max-restarts): a rank failed (torchrun's rule: a worker's failure; never
-// a stop signal, a lost node, a program that cannot start or an internal
-// error) and restarts remain. Every node of a job decides alike: the job's
-// verdict, the round and --max-restarts are the same everywhere.
-bool restarts_after(const Decision& decision, int round, int max_restarts);
+enum class NextRound {
+  k_none,     // the job ends
+  k_restart,  // every node meets again; one restart is used
+  k_regroup,  // an elastic job meets again to admit a node; no restart is used
+};
+
+// What follows a round that ended with `decision` under the job's verdict
+// `job` (nullopt for one node), `restarts` having been used before it:
+// k_regroup when the verdict says so (the store host asks only while
+// restarts remain); k_restart when restarts remain and a rank failed
+// (torchrun's rule: a worker's failure; never a stop signal, a program that
+// cannot start or an internal error) or, in an elastic job, another node
+// than this one and the store host was lost; else k_none. Every node of a
+// job decides alike: the verdict, the restarts used and --max-restarts are
+// the same everywhere.
+NextRound next_round_after(const Decision& decision, const std::optional<JobVerdict>& job,
+                           bool elastic, int node_rank, int restarts, int max_restarts);
 
 }  // namespace ddplaunch

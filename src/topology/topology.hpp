@@ -68,7 +68,10 @@ struct JobLayout {
   int master_port = 29500;  // the workers' MASTER_PORT (not the store's port)
   std::string run_id = "none";
   std::string role = "default";
-  int restart_count = 0;
+  int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: the restarts used so far
+  // The round (0, then one more each time the nodes meet again): equal to
+  // restart_count unless an elastic job regrouped to admit a node.
+  int round = 0;
   int max_restarts = 0;
   std::string hostname;
   // The interface holding this node's advertised address: the workers'

@@ -3,7 +3,10 @@ DDPLAUNCH_PROGRESS_FD) for that long is hung. Its stacks are shown (Python's
 faulthandler, through SIGABRT) in its stderr and the report, and the job
 ends as for any failing rank (or restarts, with restarts left)."""
 import json
+import shutil
 import textwrap
+
+import pytest
 
 from conftest import TORCH_PYTHON
 
@@ -56,6 +59,21 @@ def test_output_lines_are_progress_and_a_native_program_is_stopped_too(jobs):
     r = jobs.run(["--nproc-per-node", 2, "--hang-timeout", 2, "--", *program], timeout=120)
     assert r.returncode == 134, r.stderr
     assert "job failed: rank 1 (node 0" in r.stderr and "hung" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not (shutil.which("eu-stack") or shutil.which("gdb")),
+                    reason="needs eu-stack (elfutils) or gdb; quickstart installs elfutils")
+def test_a_hung_native_ranks_stacks_are_printed_by_a_debugger(jobs, tmp_path):
+    # exec: the worker itself sleeps, in clock_nanosleep, a native program.
+    program = ["sh", "-c", "exec sleep 300"]
+    r = jobs.run(["--hang-timeout", 1, "--log-dir", tmp_path / "logs", "--summary-json",
+                  tmp_path / "s.json", "--", *program], timeout=120)
+    assert r.returncode == 134, r.stderr
+    assert "printing its threads' native stacks" in r.stderr, r.stderr
+    log = (tmp_path / "logs" / "0" / "stderr.log").read_text()
+    assert "nanosleep" in log, log
+    tail = json.loads((tmp_path / "s.json").read_text())["root_cause"]["last_stderr"]
+    assert any("nanosleep" in line for line in tail), tail
 
 
 def test_the_progress_fd_is_a_pipe_and_only_with_a_hang_timeout(jobs):

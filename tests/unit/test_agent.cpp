@@ -32,6 +32,12 @@ struct FakeSpawner : Spawner {
   }
   void signal(int local_rank, int sig) override { signals.emplace_back(local_rank, sig); }
   void kill_all() override { ++kill_alls; }
+  bool debugger = false;  // dump_stacks() finds one
+  std::vector<int> dumps;
+  bool dump_stacks(int local_rank) override {
+    dumps.push_back(local_rank);
+    return debugger;
+  }
   int count(int sig) const {
     return static_cast<int>(std::count_if(signals.begin(), signals.end(),
                                           [sig](const auto& s) { return s.second == sig; }));
@@ -52,11 +58,15 @@ struct FakeLink : JobLink {
   int successes = 0;
   std::optional<std::vector<RankOutcome>> finished;
   std::vector<std::vector<RankOutcome>> rounds;  // what each next_round() reported
+  std::vector<int> restarts;                     // and the restarts it said were used
   void join(const JoinRecord& self) override { joined = self; }
   void publish_stop(const JobVerdict& v) override { published.push_back(v); }
   void publish_success() override { ++successes; }
   void finish(const std::vector<RankOutcome>& local) override { finished = local; }
-  void next_round(const std::vector<RankOutcome>& local) override { rounds.push_back(local); }
+  void next_round(const std::vector<RankOutcome>& local, int used) override {
+    rounds.push_back(local);
+    restarts.push_back(used);
+  }
 };
 
 struct FakeConsole : ConsoleSink {
@@ -205,7 +215,7 @@ TEST_F(AgentTest, JoinsThenRunsWithTheTopologyItWasGiven) {
   EXPECT_EQ(link.joined->nproc, 2);
   EXPECT_EQ(link.joined->node_rank, -1);
   EXPECT_TRUE(spawner.spawned.empty()) << "nothing starts before rendezvous";
-  agent->on_joined(two_nodes(2), 1);
+  agent->on_joined(two_nodes(2), 1, {});
   ASSERT_EQ(spawner.spawned.size(), 1u);
   EXPECT_EQ(spawner.spawned[0][1].env.at("RANK"), "3");
   EXPECT_EQ(spawner.spawned[0][1].env.at("WORLD_SIZE"), "4");
@@ -230,7 +240,7 @@ TEST_F(AgentTest, JoinsThenRunsWithTheTopologyItWasGiven) {
 
 TEST_F(AgentTest, RemoteVerdictStopsTheWorkersAndDecidesTheExitCode) {
   make(2, true);
-  agent->on_joined(two_nodes(2), 1);
+  agent->on_joined(two_nodes(2), 1, {});
   RankOutcome root;
   root.rank = 0;
   root.exit = ExitInfo::exited(9);
@@ -247,7 +257,7 @@ TEST_F(AgentTest, RemoteVerdictStopsTheWorkersAndDecidesTheExitCode) {
 
 TEST_F(AgentTest, LocalFailureIsPublishedWithItsRootCause) {
   make(2, true);
-  agent->on_joined(two_nodes(2), 1);
+  agent->on_joined(two_nodes(2), 1, {});
   agent->on_output(0, Stream::k_err, "boom\n");
   ends(0, ExitInfo::exited(5));
   ASSERT_EQ(link.published.size(), 1u);
@@ -292,7 +302,7 @@ TEST_F(AgentTest, SignalWhileJoiningWithAStalledStoreEndsAfterTheConfirmationWai
 TEST_F(AgentTest, NoWorkerStartsWhenRendezvousCompletesAfterAStopSignal) {
   make(2, true);
   agent->on_signal(SIGINT);
-  agent->on_joined(two_nodes(2), 1);
+  agent->on_joined(two_nodes(2), 1, {});
   EXPECT_TRUE(spawner.spawned.empty());
   agent->on_verdict(link.published.at(0));
   ASSERT_TRUE(agent->done());
@@ -326,7 +336,7 @@ TEST_F(AgentTest, RendezvousFailureIsAnError) {
 
 TEST_F(AgentTest, StalledLinkDelaysNeitherOutputNorTheEnd) {
   make(2, true);
-  agent->on_joined(two_nodes(2), 0);
+  agent->on_joined(two_nodes(2), 0, {});
   agent->on_signal(SIGINT);
   ASSERT_EQ(link.published.size(), 1u);
   // The store never answers; output and exits are still handled at once.
@@ -343,7 +353,7 @@ TEST_F(AgentTest, StalledLinkDelaysNeitherOutputNorTheEnd) {
 
 TEST_F(AgentTest, SignalWhileGatheringEndsAtOnceKeepingTheVerdict) {
   make(1, true);
-  agent->on_joined(two_nodes(1), 0);
+  agent->on_joined(two_nodes(1), 0, {});
   ends(0, ExitInfo::exited(7));
   agent->on_verdict(link.published.at(0));
   ASSERT_TRUE(link.finished);
@@ -358,7 +368,7 @@ TEST_F(AgentTest, SignalWhileGatheringEndsAtOnceKeepingTheVerdict) {
 
 TEST_F(AgentTest, SignalDuringAnotherNodesTeardownKillsNowAndExits128PlusN) {
   make(1, true);
-  agent->on_joined(two_nodes(1), 1);
+  agent->on_joined(two_nodes(1), 1, {});
   agent->on_verdict(JobVerdict{4, "node 0 lost", std::nullopt, 0});
   EXPECT_EQ(spawner.count(SIGTERM), 1);
   agent->on_signal(SIGTERM);
@@ -371,7 +381,7 @@ TEST_F(AgentTest, SignalDuringAnotherNodesTeardownKillsNowAndExits128PlusN) {
 TEST_F(AgentTest, SpawnErrorIsPublishedToTheOtherNodes) {
   spawner.fail_with = "cannot execute 'train': not found";
   make(2, true);
-  agent->on_joined(two_nodes(2), 1);
+  agent->on_joined(two_nodes(2), 1, {});
   ASSERT_EQ(link.published.size(), 1u);
   EXPECT_EQ(link.published[0].exit_code, 127);
   EXPECT_NE(link.published[0].message.find("node 1 (b): cannot execute"), std::string::npos);
@@ -441,7 +451,7 @@ TEST_F(AgentTest, AcrossNodesTheVerdictRestartsAndTheNodesMeetAgain) {
   config.max_restarts = 1;
   make(2, true);
   EXPECT_EQ(link.joined->max_restarts, 1) << "every node must agree";
-  agent->on_joined(two_nodes(2), 1);
+  agent->on_joined(two_nodes(2), 1, {});
   RankOutcome root;
   root.rank = 0;
   root.exit = ExitInfo::exited(9);
@@ -454,7 +464,7 @@ TEST_F(AgentTest, AcrossNodesTheVerdictRestartsAndTheNodesMeetAgain) {
   EXPECT_EQ(spawner.spawned.size(), 1u) << "not before the next round starts";
   Topology next = two_nodes(2);
   next.master_port = 5678;
-  agent->on_joined(next, 1);
+  agent->on_joined(next, 1, RoundStart{1, link.restarts.at(0)});
   ASSERT_EQ(spawner.spawned.size(), 2u);
   EXPECT_EQ(spawner.spawned[1][0].env.at("TORCHELASTIC_RESTART_COUNT"), "1");
   EXPECT_EQ(spawner.spawned[1][0].env.at("MASTER_PORT"), "5678");
@@ -464,7 +474,7 @@ TEST_F(AgentTest, AcrossNodesTheVerdictRestartsAndTheNodesMeetAgain) {
 TEST_F(AgentTest, AVerdictWithoutAFailingRankIsNeverRestarted) {
   config.max_restarts = 1;
   make(1, true);
-  agent->on_joined(two_nodes(1), 1);
+  agent->on_joined(two_nodes(1), 1, {});
   agent->on_verdict(JobVerdict{4, "node 0 was lost", std::nullopt, 0});
   ends(0, ExitInfo::signaled(SIGTERM));
   EXPECT_TRUE(link.rounds.empty());
@@ -474,7 +484,7 @@ TEST_F(AgentTest, AVerdictWithoutAFailingRankIsNeverRestarted) {
 TEST_F(AgentTest, ASignalWhileTheJobRestartsStopsTheNextRoundEverywhere) {
   config.max_restarts = 1;
   make(1, true);
-  agent->on_joined(two_nodes(1), 1);
+  agent->on_joined(two_nodes(1), 1, {});
   RankOutcome root;
   root.exit = ExitInfo::exited(9);
   agent->on_verdict(JobVerdict{9, "", root, 0});
@@ -487,6 +497,55 @@ TEST_F(AgentTest, ASignalWhileTheJobRestartsStopsTheNextRoundEverywhere) {
   ASSERT_TRUE(agent->done());
   EXPECT_EQ(agent->summary().exit_code, 130);
   EXPECT_EQ(spawner.spawned.size(), 1u);
+}
+
+TEST_F(AgentTest, AnElasticJobRegroupsForANewcomerWithoutUsingARestart) {
+  config.max_restarts = 1;
+  config.nnodes_min = 1;  // --nnodes 1:2
+  make(1, true);
+  EXPECT_EQ(link.joined->nnodes_min, 1) << "every node must agree";
+  agent->on_joined(two_nodes(1), 1, {});
+  agent->on_verdict(JobVerdict{0, "node 2 joined", std::nullopt, 0, -1, true});
+  ends(0, ExitInfo::signaled(SIGTERM));
+  ASSERT_EQ(link.rounds.size(), 1u) << "a regroup is a next round";
+  EXPECT_EQ(link.restarts[0], 0) << "that uses no restart";
+  EXPECT_FALSE(link.finished);
+  agent->on_joined(two_nodes(1), 1, RoundStart{1, 0});
+  ASSERT_EQ(spawner.spawned.size(), 2u);
+  EXPECT_EQ(spawner.spawned[1][0].env.at("TORCHELASTIC_RESTART_COUNT"), "0");
+  // Now a node is lost: the survivors go on, using the one restart.
+  agent->on_verdict(JobVerdict{4, "node 0 was lost", std::nullopt, 0, 0});
+  ends(0, ExitInfo::signaled(SIGTERM));
+  ASSERT_EQ(link.rounds.size(), 2u);
+  EXPECT_EQ(link.restarts[1], 1);
+  agent->on_joined(two_nodes(1), 0, RoundStart{2, 1});
+  ASSERT_EQ(spawner.spawned.size(), 3u);
+  EXPECT_EQ(spawner.spawned[2][0].env.at("TORCHELASTIC_RESTART_COUNT"), "1");
+  ends(0, ExitInfo::exited(0));
+  agent->on_verdict(JobVerdict{});
+  ASSERT_TRUE(link.finished);
+  agent->on_finished(*link.finished);
+  ASSERT_TRUE(agent->done());
+  const auto& s = agent->summary();
+  EXPECT_EQ(s.exit_code, 0);
+  EXPECT_EQ(s.restarts, 1);
+  ASSERT_EQ(s.rounds.size(), 3u);
+  EXPECT_TRUE(s.rounds[0].regroup);
+  EXPECT_FALSE(s.rounds[1].regroup);
+}
+
+TEST_F(AgentTest, ANodeAdmittedLateTakesTheJobsRoundAndRestarts) {
+  config.max_restarts = 3;
+  config.nnodes_min = 1;
+  make(1, true);
+  agent->on_joined(two_nodes(1), 1, RoundStart{4, 2});
+  ASSERT_EQ(spawner.spawned.size(), 1u);
+  EXPECT_EQ(spawner.spawned[0][0].env.at("TORCHELASTIC_RESTART_COUNT"), "2");
+  RankOutcome root;
+  root.exit = ExitInfo::exited(9);
+  agent->on_verdict(JobVerdict{9, "", root, 0});
+  ends(0, ExitInfo::signaled(SIGTERM));
+  ASSERT_EQ(link.restarts, (std::vector<int>{3})) << "one restart left, now used";
 }
 
 // --- hangs (--hang-timeout) ---------------------------------------------------------
@@ -515,6 +574,55 @@ TEST_F(AgentTest, ARankWithoutProgressIsHungAskedForItsStacksAndFails) {
   EXPECT_EQ(s.root_cause->rank, 1);
   EXPECT_DOUBLE_EQ(s.root_cause->hung_for_s, 10);
   EXPECT_NE(format_failure_report(s).find("hung: no progress for 10.0 s"), std::string::npos);
+}
+
+TEST_F(AgentTest, AHungNativeRanksStacksArePrintedBeforeItIsAborted) {
+  config.hang_timeout_s = 5;
+  spawner.debugger = true;
+  make(2, false);
+  pass(2s);
+  agent->on_progress(0);
+  pass(3s);
+  EXPECT_EQ(spawner.dumps, (std::vector<int>{1}));
+  EXPECT_EQ(spawner.count(SIGABRT), 0) << "not while the debugger prints its stacks";
+  agent->on_output(1, Stream::k_err, "#0  0x00007f clock_nanosleep\n");
+  agent->on_stacks_dumped(1);
+  EXPECT_EQ(spawner.signals, (std::vector<std::pair<int, int>>{{1, SIGABRT}}));
+  ends(1, ExitInfo::signaled(SIGABRT));
+  ends(0, ExitInfo::signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  const auto& s = agent->summary();
+  ASSERT_TRUE(s.root_cause);
+  ASSERT_FALSE(s.root_cause->last_stderr.empty());
+  EXPECT_EQ(s.root_cause->last_stderr.back(), "#0  0x00007f clock_nanosleep")
+      << "the stacks are in the report";
+}
+
+TEST_F(AgentTest, ASlowDebuggerDoesNotDelayTheAbortPastItsWait) {
+  config.hang_timeout_s = 5;
+  spawner.debugger = true;
+  make(1, false);
+  pass(5s);
+  ASSERT_EQ(spawner.dumps.size(), 1u);
+  pass(k_stack_dump_wait - 1s);
+  EXPECT_EQ(spawner.count(SIGABRT), 0);
+  pass(1s);
+  EXPECT_EQ(spawner.count(SIGABRT), 1);
+  agent->on_stacks_dumped(0);  // late: nothing more
+  EXPECT_EQ(spawner.count(SIGABRT), 1);
+}
+
+TEST_F(AgentTest, APythonRankPrintsItsOwnStacks) {
+  config.hang_timeout_s = 5;
+  config.program = "python3";
+  spawner.debugger = true;
+  agent =
+      std::make_unique<Agent>(config, env, NodeIdentity{"b", "10.0.0.2", 1, 4321, {}, "", {}, {}},
+                              spawner, clock, nullptr, console);
+  agent->start();
+  pass(5s);
+  EXPECT_TRUE(spawner.dumps.empty()) << "faulthandler prints them on SIGABRT";
+  EXPECT_EQ(spawner.count(SIGABRT), 1);
 }
 
 TEST_F(AgentTest, AHungRankThatSurvivesSigabrtIsKilledAfterTheGracePeriod) {

@@ -55,7 +55,22 @@ TEST(Config, GoodCommandLines) {
        [](const Config& c) { EXPECT_EQ(c.nproc_mode, NprocMode::k_auto); }},
       {{"--nproc-per-node", "cpu", "p"},
        [](const Config& c) { EXPECT_EQ(c.nproc_mode, NprocMode::k_cpu); }},
-      {{"--nnodes", "3:3", "p"}, [](const Config& c) { EXPECT_EQ(c.nnodes, 3); }},
+      {{"--nnodes", "3:3", "p"},
+       [](const Config& c) {
+         EXPECT_EQ(c.nnodes, 3);
+         EXPECT_FALSE(c.elastic()) << "MIN equal to MAX is a fixed-size job";
+       }},
+      {{"--nnodes", "1:4", "p"},
+       [](const Config& c) {
+         EXPECT_TRUE(c.elastic());
+         EXPECT_EQ(c.min_nodes(), 1);
+         EXPECT_EQ(c.nnodes, 4);
+         EXPECT_EQ(c.rdzv_last_call_s, 5) << "the documented default";
+       }},
+      {{"--nnodes", "2:4", "--nnodes", "3", "p"},
+       [](const Config& c) { EXPECT_FALSE(c.elastic()) << "the last --nnodes wins, whole"; }},
+      {{"--nnodes", "2:3", "--rdzv-conf", "join_timeout=9,last_call_timeout=2", "p"},
+       [](const Config& c) { EXPECT_EQ(c.rdzv_last_call_s, 2) << "torchrun's key"; }},
       {{"--rdzv_endpoint", "node7:4000", "p"},
        [](const Config& c) {
          EXPECT_EQ(c.master_addr, "node7");
@@ -108,7 +123,9 @@ TEST(Config, BadCommandLinesAreUsageErrorsNamingTheFlag) {
       {{"--nproc-per-node", "0", "p"}, "--nproc-per-node"},
       {{"--nproc-per-node", "-3", "p"}, "--nproc-per-node"},
       {{"--nnodes", "0", "p"}, "--nnodes"},
-      {{"--nnodes", "1:4", "p"}, "elastic"},
+      {{"--nnodes", "4:2", "p"}, "MIN is larger than MAX"},
+      {{"--nnodes", "1:", "p"}, "--nnodes"},
+      {{"--rdzv-last-call", "-1", "p"}, "--rdzv-last-call"},
       {{"--nnodes", "2", "--node-rank", "2", "p"}, "out of range"},
       {{"--node-rank", "x", "p"}, "--node-rank"},
       {{"--master-port", "0", "p"}, "--master-port"},

@@ -125,5 +125,70 @@ TEST(Planner, AssignsRanksAndBuildsTheTopology) {
   }
 }
 
+JoinRecord elastic_node(int arrival, int node_rank = -1, bool store_host = false) {
+  JoinRecord r = node(arrival, node_rank, 2, store_host);
+  r.nnodes_min = 2;
+  r.nnodes = 4;
+  return r;
+}
+
+TEST(Planner, AnElasticJobStartsWithMinNodesAndMakesClaimedRanksContiguous) {
+  RendezvousPlanner p(elastic_node(0, -1, true));
+  ASSERT_TRUE(p.elastic());
+  ASSERT_FALSE(p.add(elastic_node(0, -1, true)));
+  EXPECT_FALSE(p.enough());
+  EXPECT_EQ(p.missing(), "1 node");
+  ASSERT_FALSE(p.add(elastic_node(1, 3)));  // claims 3 of 0..3: rank 1 of 2 nodes
+  EXPECT_TRUE(p.enough());
+  EXPECT_FALSE(p.complete()) << "MAX is 4";
+  auto other = elastic_node(2);
+  other.nnodes = 5;
+  ASSERT_TRUE(p.add(other));
+  EXPECT_NE(p.add(other)->find("has --nnodes 2:5 but node 0 has --nnodes 2:4"), std::string::npos);
+  JobPlan plan = p.plan("10.0.0.0", 1);
+  EXPECT_EQ(plan.node_rank_of_arrival, (std::vector<int>{0, 1}));
+  EXPECT_EQ(plan.topology.nnodes(), 2);
+  EXPECT_EQ(plan.topology.world_size, 4);
+}
+
+TEST(Planner, ElasticRoundsDropLostNodesAndAdmitWaitingOnesUpToMax) {
+  RendezvousPlanner p(elastic_node(0, -1, true));
+  for (int a = 0; a < 3; ++a) {
+    ASSERT_FALSE(p.add(elastic_node(a, -1, a == 0)));
+  }
+  p.plan("10.0.0.0", 1);
+  EXPECT_FALSE(p.can_grow());
+  // Three nodes join while round 0 runs: they wait.
+  for (int a = 3; a < 6; ++a) {
+    ASSERT_FALSE(p.add(elastic_node(a)));
+  }
+  auto bad = elastic_node(6);
+  bad.command = "other.py";
+  EXPECT_TRUE(p.add(bad)) << "a node that disagrees is refused, not queued";
+  EXPECT_EQ(p.waiting().size(), 3u);
+  EXPECT_TRUE(p.can_grow());
+  // Node 1 was lost; arrival 3 went away while it waited.
+  EXPECT_EQ(p.remaining({1}), 2);
+  JobPlan next = p.next_round({1}, {3}, "10.0.0.0", 2);
+  EXPECT_EQ(next.topology.nnodes(), 4) << "MAX";
+  EXPECT_EQ(next.admitted, (std::vector<int>{4, 5}));
+  // The survivors keep their order (arrival 0 and 2 -> ranks 0, 1), the
+  // newcomers follow; arrival 1 (lost) and 3 (left) have none.
+  EXPECT_EQ(next.node_rank_of_arrival, (std::vector<int>{0, -1, 1, -1, 2, 3}));
+  EXPECT_EQ(next.topology.nodes[2].host, "h4");
+  EXPECT_EQ(next.topology.master_port, 2);
+  EXPECT_FALSE(p.can_grow());
+  EXPECT_TRUE(p.drop_waiting().empty());
+  // A fixed-size job's next round is the same nodes.
+  RendezvousPlanner fixed(node(0, -1, 2, true));
+  for (int a = 0; a < 3; ++a) {
+    ASSERT_FALSE(fixed.add(node(a, -1, 2, a == 0)));
+  }
+  JobPlan first = fixed.plan("10.0.0.0", 1);
+  JobPlan again = fixed.next_round({}, {}, "10.0.0.0", 7);
+  EXPECT_EQ(again.node_rank_of_arrival, first.node_rank_of_arrival);
+  EXPECT_EQ(again.topology.nodes, first.topology.nodes);
+}
+
 }  // namespace
 }  // namespace ddplaunch

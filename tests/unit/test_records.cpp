@@ -83,7 +83,7 @@ namespace ddplaunch {
 namespace {
 
 TEST(Records, EveryStoreRecordRoundTrips) {
-  JoinRecord join{2, "job", "train.py --x", 3, 4, -1, "host", "10.0.0.3", {7001, 7002}, true, 2};
+  JoinRecord join{2, "job", "train.py --x", 3, 2, 4, -1, "host", "10.0.0.3", {7001, 7002}, true, 2};
   EXPECT_EQ(decode_join(encode_join(join)), join);
 
   Topology t = uniform_topology(2, 3, 1, "b", "10.0.0.2", "10.0.0.1", 999);
@@ -107,6 +107,14 @@ TEST(Records, EveryStoreRecordRoundTrips) {
   EXPECT_FALSE(failed.topology);
   EXPECT_EQ(failed.error, "timed out");
   EXPECT_EQ(decode_assignment(encode_assignment(4095)), 4095);
+  auto round_plan = decode_plan(encode_plan(PlanRecord{t, "", 2}));
+  EXPECT_EQ(round_plan.restarts, 2) << "a node admitted late learns the restarts used";
+  EXPECT_EQ(decode_admission(encode_admission(Admission{3, ""})).round, 3);
+  EXPECT_EQ(decode_admission(encode_admission(Admission{0, "ended"})).error, "ended");
+  EXPECT_THROW(decode_admission(R"({"round":0})"), RecordError);
+  JobVerdict regroup{0, "node 3 joined", std::nullopt, 0, -1, true};
+  EXPECT_EQ(decode_verdict(encode_verdict(regroup)), regroup);
+  EXPECT_FALSE(regroup.success());
   EXPECT_THROW(decode_assignment(R"({"node_rank":"1"})"), RecordError);
 
   RankOutcome root{3,

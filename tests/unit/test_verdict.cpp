@@ -62,5 +62,48 @@ TEST(Verdict, MergeTable) {
   }
 }
 
+TEST(Verdict, WhatFollowsARound) {
+  Decision failed;
+  failed.exit_code = 7;
+  failed.root_cause = rank_on(3, 1);
+  failed.reason = StopReason::k_remote;
+  Decision lost;
+  lost.exit_code = 4;
+  lost.message = "node 2 was lost";
+  Decision signaled = failed;
+  signaled.stop_signal = SIGTERM;
+  const JobVerdict lost_2{4, "node 2 was lost", std::nullopt, 0, 2};
+  const JobVerdict store_gone{4, "lost contact with the store", std::nullopt, -1};
+  const JobVerdict regroup{0, "node 3 joined", std::nullopt, 0, -1, true};
+  const JobVerdict rank_failed{7, "", rank_on(3, 1), 1};
+  struct Case {
+    const char* name;
+    Decision decision;
+    std::optional<JobVerdict> job;
+    bool elastic;
+    int node_rank;
+    int restarts;
+    NextRound expected;
+  };
+  const Case cases[] = {
+      {"a rank failed, restarts remain", failed, rank_failed, false, 0, 0, NextRound::k_restart},
+      {"a rank failed, none remain", failed, rank_failed, false, 0, 1, NextRound::k_none},
+      {"one node: its own failure", failed, std::nullopt, false, 0, 0, NextRound::k_restart},
+      {"a stop signal is never restarted", signaled, rank_failed, false, 0, 0, NextRound::k_none},
+      {"a lost node ends a fixed-size job", lost, lost_2, false, 0, 0, NextRound::k_none},
+      {"an elastic job goes on without it", lost, lost_2, true, 0, 0, NextRound::k_restart},
+      {"the lost node itself does not", lost, lost_2, true, 2, 0, NextRound::k_none},
+      {"nor without restarts", lost, lost_2, true, 0, 1, NextRound::k_none},
+      {"the store host's loss ends it", lost, store_gone, true, 1, 0, NextRound::k_none},
+      {"a newcomer regroups, whatever the count", Decision{}, regroup, true, 1, 1,
+       NextRound::k_regroup},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(next_round_after(c.decision, c.job, c.elastic, c.node_rank, c.restarts, 1),
+              c.expected);
+  }
+}
+
 }  // namespace
 }  // namespace ddplaunch
