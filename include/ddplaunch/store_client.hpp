@@ -32,6 +32,13 @@ class StoreClient {
   // `io_timeout` bounds every later exchange (on top of a call's own timeout).
   StoreClient(const std::string& host, int port, Duration connect_timeout,
               Duration io_timeout = std::chrono::seconds(30), const std::string& token = {});
+  // The store of the job this process runs in, as ddplaunch tells each
+  // worker: DDPLAUNCH_STORE_ADDR, DDPLAUNCH_STORE_PORT and DDPLAUNCH_STORE_TOKEN
+  // (the job's credential, if it has one). Its keys live under
+  // DDPLAUNCH_STORE_PREFIX, apart from the launcher's own: "x" here is
+  // "user/x" in the store. Throws StoreError when they are not set (the
+  // program was not started by ddplaunch) or the store cannot be reached.
+  static StoreClient from_environment(Duration connect_timeout = std::chrono::seconds(30));
   ~StoreClient();
   StoreClient(StoreClient&&) noexcept;
   StoreClient& operator=(StoreClient&&) noexcept;
@@ -55,6 +62,10 @@ class StoreClient {
   // sets `key` to `value` if the key is absent then. One per connection; an
   // empty key takes it back.
   void on_close(const std::string& key, const std::string& value);
+  // The keys under this client's prefix (without it), sorted.
+  std::vector<std::string> keys();
+  // What every key is prefixed with: "" unless from_environment() gave one.
+  const std::string& prefix() const;
 
  private:
   struct Impl;

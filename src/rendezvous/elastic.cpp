@@ -86,12 +86,23 @@ void StoreLink::wait_for_admission() {
   // If this agent goes before it is admitted, the store says so.
   m_rpc->request(protocol::request::on_close(keys::left(m_self.arrival), "1"),
                  AsyncClient::Duration(0), [](const protocol::Reply&) {});
-  m_wait->get(keys::admit(m_self.arrival), Ms(0),
+  // As torchrun's join timeout: a spare node waits --rdzv-timeout at most.
+  const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(m_deadline - Clock::now()));
+  m_wait->get(keys::admit(m_self.arrival), wait,
               [this](std::optional<std::string> text) { take_admission(text); });
 }
 
 void StoreLink::take_admission(const std::optional<std::string>& text) {
-  if (m_phase != Phase::k_joining || !m_waiting || !text) {
+  if (m_phase != Phase::k_joining || !m_waiting) {
+    return;
+  }
+  if (!text) {
+    join_failed(k_exit_rendezvous,
+                "not admitted to the running job within --rdzv-timeout " +
+                    std::to_string(static_cast<long long>(m_config.rdzv_timeout_s)) +
+                    " s (it runs with --nnodes " + nnodes_text(m_config) +
+                    "'s MAX, or has no restarts left to admit a node at once); raise "
+                    "--rdzv-timeout to keep a spare node waiting longer");
     return;
   }
   Admission admission;

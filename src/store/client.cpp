@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <cstdlib>
 
 #include "ddplaunch/store_client.hpp"
 #include "store/async_client.hpp"
@@ -13,6 +15,17 @@ namespace ddplaunch {
 // one implementation of connecting, framing and timeouts for both.
 struct StoreClient::Impl {
   std::unique_ptr<AsyncClient> conn;
+  std::string prefix;  // every key's, from the worker's environment
+
+  std::string key(const std::string& k) const { return prefix + k; }
+  std::vector<std::string> keys(const std::vector<std::string>& ks) const {
+    std::vector<std::string> out;
+    out.reserve(ks.size());
+    for (const auto& k : ks) {
+      out.push_back(prefix + k);
+    }
+    return out;
+  }
 
   // Drives the connection until `done` is true; throws StoreError on failure.
   void run_until(const bool& done) {
@@ -81,44 +94,50 @@ StoreClient::StoreClient(StoreClient&&) noexcept = default;
 StoreClient& StoreClient::operator=(StoreClient&&) noexcept = default;
 
 void StoreClient::set(const std::string& key, const std::string& value) {
-  m_impl->call<bool>([&](auto done) { m_impl->conn->set(key, value, [done] { done(true); }); });
+  m_impl->call<bool>(
+      [&](auto done) { m_impl->conn->set(m_impl->key(key), value, [done] { done(true); }); });
 }
 
 std::optional<std::string> StoreClient::get(const std::string& key, Duration timeout) {
   return m_impl->call<std::optional<std::string>>(
-      [&](auto done) { m_impl->conn->get(key, timeout, done); });
+      [&](auto done) { m_impl->conn->get(m_impl->key(key), timeout, done); });
 }
 
 int64_t StoreClient::add(const std::string& key, int64_t delta) {
-  return m_impl->call<int64_t>([&](auto done) { m_impl->conn->add(key, delta, done); });
+  return m_impl->call<int64_t>(
+      [&](auto done) { m_impl->conn->add(m_impl->key(key), delta, done); });
 }
 
 std::string StoreClient::compare_set(const std::string& key,
                                      const std::optional<std::string>& expected,
                                      const std::string& desired) {
   return m_impl->call<std::string>(
-      [&](auto done) { m_impl->conn->compare_set(key, expected, desired, done); });
+      [&](auto done) { m_impl->conn->compare_set(m_impl->key(key), expected, desired, done); });
 }
 
 bool StoreClient::remove(const std::string& key) {
   return m_impl->call<bool>([&](auto done) {
-    m_impl->conn->request(protocol::request::remove(key), Duration(0),
+    m_impl->conn->request(protocol::request::remove(m_impl->key(key)), Duration(0),
                           [done](const protocol::Reply& r) { done(protocol::read_flag(r)); });
   });
 }
 
 bool StoreClient::wait(const std::vector<std::string>& keys, Duration timeout) {
-  return m_impl->call<bool>([&](auto done) { m_impl->conn->wait(keys, timeout, done); });
+  return m_impl->call<bool>(
+      [&](auto done) { m_impl->conn->wait(m_impl->keys(keys), timeout, done); });
 }
 
 bool StoreClient::check(const std::vector<std::string>& keys) {
   return m_impl->call<bool>([&](auto done) {
-    m_impl->conn->request(protocol::request::check(keys), Duration(0),
+    m_impl->conn->request(protocol::request::check(m_impl->keys(keys)), Duration(0),
                           [done](const protocol::Reply& r) { done(protocol::read_flag(r)); });
   });
 }
 
 uint64_t StoreClient::num_keys() {
+  if (!m_impl->prefix.empty()) {
+    return keys().size();
+  }
   return m_impl->call<uint64_t>([&](auto done) {
     m_impl->conn->request(protocol::request::num_keys(), Duration(0),
                           [done](const protocol::Reply& r) { done(protocol::read_u64(r)); });
@@ -128,7 +147,7 @@ uint64_t StoreClient::num_keys() {
 std::vector<std::optional<std::string>> StoreClient::multi_get(
     const std::vector<std::string>& keys) {
   return m_impl->call<std::vector<std::optional<std::string>>>(
-      [&](auto done) { m_impl->conn->multi_get(keys, done); });
+      [&](auto done) { m_impl->conn->multi_get(m_impl->keys(keys), done); });
 }
 
 void StoreClient::ping() {
@@ -140,9 +159,47 @@ void StoreClient::ping() {
 
 void StoreClient::on_close(const std::string& key, const std::string& value) {
   m_impl->call<bool>([&](auto done) {
-    m_impl->conn->request(protocol::request::on_close(key, value), Duration(0),
-                          [done](const protocol::Reply&) { done(true); });
+    m_impl->conn->request(protocol::request::on_close(key.empty() ? key : m_impl->key(key), value),
+                          Duration(0), [done](const protocol::Reply&) { done(true); });
   });
+}
+
+std::vector<std::string> StoreClient::keys() {
+  auto all = m_impl->call<std::vector<std::string>>([&](auto done) {
+    m_impl->conn->request(protocol::request::keys(m_impl->prefix), Duration(0),
+                          [done](const protocol::Reply& r) { done(protocol::read_keys(r)); });
+  });
+  for (auto& k : all) {
+    k.erase(0, m_impl->prefix.size());
+  }
+  return all;
+}
+
+const std::string& StoreClient::prefix() const {
+  return m_impl->prefix;
+}
+
+StoreClient StoreClient::from_environment(Duration connect_timeout) {
+  auto var = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v != nullptr ? v : "";
+  };
+  const std::string addr = var("DDPLAUNCH_STORE_ADDR");
+  const std::string port_text = var("DDPLAUNCH_STORE_PORT");
+  if (addr.empty() || port_text.empty()) {
+    throw StoreError(
+        "DDPLAUNCH_STORE_ADDR and DDPLAUNCH_STORE_PORT are not set: run this program as a worker "
+        "of ddplaunch, or name the store yourself");
+  }
+  int port = 0;
+  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || end != port_text.data() + port_text.size() || port < 1 || port > 65535) {
+    throw StoreError("DDPLAUNCH_STORE_PORT=" + port_text + " is not a port");
+  }
+  StoreClient client(addr, port, connect_timeout, std::chrono::seconds(30),
+                     var("DDPLAUNCH_STORE_TOKEN"));
+  client.m_impl->prefix = var("DDPLAUNCH_STORE_PREFIX");
+  return client;
 }
 
 }  // namespace ddplaunch

@@ -179,6 +179,10 @@ std::string on_close(std::string_view key, std::string_view value) {
   return op(Op::k_on_close).bytes(key).bytes(value).finish();
 }
 
+std::string keys(std::string_view prefix) {
+  return op(Op::k_keys).bytes(prefix).finish();
+}
+
 }  // namespace request
 
 namespace reply {
@@ -252,6 +256,17 @@ bool read_flag(const Reply& r) {
 }
 uint64_t read_u64(const Reply& r) {
   return Decoder(r.fields).u64();
+}
+
+std::vector<std::string> read_keys(const Reply& r) {
+  Decoder d(r.fields);
+  const uint32_t n = d.u32();
+  std::vector<std::string> keys;
+  keys.reserve(std::min<uint32_t>(n, 65536));
+  for (uint32_t i = 0; i < n; ++i) {
+    keys.push_back(d.bytes(k_max_key));
+  }
+  return keys;
 }
 
 std::string read_cas_current(const Reply& r) {

@@ -13,7 +13,7 @@
 namespace ddplaunch::protocol {
 
 inline constexpr uint32_t k_magic = 0x44444c31;  // "DDL1"
-inline constexpr uint16_t k_version = 3;         // 2: HELLO carries a nonce; AUTH. 3: ON_CLOSE
+inline constexpr uint16_t k_version = 4;  // 2: HELLO carries a nonce; AUTH. 3: ON_CLOSE. 4: KEYS
 
 // Limits: a peer exceeding one gets an error reply and loses its connection.
 inline constexpr size_t k_max_key = 4096;                       // bytes in a key
@@ -42,6 +42,7 @@ enum class Op : uint8_t {
   // key, value: when this connection closes, the server sets key to value if
   // the key is absent then (an empty key: no longer). One per connection.
   k_on_close = 12,  //                                   -> OK
+  k_keys = 13,      // prefix                            -> OK u32 n, n keys (sorted)
 };
 
 enum class Status : uint8_t {
@@ -110,6 +111,7 @@ std::string num_keys();
 std::string multi_get(const std::vector<std::string>& keys);
 std::string ping();
 std::string on_close(std::string_view key, std::string_view value);
+std::string keys(std::string_view prefix);
 }  // namespace request
 
 // --- Replies: the server's encoders and the clients' readers ----------------
@@ -135,11 +137,12 @@ struct Reply {
 };
 Reply parse_reply(std::string_view body);
 std::string error_message(const Reply& r);
-std::string read_value(const Reply& r);        // GET
-int64_t read_i64(const Reply& r);              // ADD
-bool read_flag(const Reply& r);                // DELETE, CHECK
-uint64_t read_u64(const Reply& r);             // NUM_KEYS
-std::string read_cas_current(const Reply& r);  // CAS: the value held afterwards
+std::string read_value(const Reply& r);              // GET
+int64_t read_i64(const Reply& r);                    // ADD
+bool read_flag(const Reply& r);                      // DELETE, CHECK
+uint64_t read_u64(const Reply& r);                   // NUM_KEYS
+std::vector<std::string> read_keys(const Reply& r);  // KEYS
+std::string read_cas_current(const Reply& r);        // CAS: the value held afterwards
 struct HelloReply {
   uint16_t version = 0;
   bool auth = false;

@@ -525,6 +525,31 @@ void StoreServer::Impl::handle(int fd, Conn& c, std::string_view body) {
     case Op::k_ping:
       queue(c, ok());
       return;
+    case Op::k_keys: {
+      const auto prefix = d.bytes(protocol::k_max_key);
+      std::vector<const std::string*> found;
+      size_t size = 5;
+      for (const auto& [key, value] : data) {
+        if (key.starts_with(prefix)) {
+          found.push_back(&key);
+          size += 4 + key.size();
+        }
+      }
+      if (size > protocol::k_max_reply) {
+        throw protocol::ProtocolError(
+            "KEYS would reply with " + std::to_string(size) + " bytes, over the limit of " +
+            std::to_string(protocol::k_max_reply) + "; give a longer prefix");
+      }
+      std::sort(found.begin(), found.end(),
+                [](const std::string* a, const std::string* b) { return *a < *b; });
+      protocol::Encoder e;
+      e.u8(static_cast<uint8_t>(Status::k_ok)).u32(static_cast<uint32_t>(found.size()));
+      for (const auto* key : found) {
+        e.bytes(*key);
+      }
+      queue(c, e.finish());
+      return;
+    }
     case Op::k_on_close: {
       auto key = d.bytes(protocol::k_max_key);
       auto value = d.bytes(protocol::k_max_on_close);

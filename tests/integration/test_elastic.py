@@ -80,6 +80,12 @@ def test_a_late_node_without_restarts_waits_and_is_told_when_the_job_ends(jobs, 
     _, err = leaving.communicate(timeout=60)
     assert leaving.returncode == 130, err
     assert "goes on without this node" in err, err
+    # A spare node waits --rdzv-timeout at most, as torchrun's join timeout.
+    spare = jobs.start(["--nnodes", "2:4", "--nproc-per-node", 2, "--master-port", port,
+                        "--rdzv-timeout", 1, "--", *program])
+    _, err = spare.communicate(timeout=60)
+    assert spare.returncode == 3, err
+    assert "not admitted to the running job within --rdzv-timeout 1 s" in err, err
     flag.touch()
     for p in first:
         out, err = p.communicate(timeout=120)

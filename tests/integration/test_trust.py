@@ -11,7 +11,7 @@ import threading
 from conftest import free_port, wait_until, worker
 
 TOKEN = {"DDPLAUNCH_RDZV_TOKEN": "correct horse battery staple"}
-PROTOCOL_VERSION = 3  # the store protocol (docs/PROTOCOL.md)
+PROTOCOL_VERSION = 4  # the store protocol (docs/PROTOCOL.md)
 
 
 def node(jobs, rank, port, args, env=None, nnodes=2):
