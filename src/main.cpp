@@ -11,10 +11,12 @@
 
 #include "agent/launch.hpp"
 #include "cli/cli.hpp"
+#include "cli/store_cli.hpp"
 #include "cluster/precedence.hpp"
 #include "ddplaunch/error.hpp"
 #include "env/env_map.hpp"
 #include "log.hpp"
+#include "tool/store_tool.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 // LeakSanitizer: libpmix (dlopen()ed under mpirun) keeps allocations from
@@ -28,6 +30,14 @@ int main(int argc, char** argv) {
   using namespace ddplaunch;
   try {
     const EnvMap env = capture_environment(environ);
+    if (argc > 1 && std::string(argv[1]) == "store") {
+      const StoreCommand command = parse_store_command({argv + 2, argv + argc});
+      if (command.print_and_exit) {
+        std::fputs(command.print_and_exit->c_str(), stdout);
+        return k_exit_ok;
+      }
+      return run_store_command(command, env);
+    }
     const CommandLine command_line = parse_command_line({argv + 1, argv + argc});
     if (command_line.print_and_exit) {
       std::fputs(command_line.print_and_exit->c_str(), stdout);

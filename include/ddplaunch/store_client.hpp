@@ -64,8 +64,10 @@ class StoreClient {
   void on_close(const std::string& key, const std::string& value);
   // The keys under this client's prefix (without it), sorted.
   std::vector<std::string> keys();
-  // What every key is prefixed with: "" unless from_environment() gave one.
+  // What every key is prefixed with: "" unless from_environment() or
+  // set_prefix() gave one.
   const std::string& prefix() const;
+  void set_prefix(const std::string& prefix);
 
  private:
   struct Impl;

@@ -35,6 +35,8 @@
 #include "proc/spawn.hpp"
 #include "rendezvous/records.hpp"
 #include "rendezvous/store_link.hpp"
+#include "store/auth.hpp"
+#include "store/server.hpp"
 
 namespace ddplaunch {
 
@@ -505,6 +507,37 @@ void publish_failure(StoreLink& link, const std::string& message) {
   }
 }
 
+// Where every worker finds the job's store (`ddplaunch store`,
+// StoreClient::from_environment(), docs/ENVIRONMENT.md): node 0's in a
+// multi-node job, with the job's token if it has one; a one-node job's own on
+// loopback, with a fresh secret. Workers' keys live under the prefix.
+std::unique_ptr<StoreServer> give_workers_a_store(const Config& config, EnvMap& worker_env) {
+  std::unique_ptr<StoreServer> own;
+  std::string token = config.rdzv_token;
+  if (config.nnodes == 1) {
+    StoreOptions options;
+    static constexpr char k_hex[] = "0123456789abcdef";
+    for (const unsigned char c : auth::random_nonce()) {
+      options.token += k_hex[c >> 4];
+      options.token += k_hex[c & 15];
+    }
+    token = options.token;
+    own = std::make_unique<StoreServer>("127.0.0.1", 0, std::move(options));
+    worker_env["DDPLAUNCH_STORE_ADDR"] = "127.0.0.1";
+    worker_env["DDPLAUNCH_STORE_PORT"] = std::to_string(own->port());
+  } else {
+    worker_env["DDPLAUNCH_STORE_ADDR"] = config.master_addr;
+    worker_env["DDPLAUNCH_STORE_PORT"] = std::to_string(config.master_port);
+  }
+  if (token.empty()) {
+    worker_env.erase("DDPLAUNCH_STORE_TOKEN");
+  } else {
+    worker_env["DDPLAUNCH_STORE_TOKEN"] = token;
+  }
+  worker_env["DDPLAUNCH_STORE_PREFIX"] = "user/";
+  return own;
+}
+
 }  // namespace
 
 int run_launch(const Config& given, const EnvMap& env) {
@@ -584,6 +617,7 @@ int run_launch(const Config& given, const EnvMap& env) {
   if (config.dry_run) {
     return dry_run(config, env, self, console);
   }
+  const auto workers_store = give_workers_a_store(config, worker_env);
 
   SystemClock clock;
   ProcessSpawner spawner;

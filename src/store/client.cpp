@@ -179,6 +179,10 @@ const std::string& StoreClient::prefix() const {
   return m_impl->prefix;
 }
 
+void StoreClient::set_prefix(const std::string& prefix) {
+  m_impl->prefix = prefix;
+}
+
 StoreClient StoreClient::from_environment(Duration connect_timeout) {
   auto var = [](const char* name) -> std::string {
     const char* v = std::getenv(name);

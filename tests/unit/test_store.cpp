@@ -110,6 +110,24 @@ TEST(Store, BasicOperations) {
   EXPECT_FALSE(c.remove("a"));
   EXPECT_EQ(c.num_keys(), 2u);
   c.ping();
+  EXPECT_EQ(c.keys(), (std::vector<std::string>{"cas", "n"})) << "every key, sorted";
+}
+
+TEST(Store, AWorkersPrefixKeepsItsKeysApartFromTheLaunchers) {
+  StoreServer server("127.0.0.1", 0);
+  auto launcher = client(server);
+  launcher.set("rdzv/plan", "the plan");
+  auto worker = client(server);
+  worker.set_prefix("user/");
+  worker.set("rdzv/plan", "junk");
+  worker.set("b", "2");
+  EXPECT_EQ(launcher.get("rdzv/plan"), "the plan");
+  EXPECT_EQ(launcher.get("user/rdzv/plan"), "junk");
+  EXPECT_EQ(worker.keys(), (std::vector<std::string>{"b", "rdzv/plan"}));
+  EXPECT_EQ(worker.num_keys(), 2u) << "its own keys only";
+  EXPECT_TRUE(worker.wait({"b"}, std::chrono::milliseconds(100)));
+  EXPECT_FALSE(worker.check({"user/b"}));
+  EXPECT_EQ(worker.multi_get({"b"})[0], "2");
 }
 
 TEST(Store, BlockingGetAndWaitAreAnsweredBySet) {
