@@ -11,6 +11,7 @@
 
 #include "agent/launch.hpp"
 #include "cli/cli.hpp"
+#include "cli/completion.hpp"
 #include "cli/store_cli.hpp"
 #include "cluster/precedence.hpp"
 #include "ddplaunch/error.hpp"
@@ -30,6 +31,14 @@ int main(int argc, char** argv) {
   using namespace ddplaunch;
   try {
     const EnvMap env = capture_environment(environ);
+    if (argc > 1 && std::string(argv[1]) == "--completion") {
+      const auto script = completion_script(argc > 2 ? argv[2] : "");
+      if (!script || argc > 3) {
+        throw UsageError("--completion takes bash or zsh");
+      }
+      std::fputs(script->c_str(), stdout);
+      return k_exit_ok;
+    }
     if (argc > 1 && std::string(argv[1]) == "store") {
       const StoreCommand command = parse_store_command({argv + 2, argv + argc});
       if (command.print_and_exit) {

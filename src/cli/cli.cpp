@@ -1,19 +1,95 @@
 #include "cli/cli.hpp"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <deque>
+#include <memory>
 
 #include "ddplaunch/error.hpp"
 
 namespace ddplaunch {
 
+namespace {
+
+// One usage line, ours (CLI11's own would add a second).
+class Usage : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "Usage: ddplaunch [options] [--] program [args...]\n";
+  }
+};
+
+// The edit distance (insertions, deletions, substitutions, swaps of two
+// neighbours) between a and b.
+size_t distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) {
+    d[i][0] = i;
+  }
+  for (size_t j = 0; j <= b.size(); ++j) {
+    d[0][j] = j;
+  }
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+}  // namespace
+
+std::optional<std::string> closest_option(const std::string& given) {
+  const std::string name = given.substr(0, given.find('='));
+  std::vector<std::string> names = {"--help", "--version"};
+  for (const auto& spec : option_table()) {
+    std::string all = spec.names;
+    size_t start = 0;
+    while (start < all.size()) {
+      size_t end = all.find(',', start);
+      end = end == std::string::npos ? all.size() : end;
+      if (all.compare(start, 2, "--") == 0) {
+        names.push_back(all.substr(start, end - start));
+      }
+      start = end + 1;
+    }
+  }
+  std::optional<std::string> best;
+  size_t best_distance = std::max<size_t>(2, name.size() / 4) + 1;
+  for (const auto& candidate : names) {
+    const size_t d = distance(name, candidate);
+    if (d < best_distance) {
+      best = candidate;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
 CommandLine parse_command_line(const std::vector<std::string>& args) {
   CommandLine result;
   CLI::App app{
       "ddplaunch: launch and supervise distributed training workers "
-      "(torchrun-compatible flags)\nUsage: ddplaunch [options] [--] program [args...]",
+      "(torchrun-compatible flags)",
       "ddplaunch"};
+  app.formatter(std::make_shared<Usage>());
   app.footer(
+      "Examples:\n"
+      "  One node, 4 workers:\n"
+      "    ddplaunch --nproc-per-node 4 -- train.py --epochs 3\n"
+      "  Two nodes (the same command on each; node 0 hosts the store):\n"
+      "    ddplaunch --nnodes 2 --nproc-per-node 4 --master-addr node0 -- train.py\n"
+      "  Under Slurm (one task per node; the job's shape comes from srun):\n"
+      "    srun -N 2 --ntasks-per-node=1 ddplaunch --nproc-per-node gpu -- train.py\n"
+      "  Under mpirun (one launcher per host):\n"
+      "    mpirun -N 1 ddplaunch --nproc-per-node 4 -- train.py\n"
+      "  The job's store from a worker's shell (see ddplaunch store --help):\n"
+      "    ddplaunch store set KEY VALUE; ddplaunch store get KEY\n"
+      "\n"
       "Every option also reads torchrun's PET_<NAME> variable where torchrun has one;\n"
       "a flag wins. --dry-run shows where each value came from.\n"
       "Exit status: 0 when every rank succeeds; else the first failing rank's exit code\n"
@@ -70,6 +146,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (!rest.empty() && rest.front() == "--") {
     rest.erase(rest.begin());
   } else if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
+    if (auto near = closest_option(rest.front())) {
+      throw UsageError("unknown option '" + rest.front() + "'; did you mean " + *near + "?");
+    }
     throw UsageError("unknown option '" + rest.front() +
                      "'; see 'ddplaunch --help' (put the program after '--' if it starts "
                      "with '-')");

@@ -23,4 +23,8 @@ struct CommandLine {
 // here; their values are parsed when the Config is built (cluster/precedence).
 CommandLine parse_command_line(const std::vector<std::string>& args);
 
+// The option name nearest to a mistyped `given` ("--nproc-per-nod" ->
+// "--nproc-per-node"), if one is near enough to be meant.
+std::optional<std::string> closest_option(const std::string& given);
+
 }  // namespace ddplaunch

@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include "cli/cli.hpp"
+#include "cli/completion.hpp"
 #include "cluster/precedence.hpp"
+#include "config/options.hpp"
 #include "ddplaunch/error.hpp"
 
 namespace ddplaunch {
@@ -287,6 +289,35 @@ TEST(Config, RendezvousEndpointForms) {
 TEST(Config, TheLastOfARepeatedOptionWins) {
   Config c = parse({"--nproc-per-node", "2", "--nproc-per-node", "3", "prog"});
   EXPECT_EQ(c.nproc_per_node, 3);
+}
+
+}  // namespace
+}  // namespace ddplaunch
+
+namespace ddplaunch {
+namespace {
+
+TEST(Cli, AMistypedOptionSuggestsTheClosestOne) {
+  EXPECT_EQ(closest_option("--nproc-per-nod"), "--nproc-per-node");
+  EXPECT_EQ(closest_option("--nnode=2"), "--nnodes");
+  EXPECT_EQ(closest_option("--max-restart"), "--max-restarts");
+  EXPECT_EQ(closest_option("--rdzv-endpiont"), "--rdzv-endpoint") << "two letters swapped";
+  EXPECT_FALSE(closest_option("--bogus"));
+  EXPECT_FALSE(closest_option("--frobnicate"));
+}
+
+TEST(Cli, CompletionsListEveryOptionOfTheTable) {
+  const auto bash = completion_script("bash");
+  const auto zsh = completion_script("zsh");
+  ASSERT_TRUE(bash && zsh);
+  EXPECT_FALSE(completion_script("fish"));
+  for (const auto& spec : option_table()) {
+    const std::string names = spec.names;
+    const std::string first = names.substr(0, names.find(','));
+    EXPECT_NE(bash->find(" " + first), std::string::npos) << first;
+    EXPECT_NE(zsh->find(first + "["), std::string::npos) << first;
+  }
+  EXPECT_NE(bash->find("num-keys"), std::string::npos) << "the store's subcommands";
 }
 
 }  // namespace
