@@ -51,6 +51,15 @@ def test_a_downstream_project_builds_against_the_install_tree(jobs, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     out = two_nodes(jobs, str(build / "store_bootstrap"), nproc=1)
     assert out.count("bootstrap id shared, sum 1 (expected 1)") == 2, out
+    # tests/downstream: a project of its own, as a user's.
+    check = tmp_path / "check"
+    for command in (["cmake", "-S", os.path.join(SOURCE_DIR, "tests", "downstream"), "-B", check,
+                     f"-DCMAKE_PREFIX_PATH={prefix}"], ["cmake", "--build", check]):
+        r = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+    r = jobs.run(["--nproc-per-node", 3, "--", check / "store_client_check"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("read 'from rank 0' under prefix 'user/'") == 3, r.stdout
 
 
 def test_the_man_page_renders_with_every_section():
