@@ -509,11 +509,13 @@ void publish_failure(StoreLink& link, const std::string& message) {
 
 // Where every worker finds the job's store (`ddplaunch store`,
 // StoreClient::from_environment(), docs/ENVIRONMENT.md): node 0's in a
-// multi-node job, with the job's token if it has one; a one-node job's own on
+// multi-node job, with the workers' credential if the job has a token; a one-node job's own on
 // loopback, with a fresh secret. Workers' keys live under the prefix.
 std::unique_ptr<StoreServer> give_workers_a_store(const Config& config, EnvMap& worker_env) {
   std::unique_ptr<StoreServer> own;
-  std::string token = config.rdzv_token;
+  // Never the job's token itself: a credential derived from it, which node
+  // 0's store admits as well.
+  std::string token = config.rdzv_token.empty() ? "" : auth::worker_token(config.rdzv_token);
   if (config.nnodes == 1) {
     StoreOptions options;
     static constexpr char k_hex[] = "0123456789abcdef";

@@ -10,6 +10,7 @@
 #include "posix/net.hpp"
 #include "rendezvous/keys.hpp"
 #include "rendezvous/records.hpp"
+#include "store/auth.hpp"
 
 namespace ddplaunch {
 
@@ -124,6 +125,9 @@ void StoreLink::host_store() {
   try {
     StoreOptions options;
     options.token = m_config.rdzv_token;
+    if (!options.token.empty()) {
+      options.worker_token = auth::worker_token(options.token);  // the workers' (launch.cpp)
+    }
     // Every agent holds three connections (watch, wait, rpc): a job of more
     // than about 1,300 nodes needs more than the default allows.
     options.max_clients = std::max(m_config.rdzv_max_clients, 3 * m_config.nnodes + 16);

@@ -57,8 +57,10 @@ void AsyncClient::on_hello(const Reply& reply) {
     return;
   }
   if (hello.auth) {
-    if (!auth::same_proof(hello.server_proof,
-                          auth::server_proof(m_token, m_client_nonce, hello.server_nonce))) {
+    // The store proves it knows the job's token, or the workers' credential.
+    const std::string expected = auth::server_proof(m_token, m_client_nonce, hello.server_nonce);
+    if (!auth::same_proof(hello.server_proof, expected) &&
+        !(!hello.worker_proof.empty() && auth::same_proof(hello.worker_proof, expected))) {
       fail(
           "the store does not know this job's token: it belongs to another job, or node 0 was "
           "given a different token");

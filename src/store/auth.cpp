@@ -47,6 +47,16 @@ std::string client_proof(std::string_view token, std::string_view client_nonce,
   return hmac(token, "ddplaunch store client", server_nonce, client_nonce);
 }
 
+std::string worker_token(std::string_view job_token) {
+  static constexpr char k_hex[] = "0123456789abcdef";
+  std::string out;
+  for (const unsigned char c : hmac(job_token, "ddplaunch worker credential", "", "")) {
+    out += k_hex[c >> 4];
+    out += k_hex[c & 15];
+  }
+  return out;
+}
+
 bool same_proof(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }

@@ -22,6 +22,11 @@ std::string server_proof(std::string_view token, std::string_view client_nonce,
 std::string client_proof(std::string_view token, std::string_view client_nonce,
                          std::string_view server_nonce);
 
+// The workers' credential for a store whose job token is `job_token`: every
+// node derives the same one, and it does not reveal the job token (64 hex
+// characters of HMAC-SHA256). A store with both admits either.
+std::string worker_token(std::string_view job_token);
+
 // Constant-time comparison of two proofs.
 bool same_proof(std::string_view a, std::string_view b);
 

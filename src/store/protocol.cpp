@@ -216,11 +216,15 @@ std::string ok_value(std::string_view value) {
 std::string ok_cas(bool swapped, std::string_view current) {
   return status(Status::k_ok).u8(swapped ? 1 : 0).bytes(current).finish();
 }
-std::string ok_hello(bool auth, std::string_view server_nonce, std::string_view server_proof) {
+std::string ok_hello(bool auth, std::string_view server_nonce, std::string_view server_proof,
+                     std::string_view worker_proof) {
   auto e = status(Status::k_ok);
   e.u16(k_version).u8(auth ? 1 : 0);
   if (auth) {
     e.bytes(server_nonce).bytes(server_proof);
+    if (!worker_proof.empty()) {
+      e.bytes(worker_proof);
+    }
   }
   return e.finish();
 }
@@ -283,6 +287,9 @@ HelloReply read_hello(const Reply& r) {
   if (h.auth) {
     h.server_nonce = d.bytes(256);
     h.server_proof = d.bytes(256);
+    if (!d.done()) {
+      h.worker_proof = d.bytes(256);
+    }
   }
   return h;
 }

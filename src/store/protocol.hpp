@@ -123,8 +123,10 @@ std::string ok_u64(uint64_t v);
 std::string ok_i64(int64_t v);
 std::string ok_value(std::string_view value);
 std::string ok_cas(bool swapped, std::string_view current);
-// HELLO's answer: the version, and for a store with a token its nonce and proof.
-std::string ok_hello(bool auth, std::string_view server_nonce, std::string_view server_proof);
+// HELLO's answer: the version, and for a store with a token its nonce and
+// proof, and a second proof for the workers' credential when it has one.
+std::string ok_hello(bool auth, std::string_view server_nonce, std::string_view server_proof,
+                     std::string_view worker_proof = {});
 std::string timeout();
 std::string error(std::string_view message);
 }  // namespace reply
@@ -148,6 +150,7 @@ struct HelloReply {
   bool auth = false;
   std::string server_nonce;
   std::string server_proof;
+  std::string worker_proof;  // empty: the store admits the job's token alone
 };
 HelloReply read_hello(const Reply& r);
 std::vector<std::optional<std::string>> read_multi(const Reply& r, size_t count);  // MULTI_GET

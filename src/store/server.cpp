@@ -403,9 +403,13 @@ void StoreServer::Impl::handle(int fd, Conn& c, std::string_view body) {
         queue(c, protocol::reply::ok_hello(false, "", ""));
       } else {
         c.server_nonce = auth::random_nonce();
-        queue(c, protocol::reply::ok_hello(
-                     true, c.server_nonce,
-                     auth::server_proof(options.token, c.client_nonce, c.server_nonce)));
+        queue(c,
+              protocol::reply::ok_hello(
+                  true, c.server_nonce,
+                  auth::server_proof(options.token, c.client_nonce, c.server_nonce),
+                  options.worker_token.empty()
+                      ? std::string()
+                      : auth::server_proof(options.worker_token, c.client_nonce, c.server_nonce)));
       }
       return;
     }
@@ -414,8 +418,13 @@ void StoreServer::Impl::handle(int fd, Conn& c, std::string_view body) {
       if (c.authed || options.token.empty()) {
         throw protocol::ProtocolError("AUTH out of turn");
       }
-      if (!auth::same_proof(proof,
-                            auth::client_proof(options.token, c.client_nonce, c.server_nonce))) {
+      const bool job = auth::same_proof(
+          proof, auth::client_proof(options.token, c.client_nonce, c.server_nonce));
+      const bool worker =
+          !options.worker_token.empty() &&
+          auth::same_proof(
+              proof, auth::client_proof(options.worker_token, c.client_nonce, c.server_nonce));
+      if (!job && !worker) {
         warn_peer(c, "a client with a different job token");
         throw protocol::ProtocolError(
             "wrong job token: this store belongs to another job, or the nodes were given "

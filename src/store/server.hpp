@@ -20,6 +20,9 @@ namespace ddplaunch {
 struct StoreOptions {
   // The job's secret: when set, a client must prove it knows it (store/auth.hpp).
   std::string token;
+  // A second credential the store admits as well: the workers'
+  // (auth::worker_token()), so that they never see the job's. Empty: none.
+  std::string worker_token;
   int max_clients = 4096;  // connections at once; more are told so and closed
   // A connection must finish HELLO (and AUTH) within this, and a frame once
   // begun must arrive within it.

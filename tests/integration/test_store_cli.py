@@ -110,3 +110,18 @@ def test_the_shell_example_elects_one_writer_per_node_and_meets_at_a_barrier(job
     both = "".join(outs)
     assert both.count("passed the barrier") == 6, both
     assert both.count("writes for node 0") == 1 and both.count("writes for node 1") == 1, both
+
+
+def test_a_job_with_a_token_gives_its_workers_a_credential_of_their_own(jobs):
+    token = "the-jobs-own-secret-0123456789"
+    port = free_port()
+    script = (f'{STORE} set "k$RANK" v && {STORE} wait k0 k1 --timeout 30 && echo stored; '
+              f'env | grep -c "{token}" | sed "s/^/seen=/"; '
+              f'test -n "$DDPLAUNCH_STORE_TOKEN" && echo has_credential')
+    procs = [jobs.start(["--nnodes", 2, "--node-rank", n, "--master-port", port, "--no-prefix",
+                         "--", "sh", "-c", script], env={"DDPLAUNCH_RDZV_TOKEN": token})
+             for n in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert "stored" in out and "seen=0" in out and "has_credential" in out, (out, err)
