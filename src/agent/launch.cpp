@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -518,8 +519,14 @@ std::unique_ptr<StoreServer> give_workers_a_store(const Config& config, EnvMap& 
   std::string token = config.rdzv_token.empty() ? "" : auth::worker_token(config.rdzv_token);
   if (config.nnodes == 1) {
     StoreOptions options;
+    // From the kernel directly: OpenSSL's generator would cost the launcher
+    // ~2 MiB of memory at start for a secret nobody outside this host needs.
+    std::array<unsigned char, 32> secret{};
+    if (::getrandom(secret.data(), secret.size(), 0) != static_cast<ssize_t>(secret.size())) {
+      throw std::system_error(errno, std::generic_category(), "getrandom");
+    }
     static constexpr char k_hex[] = "0123456789abcdef";
-    for (const unsigned char c : auth::random_nonce()) {
+    for (const unsigned char c : secret) {
       options.token += k_hex[c >> 4];
       options.token += k_hex[c & 15];
     }
