@@ -79,6 +79,7 @@ void StoreLink::maybe_regroup() {
 
 void StoreLink::wait_for_admission() {
   m_waiting = true;
+  m_deferred.reset();  // a round this node is not part of
   log::info(
       "the job started without this node: it waits to be admitted at the job's next round "
       "(--nnodes {})",

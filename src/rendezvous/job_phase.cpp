@@ -2,6 +2,7 @@
 // node's results, and the step from one round to the next.
 #include <algorithm>
 #include <charconv>
+#include <utility>
 
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
@@ -44,6 +45,9 @@ void StoreLink::start_job(const Topology& topology, int node_rank) {
     maybe_regroup();  // nodes that came while this round formed
   }
   m_listener->on_joined(topology, node_rank, RoundStart{m_round, m_restarts});
+  if (auto verdict = std::exchange(m_deferred, std::nullopt)) {
+    deliver(*verdict);
+  }
 }
 
 // If this agent's connection closes while the round runs (the agent killed,
@@ -280,6 +284,7 @@ void StoreLink::next_round(const std::vector<RankOutcome>& local, int restarts) 
   m_gone = std::move(m_lost);
   m_phase = Phase::k_joining;
   m_verdict_delivered = false;
+  m_deferred.reset();
   m_stop_confirmed = false;
   m_beat_outstanding = false;
   m_check_outstanding = false;

@@ -191,6 +191,10 @@ void StoreLink::watch_verdict() {
         // the newcomer, which has not read the plan that leaves it out yet.
         return;
       }
+      if (m_phase == Phase::k_joining) {
+        verdict_while_joining(verdict);
+        return;
+      }
       deliver(verdict);
     } catch (const RecordError& e) {
       deliver(JobVerdict{
@@ -199,6 +203,20 @@ void StoreLink::watch_verdict() {
           std::nullopt, -1});
     }
   });
+}
+
+// A verdict for the round this node is still joining. A rank's failure or a
+// lost node means the round has begun elsewhere (its plan is published before
+// any worker starts): this node starts the round too and hears the verdict
+// then, so that it restarts with the others instead of ending alone. Any
+// other verdict (a stop signal during rendezvous, a node that did not come)
+// ends the joining at once.
+void StoreLink::verdict_while_joining(const JobVerdict& verdict) {
+  if (verdict.root_cause || verdict.lost >= 0) {
+    m_deferred = verdict;  // delivered by start_job()
+  } else {
+    deliver(verdict);
+  }
 }
 
 void StoreLink::joined_as(int arrival) {

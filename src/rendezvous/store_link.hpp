@@ -91,6 +91,7 @@ class StoreLink : public JobLink {
   void take_round_plan(const std::optional<std::string>& text);
   void tell_waiting(std::function<void()> then);  // the job ends without them
   void watch_verdict();  // parks GET job/<round>/stop on the watch connection
+  void verdict_while_joining(const JobVerdict& verdict);
   void progress(TimePoint now);
   // A connection failed. The watch connection carries the verdict, and node
   // 0 sends it before it closes anything; so when another connection fails
@@ -125,6 +126,7 @@ class StoreLink : public JobLink {
   JoinRecord m_self;
   std::optional<RendezvousPlanner> m_planner;
   bool m_verdict_delivered = false;
+  std::optional<JobVerdict> m_deferred;  // the round's verdict, heard before it started here
   bool m_stop_confirmed = false;
   bool m_abandoned = false;
   std::optional<std::string> m_lost_why;  // a connection other than the watch failed

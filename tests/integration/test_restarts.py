@@ -177,3 +177,37 @@ def test_node_0_gone_before_the_restart_ends_the_other_nodes(jobs, tmp_path):
     out, err = procs[1].communicate(timeout=60)
     assert procs[1].returncode == 4, err
     assert "lost contact with the store" in err, err
+
+
+def _stopped(pid):
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            states.append(f.read().rsplit(")", 1)[1].split()[0])
+    return all(s in ("T", "t") for s in states)
+
+
+def test_a_node_still_joining_when_a_rank_fails_restarts_with_the_others(jobs):
+    # Node 1 has joined but is frozen before it reads the plan; the round
+    # starts on the others, and rank 0 fails at once. When node 1 wakes, it
+    # holds both the plan and the verdict: it must restart with the job, not
+    # end alone (which left the others waiting for it at the restart).
+    port = free_port()
+    program = failing_once(0, rest="exit 0")
+
+    def node(n, *extra):
+        return jobs.start(["--nnodes", 3, "--node-rank", n, "--nproc-per-node", 1, "--master-port",
+                           port, "--max-restarts", 1, *extra, "--", *program])
+
+    first = node(0)
+    frozen = node(1, "--log-level", "debug")
+    read_until(frozen.stderr, "waiting for node 0's plan")
+    os.kill(frozen.pid, signal.SIGSTOP)
+    assert wait_until(lambda: _stopped(frozen.pid), timeout=30)
+    last = node(2)
+    read_until(first.stderr, "restarting every worker")
+    os.kill(frozen.pid, signal.SIGCONT)
+    for p in (first, frozen, last):
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert "round=1" in out, (out, err)
