@@ -63,6 +63,15 @@ def read_until(stream, fragment, limit=1000):
     return lines
 
 
+def all_stopped(pid):
+    """True once every thread of `pid` is stopped (SIGSTOP reaches threads one by one)."""
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            states.append(f.read().rsplit(")", 1)[1].split()[0])
+    return all(s in ("T", "t") for s in states)
+
+
 def alive(pid):
     """True while `pid` runs (a zombie has ended)."""
     try:

@@ -7,7 +7,7 @@ import os
 import signal
 
 import pytest
-from conftest import TORCH_PYTHON, free_port, needs_torch, read_until, wait_until
+from conftest import TORCH_PYTHON, all_stopped, free_port, needs_torch, read_until, wait_until
 
 # Each start of a worker prints one line: its rank, round and MASTER_PORT.
 REPORT = 'echo "start rank=$RANK round=$TORCHELASTIC_RESTART_COUNT port=$MASTER_PORT"'
@@ -179,14 +179,6 @@ def test_node_0_gone_before_the_restart_ends_the_other_nodes(jobs, tmp_path):
     assert "lost contact with the store" in err, err
 
 
-def _stopped(pid):
-    states = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/stat") as f:
-            states.append(f.read().rsplit(")", 1)[1].split()[0])
-    return all(s in ("T", "t") for s in states)
-
-
 def test_a_node_still_joining_when_a_rank_fails_restarts_with_the_others(jobs):
     # Node 1 has joined but is frozen before it reads the plan; the round
     # starts on the others, and rank 0 fails at once. When node 1 wakes, it
@@ -203,7 +195,7 @@ def test_a_node_still_joining_when_a_rank_fails_restarts_with_the_others(jobs):
     frozen = node(1, "--log-level", "debug")
     read_until(frozen.stderr, "waiting for node 0's plan")
     os.kill(frozen.pid, signal.SIGSTOP)
-    assert wait_until(lambda: _stopped(frozen.pid), timeout=30)
+    assert wait_until(lambda: all_stopped(frozen.pid), timeout=30)
     last = node(2)
     read_until(first.stderr, "restarting every worker")
     os.kill(frozen.pid, signal.SIGCONT)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import alive, free_port, read_until, wait_until, worker
+from conftest import alive, all_stopped, free_port, read_until, wait_until, worker
 
 # Timeouts far longer than the waits below: an agent that only stopped when one
 # of them passed would fail the test.
@@ -121,7 +121,7 @@ def test_frozen_store_host_does_not_delay_another_nodes_interrupt(jobs, tmp_path
     node1_workers = _worker_pids(procs[1])
     procs[0].send_signal(signal.SIGSTOP)
     try:
-        assert wait_until(lambda: _stopped(procs[0].pid))  # every thread, the store's too
+        assert wait_until(lambda: all_stopped(procs[0].pid))  # every thread, the store's too
         procs[1].send_signal(signal.SIGINT)
         rc, err, took = exits(procs[1])
         assert rc == 130, err
@@ -140,12 +140,6 @@ def _accepts(port):
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _stopped(pid):
-    states = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/stat") as f:
-            states.append(f.read().rsplit(")", 1)[1].split()[0])
-    return all(s in ("T", "t") for s in states)
 
 
 
