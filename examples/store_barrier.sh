@@ -4,7 +4,8 @@
 # and `wait`. Run it under ddplaunch, for example on two nodes of two workers:
 #   ddplaunch --nnodes 2 --nproc-per-node 2 -- sh examples/store_barrier.sh
 set -eu
-store="${DDPLAUNCH:-ddplaunch} store"
+# DDPLAUNCH_EXE is the launcher's own path: ddplaunch need not be on PATH.
+store="${DDPLAUNCH_EXE:-ddplaunch} store"
 
 # The first rank of each node to get here writes the node's record.
 if [ "$($store add "node/$GROUP_RANK/writers" 1)" = 1 ]; then

@@ -10,16 +10,9 @@
 #include "log.hpp"
 #include "proc/spawn.hpp"
 #include "rendezvous/records.hpp"
+#include "supervise/signal_policy.hpp"
 
 namespace ddplaunch {
-
-namespace {
-
-bool is_user_signal(int sig) {
-  return sig == SIGUSR1 || sig == SIGUSR2;
-}
-
-}  // namespace
 
 Agent::Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner& spawner,
              const Clock& clock, JobLink* link, ConsoleSink& console)
@@ -146,6 +139,14 @@ void Agent::apply(const Supervisor::Actions& actions) {
   for (const auto& a : actions.signals) {
     m_spawner.signal(a.local_rank, a.sig);
   }
+  if (actions.local_failure) {
+    // A local rank is the root cause: the other nodes hear it through the store.
+    RankOutcome root = root_outcome(*m_supervisor->root_cause());
+    log::debug("rank {} failed first: {}", root.rank, root.exit ? root.exit->describe() : "");
+    if (m_link != nullptr && !m_verdict) {
+      publish(JobVerdict{m_supervisor->exit_code(), "", root, m_plan->layout.node_rank});
+    }
+  }
 }
 
 void Agent::publish(const JobVerdict& verdict) {
@@ -188,7 +189,7 @@ void Agent::on_signal(int sig) {
   const auto now = m_clock.now();
   switch (m_phase) {
     case Phase::k_joining:
-      if (is_user_signal(sig)) {
+      if (is_forwarded_signal(sig)) {
         log::debug("received {} while joining: no worker to forward it to", signal_name(sig));
         return;
       }
@@ -212,10 +213,11 @@ void Agent::on_signal(int sig) {
       }
       const bool was_stopping = m_supervisor->stopping();
       log::info("received {}: {}", signal_name(sig),
-                is_user_signal(sig) ? "forwarding it to the workers"
-                : was_stopping      ? "killing the workers now"
-                                    : "stopping the workers");
-      if (was_stopping && !is_user_signal(sig) && m_supervisor->reason() != StopReason::k_signal) {
+                is_forwarded_signal(sig) ? "forwarding it to the workers"
+                : was_stopping           ? "killing the workers now"
+                                         : "stopping the workers");
+      if (was_stopping && !is_forwarded_signal(sig) &&
+          m_supervisor->reason() != StopReason::k_signal) {
         m_late_signal = sig;  // stopping for another reason: this one decides our exit code
       }
       apply(m_supervisor->on_launcher_signal(sig, now));
@@ -227,7 +229,7 @@ void Agent::on_signal(int sig) {
     }
     case Phase::k_finishing:
     case Phase::k_gathering:
-      if (is_user_signal(sig)) {
+      if (is_forwarded_signal(sig)) {
         return;
       }
       m_late_signal = sig;
@@ -249,15 +251,7 @@ void Agent::on_worker_exit(int local_rank, const ExitInfo& info) {
   }
   m_end_times.at(static_cast<size_t>(local_rank)) = m_clock.wall_now();
   log::debug("local rank {} ended: {}", local_rank, info.describe());
-  auto actions = m_supervisor->on_worker_exit(local_rank, info, m_clock.now());
-  apply(actions);
-  if (actions.local_failure) {
-    RankOutcome root = root_outcome(local_rank);
-    log::debug("rank {} failed first: {}", root.rank, info.describe());
-    if (m_link != nullptr && !m_verdict) {
-      publish(JobVerdict{info.shell_code(), "", root, m_plan->layout.node_rank});
-    }
-  }
+  apply(m_supervisor->on_worker_exit(local_rank, info, m_clock.now()));
   advance();
 }
 
@@ -373,9 +367,12 @@ void Agent::on_time() {
   check_hangs(now);
   if (m_supervisor && m_phase == Phase::k_running) {
     if (auto d = m_supervisor->deadline(); d && now >= *d) {
-      log::warn("workers still running {} s after {}: sending SIGKILL", m_config.term_timeout_s,
-                signal_name(m_supervisor->stop_signal().value_or(SIGTERM)));
-      apply(m_supervisor->on_deadline(now));
+      const auto actions = m_supervisor->on_deadline(now);
+      if (!actions.local_failure && !actions.signals.empty()) {
+        log::warn("workers still running {} s after {}: sending SIGKILL", m_config.term_timeout_s,
+                  signal_name(m_supervisor->stop_signal().value_or(SIGTERM)));
+      }
+      apply(actions);
     }
   }
   advance();

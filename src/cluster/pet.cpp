@@ -13,6 +13,11 @@ Detection detect_pet(const EnvMap& env) {
       d.values[spec.key] = Setting{it->second, spec.pet};
     }
   }
+  // torchrun's own fallback for --shutdown-timeout, below PET_SHUTDOWN_TIMEOUT.
+  if (auto it = env.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+      it != env.end() && !d.values.contains("shutdown_timeout")) {
+    d.values["shutdown_timeout"] = Setting{it->second, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"};
+  }
   return d;
 }
 

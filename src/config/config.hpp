@@ -65,7 +65,10 @@ struct Config {
   // torchrun's --run-path: run the program with Python whatever its name (and
   // despite --no-python). Default: false.
   bool run_path = false;
-  int gpus_per_proc = 0;               // Default: 0 = CUDA_VISIBLE_DEVICES inherited as is
+  int gpus_per_proc = 0;  // Default: 0 = CUDA_VISIBLE_DEVICES inherited as is
+  // torchrun's --virtual-local-rank: LOCAL_RANK=0 for every worker and
+  // CUDA_VISIBLE_DEVICES the one GPU assigned to it. Default: false.
+  bool virtual_local_rank = false;
   CpuBind cpu_bind = CpuBind::k_none;  // Default: k_none
   bool report_bindings = false;        // Default: false
 
@@ -113,6 +116,11 @@ struct Config {
   StreamSelection tee;                              // Default: none (torchrun -t/--tee)
   std::optional<std::set<int>> ranks_filter;        // Default: every rank reaches the console
   std::optional<std::set<int>> local_ranks_filter;  // Default: every local rank
+  // torchrun's --duplicate-stdout-filters/--duplicate-stderr-filters: console
+  // lines holding any of these are also copied to the node's
+  // filtered_stdout.log/filtered_stderr.log. Default: none.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
 
   // --- Launcher ----------------------------------------------------------------
   bool dry_run = false;            // Default: false

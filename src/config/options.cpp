@@ -203,6 +203,18 @@ void apply_log_level(Config& c, const std::string& value, const std::string& fla
 
 void apply_nothing(Config&, const std::string&, const std::string&) {}
 
+std::string show_filters(const std::vector<std::string>& filters) {
+  std::string out;
+  for (const auto& f : filters) {
+    std::string escaped;
+    for (char ch : f) {
+      escaped += ch == ',' ? std::string(",,") : std::string(1, ch);
+    }
+    out += (out.empty() ? "" : ",") + escaped;
+  }
+  return out;
+}
+
 void apply_cpu_bind(Config& c, const std::string& value, const std::string& flag) {
   if (value == "none") {
     c.cpu_bind = CpuBind::k_none;
@@ -374,6 +386,9 @@ const OptionSpec k_options[] = {
    [](const Config& c) {
      return c.gpus_per_proc == 0 ? std::string("off") : std::to_string(c.gpus_per_proc);
    }},
+  {"virtual_local_rank", "--virtual-local-rank,--virtual_local_rank", k_workers,
+   "LOCAL_RANK=0 for every worker, and CUDA_VISIBLE_DEVICES its one assigned GPU (torchrun's)",
+   true, "PET_VIRTUAL_LOCAL_RANK", nullptr, DDPLAUNCH_FLAG(virtual_local_rank)},
   {"cpu_bind", "--cpu-bind,--cpu_bind", k_workers,
    "Bind local ranks to CPUs: none, cores (a share of the allowed CPUs each) or numa (a NUMA "
    "node each); OMP_NUM_THREADS is the share unless set",
@@ -482,6 +497,9 @@ const OptionSpec k_options[] = {
   {"standalone", "--standalone", k_nodes, "One node; the same as --nnodes 1", true,
    "PET_STANDALONE", nullptr, DDPLAUNCH_FLAG(standalone)},
 
+  {"shutdown_timeout", "--shutdown-timeout,--shutdown_timeout", k_supervision,
+   "torchrun's name for --term-timeout (also TORCH_ELASTIC_SHUTDOWN_TIMEOUT)", false,
+   "PET_SHUTDOWN_TIMEOUT", "term_timeout", DDPLAUNCH_SECONDS(term_timeout_s, true)},
   {"term_timeout", "--term-timeout,--term_timeout", k_supervision,
    "Seconds between SIGTERM and SIGKILL when stopping workers", false, nullptr, nullptr,
    DDPLAUNCH_SECONDS(term_timeout_s, true)},
@@ -556,6 +574,20 @@ const OptionSpec k_options[] = {
      c.local_ranks_filter = parse_rank_list(v, f);
    },
    [](const Config& c) { return show_ranks(c.local_ranks_filter); }},
+  {"duplicate_stdout_filters", "--duplicate-stdout-filters,--duplicate_stdout_filters", k_output,
+   "Also copy stdout lines holding any of these comma-separated strings (,, is a comma) to the "
+   "node's filtered_stdout.log", false, "PET_DUPLICATE_STDOUT_FILTERS", nullptr,
+   [](Config& c, const std::string& v, const std::string&) {
+     c.duplicate_stdout_filters = parse_filter_list(v);
+   },
+   [](const Config& c) { return show_filters(c.duplicate_stdout_filters); }},
+  {"duplicate_stderr_filters", "--duplicate-stderr-filters,--duplicate_stderr_filters", k_output,
+   "The same for stderr lines, to the node's filtered_stderr.log", false,
+   "PET_DUPLICATE_STDERR_FILTERS", nullptr,
+   [](Config& c, const std::string& v, const std::string&) {
+     c.duplicate_stderr_filters = parse_filter_list(v);
+   },
+   [](const Config& c) { return show_filters(c.duplicate_stderr_filters); }},
   {"logs_specs", "--logs-specs,--logs_specs", k_output,
    "Accepted for torchrun scripts: the log layout is --log-dir's (no plugins)", false, nullptr,
    nullptr,
@@ -633,6 +665,25 @@ StreamSelection parse_stream_selection(std::string_view value, std::string_view 
     value.remove_prefix(comma + 1);
   }
   return sel;
+}
+
+std::vector<std::string> parse_filter_list(std::string_view value) {
+  std::vector<std::string> out;
+  std::string item;
+  for (size_t i = 0; i <= value.size(); ++i) {
+    if (i + 1 < value.size() && value[i] == ',' && value[i + 1] == ',') {
+      item += ',';
+      ++i;
+    } else if (i == value.size() || value[i] == ',') {
+      if (!item.empty()) {
+        out.push_back(std::move(item));
+      }
+      item.clear();
+    } else {
+      item += value[i];
+    }
+  }
+  return out;
 }
 
 std::set<int> parse_rank_list(std::string_view value, std::string_view flag) {

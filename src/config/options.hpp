@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "config/config.hpp"
 
@@ -48,6 +49,9 @@ std::string long_name(const OptionSpec& spec);
 StreamSelection parse_stream_selection(std::string_view value, std::string_view flag);
 // A comma-separated list of non-negative ranks: "0,3,5".
 std::set<int> parse_rank_list(std::string_view value, std::string_view flag);
+// torchrun's comma-separated filter list: "a,b" is two filters, ",," a comma
+// inside one; empty items are dropped.
+std::vector<std::string> parse_filter_list(std::string_view value);
 // Checks a --prefix template: only {rank} {local_rank} {node_rank} {host} {time}.
 void validate_prefix_template(std::string_view tmpl);
 

@@ -53,6 +53,9 @@ Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base
     }
     // Built whole, kept as its difference from what every worker inherits.
     EnvMap env = build_torch_env(base_env, layout, local_rank);
+    if (config.virtual_local_rank) {
+      env["LOCAL_RANK"] = "0";  // its one GPU is device 0 (CUDA_VISIBLE_DEVICES, bindings)
+    }
     rewrite_scheduler_identity(env, layout, local_rank);
     if (config.env_mpi) {
       add_mpi_env(env, layout, local_rank);

@@ -78,16 +78,29 @@ void bind_gpus(const Config& config, int nproc, const NodeResources& node,
     }
     per = static_cast<int>(ids.size()) / nproc;
   }
+  if (per == 0 && config.virtual_local_rank) {
+    if (ids.empty()) {
+      // No GPU list known (torchrun's rule too): local rank N sees device N.
+      for (int lr = 0; lr < nproc; ++lr) {
+        out[static_cast<size_t>(lr)].gpus = {std::to_string(lr)};
+        out[static_cast<size_t>(lr)].set_gpus = true;
+      }
+      return;
+    }
+    per = 1;  // each worker its own one, seen as device 0
+  }
   if (per == 0) {
     return;
   }
   const long need = static_cast<long>(per) * nproc;
   if (need > static_cast<long>(ids.size())) {
-    throw UsageError("--gpus-per-proc " + std::to_string(per) + " for " + std::to_string(nproc) +
-                     " workers needs " + std::to_string(need) + " GPUs; this node may use " +
-                     std::to_string(ids.size()) + " (from " + node.gpu_source +
-                     (ids.empty() ? "" : ": " + join(ids)) +
-                     "); lower --gpus-per-proc or --nproc-per-node");
+    const std::string why = config.gpus_per_proc > 0
+                                ? "--gpus-per-proc " + std::to_string(per)
+                                : std::string("--virtual-local-rank (one GPU each)");
+    throw UsageError(
+        why + " for " + std::to_string(nproc) + " workers needs " + std::to_string(need) +
+        " GPUs; this node may use " + std::to_string(ids.size()) + " (from " + node.gpu_source +
+        (ids.empty() ? "" : ": " + join(ids)) + "); lower --gpus-per-proc or --nproc-per-node");
   }
   for (int lr = 0; lr < nproc; ++lr) {
     auto& b = out[static_cast<size_t>(lr)];

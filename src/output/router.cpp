@@ -42,7 +42,9 @@ void OutputRouter::start(const JobLayout& layout) {
   if (m_log_dir.empty()) {
     m_log_dir = m_config.log_dir;
   }
-  if (m_log_dir.empty() && (m_config.redirects.any() || m_config.tee.any())) {
+  const bool filtering =
+      !m_config.duplicate_stdout_filters.empty() || !m_config.duplicate_stderr_filters.empty();
+  if (m_log_dir.empty() && (m_config.redirects.any() || m_config.tee.any() || filtering)) {
     std::string run_id = layout.run_id;
     std::replace(run_id.begin(), run_id.end(), '/', '_');
     std::string tmpl = "/tmp/ddplaunch-" + run_id + "-XXXXXX";
@@ -50,7 +52,11 @@ void OutputRouter::start(const JobLayout& layout) {
       posix::throw_errno("mkdtemp " + tmpl);
     }
     m_log_dir = tmpl;
-    log::info("--redirects/--tee without --log-dir: writing worker logs under {}", m_log_dir);
+    log::info("{} without --log-dir: writing worker logs under {}",
+              filtering ? "--duplicate-*-filters" : "--redirects/--tee", m_log_dir);
+  }
+  if (filtering) {
+    open_filtered(layout.node_rank);
   }
   m_workers.clear();
   m_workers.reserve(static_cast<size_t>(layout.local_world_size));
@@ -78,6 +84,31 @@ void OutputRouter::start(const JobLayout& layout) {
       w.channels[s].file = std::move(fd);
     }
   }
+}
+
+// Once per job (appended to across rounds): DIR/node_<N>/filtered_*.log, a
+// directory per node so that nodes sharing one --log-dir never collide.
+void OutputRouter::open_filtered(int node_rank) {
+  const auto dir = std::filesystem::path(m_log_dir) / ("node_" + std::to_string(node_rank));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  for (int s = 0; s < 2; ++s) {
+    if (m_filtered[s] || filters(static_cast<Stream>(s)).empty()) {
+      continue;
+    }
+    const auto path = (dir / (s == 0 ? "filtered_stdout.log" : "filtered_stderr.log")).string();
+    keep_earlier(path);
+    m_filtered[s] = posix::Fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!m_filtered[s]) {
+      throw LaunchError(k_exit_usage, "--duplicate-*-filters: cannot write " + path + ": " +
+                                          std::strerror(errno) + "; choose a writable --log-dir");
+    }
+  }
+}
+
+const std::vector<std::string>& OutputRouter::filters(Stream stream) const {
+  return stream == Stream::k_out ? m_config.duplicate_stdout_filters
+                                 : m_config.duplicate_stderr_filters;
 }
 
 OutputRouter::Channel& OutputRouter::channel(int local_rank, Stream stream) {
@@ -112,8 +143,16 @@ void OutputRouter::take_line(RankStreams& w, Stream stream, std::string_view lin
   if (end == LineEnd::k_return && line.empty()) {
     return;  // "\r" that starts an update: nothing to show yet
   }
-  if (is_err && end != LineEnd::k_return && end != LineEnd::k_bare_newline) {
+  const bool whole = end != LineEnd::k_return && end != LineEnd::k_bare_newline;
+  if (is_err && whole) {
     w.stderr_tail.push(line);  // a progress bar's updates are not the tail
+  }
+  if (const posix::Fd& dup = m_filtered[static_cast<int>(stream)]; dup && whole) {
+    const auto& wanted = filters(stream);
+    if (std::any_of(wanted.begin(), wanted.end(),
+                    [&](const std::string& f) { return line.find(f) != std::string_view::npos; })) {
+      posix::write_all(dup.get(), m_prefix_text + std::string(line) + "\n");
+    }
   }
   if (w.channels[static_cast<int>(stream)].to_console) {
     if (end == LineEnd::k_bare_newline) {
@@ -133,7 +172,7 @@ void OutputRouter::on_data(int local_rank, Stream stream, std::string_view data)
   if (c.file) {
     posix::write_all(c.file.get(), data);
   }
-  if (c.to_console || stream == Stream::k_err) {
+  if (c.to_console || stream == Stream::k_err || m_filtered[static_cast<int>(stream)]) {
     start_lines(w);
     c.splitter.feed(data,
                     [&](std::string_view line, LineEnd end) { take_line(w, stream, line, end); });

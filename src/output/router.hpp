@@ -1,7 +1,9 @@
 // OutputRouter: where the workers' bytes go. Each worker's stdout and stderr
 // are cut into whole lines, prefixed, and batched to the console (through a
 // ConsoleSink, so tests can capture it), copied raw to --log-dir files, and
-// the last stderr lines of each worker are kept for the failure report.
+// the last stderr lines of each worker are kept for the failure report; lines
+// matching --duplicate-stdout/stderr-filters are also copied, prefixed, to the
+// node's filtered_stdout.log/filtered_stderr.log.
 // Streams are numbered by local rank; the router owns the log files it opens
 // and nothing else. Not thread-safe: the agent's one thread drives it.
 #pragma once
@@ -74,11 +76,15 @@ class OutputRouter {
   void start_lines(const RankStreams& w);
   void take_line(RankStreams& w, Stream stream, std::string_view line, LineEnd end);
   void flush(int fd);
+  void open_filtered(int node_rank);
+  const std::vector<std::string>& filters(Stream stream) const;
 
   const Config& m_config;
   ConsoleSink& m_console;
   std::string m_log_dir;
   std::vector<RankStreams> m_workers;
+  // --duplicate-stdout/stderr-filters: the node's filtered_{stdout,stderr}.log.
+  posix::Fd m_filtered[2];
   std::string m_prefix_text;  // the prefix for the lines being taken
   LineBatch m_batch;
   bool m_console_ok[3] = {true, true, true};

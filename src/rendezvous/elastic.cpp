@@ -33,6 +33,9 @@ void StoreLink::watch_arrivals() {
     m_arrivals->set_failure_handler(
         [this](const std::string& why) { connection_lost(why, /*is_watch=*/false); });
   }
+  if (m_next_arrival == m_self.arrival) {
+    ++m_next_arrival;  // its own record, planned first
+  }
   const int k = m_next_arrival;
   m_arrivals->get(keys::node(k), Ms(0),
                   [this, k](std::optional<std::string> text) { take_arrival(k, text); });
@@ -49,16 +52,18 @@ void StoreLink::take_arrival(int arrival, const std::optional<std::string>& text
   try {
     record = decode_join(*text);
     record.arrival = arrival;
-    error = m_planner->add(record);
+    if (auto refusal = m_planner->add(record)) {
+      error = refusal->message;
+    }
   } catch (const RecordError& e) {
     error = "the join record of arrival " + std::to_string(arrival) + " is malformed: " + e.what();
   }
   if (error) {
-    log::warn("a node that joined the running job is refused: {}", *error);
-    m_rpc->set(keys::admit(arrival), encode_admission(Admission{0, *error}), [] {});
+    refuse(arrival, *error);
     return;
   }
   log::info("{} joined the running job: it waits for the next round", describe_node(record));
+  m_rpc->set(keys::plan(arrival), encode_answer(JoinAnswer{-1, "", true}), [] {});
   maybe_regroup();
 }
 
@@ -221,7 +226,15 @@ void StoreLink::take_round_plan(const std::optional<std::string>& text) {
                          ": it was found lost, or its workers ended too late for the restart");
                  return;
                }
-               take_assignment(topology, rank, mine);
+               int node_rank = -1;
+               try {
+                 node_rank = decode_assignment(*rank);
+               } catch (const RecordError& e) {
+                 join_failed(k_exit_node_lost,
+                             "node 0 published a malformed " + mine + " record: " + e.what());
+                 return;
+               }
+               take_assignment(topology, node_rank, mine);
              });
 }
 

@@ -46,57 +46,70 @@ std::string nnodes_text(const JoinRecord& r) {
 
 }  // namespace
 
-std::optional<std::string> RendezvousPlanner::check(const JoinRecord& r) const {
+std::optional<Refusal> RendezvousPlanner::check(const JoinRecord& r) const {
+  auto job = [](std::string message) { return Refusal{std::move(message), true}; };
   if (r.version != m_expected.version) {
-    return describe_node(r) + " speaks rendezvous version " + std::to_string(r.version) +
-           ", node 0 version " + std::to_string(m_expected.version) +
-           "; run the same ddplaunch on every node";
-  }
-  if (r.run_id != m_expected.run_id) {
-    return describe_node(r) + " has --rdzv-id " + r.run_id + " but node 0 has " +
-           m_expected.run_id + "; give every node the same job id";
+    return job(describe_node(r) + " speaks rendezvous version " + std::to_string(r.version) +
+               ", node 0 version " + std::to_string(m_expected.version) +
+               "; run the same ddplaunch on every node");
   }
   if (r.command != m_expected.command) {
-    // Two unrelated jobs that picked the same store port, or a mistyped node.
-    return describe_node(r) + " runs '" + shorten(r.command) + "' but node 0 runs '" +
-           shorten(m_expected.command) +
-           "'; start the same program with the same arguments on every node, and give "
-           "unrelated jobs their own --master-port";
+    // Another program on the same store port: a stranger (an unrelated job
+    // that picked the same port), refused alone; this job goes on waiting.
+    return Refusal{describe_node(r) + " runs '" + shorten(r.command) + "' but node 0 runs '" +
+                       shorten(m_expected.command) +
+                       "'; start the same program with the same arguments on every node, and "
+                       "give unrelated jobs their own --master-port",
+                   false};
+  }
+  if (r.run_id != m_expected.run_id) {
+    return job(describe_node(r) + " has --rdzv-id " + r.run_id + " but node 0 has " +
+               m_expected.run_id + "; give every node the same job id");
   }
   if (nnodes_text(r) != nnodes_text(m_expected)) {
-    return describe_node(r) + " has --nnodes " + nnodes_text(r) + " but node 0 has --nnodes " +
-           nnodes_text(m_expected) + "; give every node the same --nnodes";
+    return job(describe_node(r) + " has --nnodes " + nnodes_text(r) + " but node 0 has --nnodes " +
+               nnodes_text(m_expected) + "; give every node the same --nnodes");
   }
   if (r.max_restarts != m_expected.max_restarts) {
-    return describe_node(r) + " has --max-restarts " + std::to_string(r.max_restarts) +
-           " but node 0 has --max-restarts " + std::to_string(m_expected.max_restarts) +
-           "; give every node the same --max-restarts";
+    return job(describe_node(r) + " has --max-restarts " + std::to_string(r.max_restarts) +
+               " but node 0 has --max-restarts " + std::to_string(m_expected.max_restarts) +
+               "; give every node the same --max-restarts");
   }
-  if (r.node_rank >= r.nnodes) {
-    return describe_node(r) + " claims node rank " + std::to_string(r.node_rank) +
-           ", out of range for --nnodes " + std::to_string(r.nnodes);
+  if (r.node_rank >= r.nnodes || r.node_rank < -1) {
+    return job(describe_node(r) + " claims node rank " + std::to_string(r.node_rank) +
+               ", out of range for --nnodes " + std::to_string(r.nnodes));
   }
   return std::nullopt;
 }
 
-std::optional<std::string> RendezvousPlanner::add(const JoinRecord& r) {
-  if (auto error = check(r)) {
-    return error;
+std::optional<Refusal> RendezvousPlanner::add(const JoinRecord& r) {
+  if (auto refusal = check(r)) {
+    if (m_planned) {
+      refusal->whole_job = false;  // the job runs: only the newcomer is told
+    }
+    return refusal;
   }
+  const Refusal one_too_many{"more agents joined than --nnodes " + nnodes_text(m_expected) + ": " +
+                                 describe_node(r) +
+                                 " is not part of the job (is it started twice?)",
+                             false};
   if (m_planned) {
-    m_waiting.push_back(r);  // only an elastic job's host reads records once it runs
+    if (!elastic()) {
+      return one_too_many;
+    }
+    m_waiting.push_back(r);  // the next round may take it
     return std::nullopt;
   }
   for (const auto& other : m_joined) {
     if (r.node_rank >= 0 && other.node_rank == r.node_rank) {
-      return "node rank " + std::to_string(r.node_rank) + " is claimed twice: by " +
-             describe_node(other) + " and by " + describe_node(r) +
-             "; give each node its own --node-rank, or use auto";
+      return Refusal{"node rank " + std::to_string(r.node_rank) + " is claimed twice: by " +
+                         describe_node(other) + " and by " + describe_node(r) +
+                         "; give each node its own --node-rank, or use auto",
+                     true};
     }
   }
   if (complete()) {
-    return "more agents joined than --nnodes " + std::to_string(m_expected.nnodes) + ": " +
-           describe_node(r) + " is not part of the job (is it started twice?)";
+    return one_too_many;
   }
   m_joined.push_back(r);
   return std::nullopt;

@@ -51,16 +51,28 @@ struct JobPlan {
   bool operator==(const JobPlan&) const = default;
 };
 
+// Why a join record is refused, and whom the refusal ends.
+struct Refusal {
+  std::string message;  // the one line the refused agents print
+  // true: the job itself is misconfigured (nodes disagree on its shape), so
+  // rendezvous ends on every node; false: only the node that joined is
+  // refused (a stranger running another program on the same port, or one
+  // node too many) and the job goes on waiting for its own nodes.
+  bool whole_job = false;
+  bool operator==(const Refusal&) const = default;
+};
+
 class RendezvousPlanner {
  public:
   // `host` is the store host's own record: the job is what it says.
   explicit RendezvousPlanner(JoinRecord host) : m_expected(std::move(host)) {}
 
-  // Takes the next record in arrival order. Before plan(): returns the error
-  // that ends rendezvous on every node, or nullopt when the node may join.
-  // After it (elastic jobs only): the error that node alone is told, or
-  // nullopt when it waits for the next round.
-  std::optional<std::string> add(const JoinRecord& record);
+  // Takes the next record in arrival order (the store host's own first,
+  // whatever its arrival). Before plan(): nullopt when the node joins, else
+  // the refusal (whole_job: a disagreement that ends rendezvous everywhere).
+  // After it: an elastic job queues the node for the next round (nullopt) or
+  // refuses it alone; a fixed-size job refuses it alone (one node too many).
+  std::optional<Refusal> add(const JoinRecord& record);
 
   bool elastic() const;
   int min_nodes() const;
@@ -96,7 +108,7 @@ class RendezvousPlanner {
 
  private:
   // Any disagreement between `record` and the job.
-  std::optional<std::string> check(const JoinRecord& record) const;
+  std::optional<Refusal> check(const JoinRecord& record) const;
   JobPlan plan_of(std::vector<JoinRecord> members, const std::string& worker_addr, int worker_port);
 
   JoinRecord m_expected;

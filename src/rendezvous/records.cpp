@@ -340,6 +340,39 @@ Admission decode_admission(std::string_view text) {
   });
 }
 
+std::string encode_answer(const JoinAnswer& a) {
+  if (!a.error.empty()) {
+    return text_of({{"error", a.error}});
+  }
+  if (a.wait) {
+    return text_of({{"wait", true}});
+  }
+  return encode_assignment(a.node_rank);
+}
+
+JoinAnswer decode_answer(std::string_view text) {
+  return parse_record(text, "node plan", [](const json& j) {
+    JoinAnswer a;
+    if (j.contains("error")) {
+      a.error = j.at("error").get<std::string>();
+      if (a.error.empty()) {
+        throw RecordError("malformed node plan record: an empty error");
+      }
+    } else if (j.contains("wait")) {
+      a.wait = j.at("wait").get<bool>();
+      if (!a.wait) {
+        throw RecordError("malformed node plan record: wait is false");
+      }
+    } else {
+      a.node_rank = int_of(j.at("node_rank"));
+      if (a.node_rank < 0) {
+        throw RecordError("malformed node plan record: node rank " + std::to_string(a.node_rank));
+      }
+    }
+    return a;
+  });
+}
+
 std::string encode_assignment(int node_rank) {
   return text_of({{"node_rank", node_rank}});
 }

@@ -45,7 +45,20 @@ struct PlanRecord {
 std::string encode_plan(const PlanRecord& record);
 PlanRecord decode_plan(std::string_view text);
 
-// rdzv/plan/<arrival>: the node rank the agent that joined `arrival`th got.
+// rdzv/plan/<arrival>: node 0's answer to the agent that joined `arrival`th,
+// the one key that agent waits for: its node rank in the first round, or why
+// it is refused (alone, or with the whole rendezvous), or (an elastic job
+// that already runs) that it waits to be admitted.
+struct JoinAnswer {
+  int node_rank = -1;  // >= 0: a member of the first round
+  std::string error;   // set: refused
+  bool wait = false;   // an elastic job's newcomer: wait for rdzv/admit/<arrival>
+  bool operator==(const JoinAnswer&) const = default;
+};
+std::string encode_answer(const JoinAnswer& answer);
+JoinAnswer decode_answer(std::string_view text);
+
+// job/<round>/rank/<arrival>: the node rank that agent got in the round.
 std::string encode_assignment(int node_rank);
 int decode_assignment(std::string_view text);
 

@@ -205,14 +205,16 @@ void StoreLink::watch_verdict() {
   });
 }
 
-// A verdict for the round this node is still joining. A rank's failure or a
-// lost node means the round has begun elsewhere (its plan is published before
-// any worker starts): this node starts the round too and hears the verdict
-// then, so that it restarts with the others instead of ending alone. Any
-// other verdict (a stop signal during rendezvous, a node that did not come)
-// ends the joining at once.
+// A verdict for the round this node is still joining. Success, a rank's
+// failure or a lost node means the round has begun elsewhere (its plan, and
+// every answer, is published before any worker starts): this node reads its
+// answer first. A member starts the round too and hears the verdict then, so
+// that it restarts with the others instead of ending alone; a node that was
+// refused (one too many) ends with its refusal. Any other verdict (a stop
+// signal during rendezvous, a node that did not come) ends the joining at
+// once.
 void StoreLink::verdict_while_joining(const JobVerdict& verdict) {
-  if (verdict.root_cause || verdict.lost >= 0) {
+  if (verdict.success() || verdict.root_cause || verdict.lost >= 0) {
     m_deferred = verdict;  // delivered by start_job()
   } else {
     deliver(verdict);
@@ -223,11 +225,14 @@ void StoreLink::joined_as(int arrival) {
   m_self.arrival = arrival;
   m_rpc->set(keys::node(arrival), encode_join(m_self), [this] {
     if (m_server) {
+      // The store host is part of the job whenever it came: its own record
+      // first, then the others' in arrival order.
       m_planner.emplace(m_self);
+      m_planner->add(m_self);
       host_wait_for(0);
     } else {
-      log::debug("joined as arrival {}: waiting for node 0's plan", m_self.arrival);
-      wait_for_plan();
+      log::debug("joined as arrival {}: waiting for node 0's answer", m_self.arrival);
+      wait_for_answer();
     }
   });
 }
@@ -237,6 +242,10 @@ void StoreLink::host_wait_for(int k) {
   if (m_phase != Phase::k_joining) {
     return;
   }
+  if (k == m_self.arrival) {
+    ++k;  // its own, added first
+  }
+  m_next_arrival = k;
   const auto now = Clock::now();
   if (m_planner->elastic() && m_planner->enough() && !m_last_call) {
     m_last_call = now + millis(m_config.rdzv_last_call_s);
@@ -270,8 +279,13 @@ void StoreLink::host_wait_for(int k) {
       return;
     }
     record.arrival = k;
-    if (auto error = m_planner->add(record)) {
-      host_fail(*error);
+    if (auto refusal = m_planner->add(record)) {
+      if (refusal->whole_job) {
+        host_fail(refusal->message);
+        return;
+      }
+      refuse(k, refusal->message);
+      host_wait_for(k + 1);
       return;
     }
     log::debug("{} joined ({}/{})", describe_node(record), m_planner->joined(), m_config.nnodes);
@@ -279,29 +293,44 @@ void StoreLink::host_wait_for(int k) {
       host_wait_for(k + 1);
       return;
     }
+    m_next_arrival = k + 1;
     start_first_round();
   });
+}
+
+// That node alone is refused; the job goes on waiting for its own nodes.
+void StoreLink::refuse(int arrival, const std::string& why) {
+  log::warn("refused a node: {}", why);
+  m_rpc->set(keys::plan(arrival), encode_answer(JoinAnswer{-1, why, false}), [] {});
 }
 
 void StoreLink::start_first_round() {
   const int worker_port =
       m_config.worker_port.value_or(0) != 0 ? *m_config.worker_port : posix::pick_free_port();
-  m_next_arrival = m_planner->joined();
   publish_plan(m_planner->plan(m_config.master_addr, worker_port));
-  if (m_planner->elastic()) {
-    watch_arrivals();
-  }
+  // Whoever joins from now on is answered while the job runs: an elastic
+  // job's newcomer waits for a round, any other is one node too many.
+  watch_arrivals();
 }
 
-// Each node's rank first, then the plan every node waits for: requests on one
-// connection are carried out in order, so a node that sees the plan finds its
-// rank. Each node reads a constant number of bytes, whatever the job's size.
+// Each node's answer (its rank) first, then the plan: requests on one
+// connection are carried out in order, so a node that reads its answer
+// finds the plan next. Each node reads a constant number of bytes, whatever
+// the job's size.
 void StoreLink::publish_plan(const JobPlan& plan) {
   for (size_t arrival = 0; arrival < plan.node_rank_of_arrival.size(); ++arrival) {
-    m_rpc->set(keys::plan(static_cast<int>(arrival)),
-               encode_assignment(plan.node_rank_of_arrival[arrival]), [] {});
+    const int rank = plan.node_rank_of_arrival[arrival];
+    if (rank >= 0 && static_cast<int>(arrival) != m_self.arrival) {
+      m_rpc->set(keys::plan(static_cast<int>(arrival)), encode_answer(JoinAnswer{rank, "", false}),
+                 [] {});
+    }
   }
-  const int node_rank = plan.node_rank_of_arrival.at(static_cast<size_t>(m_self.arrival));
+  const auto self = static_cast<size_t>(m_self.arrival);
+  if (self >= plan.node_rank_of_arrival.size() || plan.node_rank_of_arrival[self] < 0) {
+    host_fail("internal: the plan leaves out the store host");  // the planner adds it first
+    return;
+  }
+  const int node_rank = plan.node_rank_of_arrival[self];
   m_rpc->set(keys::k_plan, encode_plan(PlanRecord{plan.topology, ""}),
              [this, topology = plan.topology, node_rank] { start_job(topology, node_rank); });
 }
@@ -314,6 +343,7 @@ void StoreLink::host_fail(const std::string& error) {
       std::vector<std::string> acks;
       for (int a = 0; a < joined; ++a) {
         if (a != m_self.arrival) {
+          m_rpc->set(keys::plan(a), encode_answer(JoinAnswer{-1, error, false}), [] {});
           acks.push_back(keys::ack(a));
         }
       }
@@ -323,7 +353,9 @@ void StoreLink::host_fail(const std::string& error) {
   });
 }
 
-void StoreLink::wait_for_plan() {
+// A node other than the store host waits for node 0's answer to it: its
+// rank (then the plan), a refusal, or (a running elastic job) to wait.
+void StoreLink::wait_for_answer() {
   if (m_phase != Phase::k_joining) {
     return;
   }
@@ -339,20 +371,50 @@ void StoreLink::wait_for_plan() {
     return;
   }
   const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(plan_deadline - now));
-  m_wait->get(keys::k_plan, wait, [this](std::optional<std::string> text) {
+  m_wait->get(keys::plan(m_self.arrival), wait, [this](std::optional<std::string> text) {
     if (text) {
-      take_plan(*text);
+      take_answer(*text);
     } else {
-      wait_for_plan();
+      wait_for_answer();
     }
   });
 }
 
-void StoreLink::take_plan(const std::string& text) {
+void StoreLink::take_answer(const std::string& text) {
   m_rpc->set(keys::ack(m_self.arrival), "1", [] {});
+  JoinAnswer answer;
+  try {
+    answer = decode_answer(text);
+  } catch (const RecordError& e) {
+    join_failed(k_exit_rendezvous, std::string("node 0 published a malformed answer (") +
+                                       keys::plan(m_self.arrival) + "): " + e.what());
+    return;
+  }
+  if (!answer.error.empty()) {
+    join_failed(k_exit_rendezvous, answer.error);
+    return;
+  }
+  if (answer.wait) {
+    wait_for_admission();  // it joined after node 0 planned the first round
+    return;
+  }
+  // The plan is written right after the answers, on the same connection.
+  const auto wait = std::chrono::ceil<Ms>(millis(m_config.heartbeat_timeout_s));
+  m_wait->get(keys::k_plan, wait, [this, rank = answer.node_rank](std::optional<std::string> plan) {
+    take_plan(plan, rank);
+  });
+}
+
+void StoreLink::take_plan(const std::optional<std::string>& text, int node_rank) {
+  if (m_phase != Phase::k_joining) {
+    return;
+  }
   PlanRecord record;
   try {
-    record = decode_plan(text);
+    if (!text) {
+      throw RecordError("node 0 answered this node but published no plan in time");
+    }
+    record = decode_plan(*text);
   } catch (const RecordError& e) {
     join_failed(k_exit_rendezvous, std::string("node 0 published a malformed plan: ") + e.what());
     return;
@@ -361,37 +423,21 @@ void StoreLink::take_plan(const std::string& text) {
     join_failed(k_exit_rendezvous, record.error);
     return;
   }
-  if (m_config.elastic() && m_self.arrival >= record.topology->nnodes()) {
-    wait_for_admission();  // it joined after node 0 planned the first round
-    return;
-  }
-  if (m_self.arrival < 0 || m_self.arrival >= record.topology->nnodes()) {
-    join_failed(k_exit_rendezvous, "more agents joined than --nnodes " +
-                                       std::to_string(m_config.nnodes) +
-                                       ": this node is not part of the job (is it started twice?)");
-    return;
-  }
-  m_rpc->get(keys::plan(m_self.arrival), Ms(1),
-             [this, topology = std::move(*record.topology)](std::optional<std::string> mine) {
-               take_assignment(topology, mine, keys::plan(m_self.arrival));
-             });
+  take_assignment(std::move(*record.topology), node_rank, keys::plan(m_self.arrival));
 }
 
 // This node's rank, and its own entry: the plan holds only the node sizes.
-void StoreLink::take_assignment(Topology topology, const std::optional<std::string>& text,
-                                const std::string& key) {
+void StoreLink::take_assignment(Topology topology, int node_rank, const std::string& key) {
   if (m_phase != Phase::k_joining) {
     return;
   }
-  if (!text && m_config.elastic() && m_round == 0) {
-    wait_for_admission();
-    return;
-  }
+  // The rank came from the network: it is checked against the plan before
+  // anything is indexed with it.
   try {
-    if (!text) {
-      throw RecordError("node 0 published the plan without " + key);
+    if (node_rank < 0 || node_rank >= topology.nnodes()) {
+      throw RecordError("node rank " + std::to_string(node_rank) + " is outside the job's " +
+                        std::to_string(topology.nnodes()) + " nodes");
     }
-    const int node_rank = decode_assignment(*text);
     if (!topology.complete()) {
       NodeEntry self = entry_from_sizes(topology.sizes, node_rank);
       if (self.nproc != m_self.nproc) {
@@ -468,6 +514,14 @@ void StoreLink::store_lost(std::string why) {
                         " closed while this node waited to be admitted: the job ended (or node 0 "
                         "was lost) without it; " +
                         why);
+        return;
+      }
+      if (m_deferred) {
+        // The round began (and the store went) before node 0 answered this node.
+        join_failed(k_exit_rendezvous,
+                    "the job started without this node and ended: more agents joined than "
+                    "--nnodes " +
+                        std::to_string(m_config.nnodes) + " (is it started twice?)");
         return;
       }
       if (why.find("version mismatch") != std::string::npos) {

@@ -74,11 +74,13 @@ class StoreLink : public JobLink {
   void host_wait_for(int k);
   void start_first_round();
   void host_fail(const std::string& error);
-  void wait_for_plan();
+  void refuse(int arrival, const std::string& why);  // that node alone
+  void wait_for_answer();
   void publish_plan(const JobPlan& plan);
-  void take_plan(const std::string& text);
-  void take_assignment(Topology topology, const std::optional<std::string>& text,
-                       const std::string& key);
+  void take_answer(const std::string& text);
+  void take_plan(const std::optional<std::string>& text, int node_rank);
+  // `node_rank` (read from `key`) is checked against the plan before use.
+  void take_assignment(Topology topology, int node_rank, const std::string& key);
   void join_failed(int exit_code, const std::string& message);
   // elastic membership (elastic.cpp)
   void watch_arrivals();  // the store host: the next node to join the running job

@@ -1,7 +1,5 @@
 #include "supervise/supervisor.hpp"
 
-#include <csignal>
-
 namespace ddplaunch {
 
 Supervisor::Supervisor(int nworkers, std::chrono::milliseconds grace)
@@ -43,10 +41,12 @@ Supervisor::Actions Supervisor::on_worker_exit(int local_rank, const ExitInfo& i
   w.exit = info;
   --m_running;
   Actions actions;
-  if (!stopping() && !info.success()) {
-    m_root_cause = local_rank;
-    actions = begin_stop(StopReason::k_worker_failed, info.shell_code(), SIGTERM, now);
-    actions.local_failure = true;
+  if (!stopping() && !m_held && !info.success()) {
+    if (info.by_signal() && is_stop_signal(info.signal())) {
+      m_held = Held{local_rank, info.shell_code(), now + k_stop_hold};
+    } else {
+      actions = fail_first(local_rank, info.shell_code(), now);
+    }
   }
   if (m_running == 0) {
     m_deadline.reset();
@@ -54,11 +54,27 @@ Supervisor::Actions Supervisor::on_worker_exit(int local_rank, const ExitInfo& i
   return actions;
 }
 
+Supervisor::Actions Supervisor::fail_first(int local_rank, int exit_code, TimePoint now) {
+  m_held.reset();
+  m_root_cause = local_rank;
+  Actions actions = begin_stop(StopReason::k_worker_failed, exit_code, SIGTERM, now);
+  actions.local_failure = true;
+  return actions;
+}
+
+std::optional<Supervisor::TimePoint> Supervisor::deadline() const {
+  if (m_held && (!m_deadline || m_held->until < *m_deadline)) {
+    return m_held->until;
+  }
+  return m_deadline;
+}
+
 Supervisor::Actions Supervisor::on_launcher_signal(int sig, TimePoint now) {
-  if (sig == SIGUSR1 || sig == SIGUSR2) {
+  if (is_forwarded_signal(sig)) {
     return signal_running(sig);  // forwarded; the job goes on
   }
   if (!stopping()) {
+    m_held.reset();  // a worker's death by a stop signal was this stop's doing
     m_stop_signal = sig;
     return begin_stop(StopReason::k_signal, 128 + sig, sig, now);
   }
@@ -72,10 +88,14 @@ Supervisor::Actions Supervisor::on_remote_stop(int exit_code, TimePoint now) {
   if (stopping()) {
     return {};
   }
+  m_held.reset();  // another node decided first (a scheduler's stop reached it first)
   return begin_stop(StopReason::k_remote, exit_code, SIGTERM, now);
 }
 
 Supervisor::Actions Supervisor::on_deadline(TimePoint now) {
+  if (m_held && now >= m_held->until) {
+    return fail_first(m_held->local_rank, m_held->exit_code, now);
+  }
   if (!m_deadline || now < *m_deadline) {
     return {};
   }

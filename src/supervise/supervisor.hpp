@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "supervise/exit_info.hpp"
+#include "supervise/signal_policy.hpp"
 
 namespace ddplaunch {
 
@@ -35,18 +36,26 @@ class Supervisor {
     bool local_failure = false;  // this event made a local worker the root cause
   };
 
+  // How long a worker killed by a stop signal (SIGTERM from scancel, say)
+  // is held before it counts as the root cause: a scheduler that stops the
+  // job signals the launcher and the workers alike, in no set order, and the
+  // launcher's own signal must win over the deaths it causes.
+  static constexpr std::chrono::milliseconds k_stop_hold{300};
+
   Supervisor(int nworkers, std::chrono::milliseconds grace);
 
   Actions on_worker_exit(int local_rank, const ExitInfo& info, TimePoint now);
   Actions on_launcher_signal(int sig, TimePoint now);
   // Another node decided the job is over with `exit_code`.
   Actions on_remote_stop(int exit_code, TimePoint now);
-  // Call when now >= deadline(): SIGKILL for whoever ignored SIGTERM.
+  // Call when now >= deadline(): a held worker becomes the root cause
+  // (local_failure), or SIGKILL for whoever ignored SIGTERM.
   Actions on_deadline(TimePoint now);
 
   // When on_deadline() must be called; nullopt when nothing is pending.
-  std::optional<TimePoint> deadline() const { return m_deadline; }
-  bool finished() const { return m_running == 0; }
+  std::optional<TimePoint> deadline() const;
+  // Every worker ended and none is held.
+  bool finished() const { return m_running == 0 && !m_held; }
   bool stopping() const { return m_reason != StopReason::k_none; }
   StopReason reason() const { return m_reason; }
   int exit_code() const { return m_exit_code; }
@@ -64,6 +73,7 @@ class Supervisor {
     bool signalled = false;
   };
   Actions begin_stop(StopReason reason, int exit_code, int sig, TimePoint now);
+  Actions fail_first(int local_rank, int exit_code, TimePoint now);
   Actions signal_running(int sig);
 
   std::vector<WorkerState> m_workers;
@@ -74,6 +84,13 @@ class Supervisor {
   std::optional<int> m_root_cause;
   std::optional<int> m_stop_signal;
   std::optional<TimePoint> m_deadline;
+  // A worker killed by a stop signal, not yet the root cause (k_stop_hold).
+  struct Held {
+    int local_rank;
+    int exit_code;
+    TimePoint until;
+  };
+  std::optional<Held> m_held;
   bool m_killed = false;
 };
 

@@ -3,6 +3,7 @@ import json
 import os
 import random
 import signal
+import socket
 
 import pytest
 
@@ -26,6 +27,11 @@ def start_agents(jobs, port, nnodes, steps, nprocs=None, explicit=False, order=N
         nproc = nprocs[n] if nprocs else 2
         procs[n] = jobs.start(agent_args(port, nnodes, nproc, n if explicit else None, extra) + ["--", *worker(*steps)])
     return [procs[n] for n in range(nnodes)]
+
+
+def listening(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def finish(procs, timeout=120):
@@ -95,14 +101,45 @@ def test_disagreement_ends_rendezvous_on_every_node(jobs, nnodes, extra, fragmen
         assert len([l for l in err.splitlines() if "error" in l]) == 1
 
 
-def test_an_unrelated_job_on_the_same_port_is_refused(jobs):
+def test_an_unrelated_job_on_the_same_port_is_refused_alone(jobs):
+    """A stray launch of another program on a waiting job's port is refused
+    (exit 3); the waiting job is untouched and runs once its own node comes."""
     port = free_port()
-    mine = jobs.start(agent_args(port, 2, node_rank=0) + ["--", *worker("out=mine")])
-    theirs = jobs.start(agent_args(port, 2, node_rank=1) + ["--", *worker("out=theirs")])
-    for rc, out, err in finish([mine, theirs]):
-        assert rc == 3, err
-        assert "runs '" in err and "out=theirs" in err and "give unrelated jobs their own" in err, err
-        assert "[rank" not in out, "no worker of either job started"
+    mine = jobs.start(agent_args(port, 2) + ["--", *worker("out=mine")])
+    assert wait_until(lambda: listening(port)), "node 0 never hosted the store"
+    theirs = jobs.run(agent_args(port, 2) + ["--", *worker("out=theirs")])
+    assert theirs.returncode == 3, theirs.stderr
+    assert "runs '" in theirs.stderr and "out=theirs" in theirs.stderr, theirs.stderr
+    assert "give unrelated jobs their own" in theirs.stderr, theirs.stderr
+    assert "[rank" not in theirs.stdout
+    assert mine.poll() is None, "the waiting job must not end because a stranger came"
+    node1 = jobs.start(agent_args(port, 2) + ["--", *worker("out=mine")])
+    for rc, out, err in finish([mine, node1]):
+        assert rc == 0, err
+        assert "mine" in out and "theirs" not in out, out
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_more_agents_than_nodes_at_once_form_one_job_and_refuse_the_rest(jobs, attempt):
+    """Four agents of a 2-node job start at the same moment with automatic
+    ranks: whichever hosts the store, two form the job and two are refused."""
+    port = free_port()
+    addrs = ["127.0.1.1", "127.0.1.2", "127.0.2.1", "127.0.2.2"]
+    procs = [jobs.start(["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port,
+                         "--local-addr", a, "--rdzv-timeout", 30, *FAST, "--", *worker("env")])
+             for a in addrs]
+    results = finish(procs)
+    codes = sorted(rc for rc, _, _ in results)
+    assert codes == [0, 0, 3, 3], [(rc, err) for rc, _, err in results]
+    ranks = {}
+    for rc, out, err in results:
+        assert "internal error" not in err, err
+        if rc == 3:
+            assert "more agents joined than --nnodes 2" in err, err
+            assert "[rank" not in out
+        else:
+            ranks.update(env_lines(out))
+    assert sorted(ranks) == [0, 1]
 
 
 def test_duplicate_node_rank_names_both_nodes_by_their_address(jobs):

@@ -2,6 +2,7 @@
 against a live job, binary values, timeouts, the job-scoped prefix, a wrong
 credential and no store at all, each with its documented exit status."""
 import os
+import shutil
 import subprocess
 
 from conftest import BIN, SOURCE_DIR, free_port, read_until
@@ -98,10 +99,13 @@ def test_outside_a_job_or_misused_is_a_usage_error():
 
 
 def test_the_shell_example_elects_one_writer_per_node_and_meets_at_a_barrier(jobs):
+    """The example finds the launcher through DDPLAUNCH_EXE: ddplaunch is
+    started by absolute path and is not on the workers' PATH."""
+    assert shutil.which("ddplaunch", path=os.environ.get("PATH", "")) is None
     port = free_port()
     example = os.path.join(SOURCE_DIR, "examples", "store_barrier.sh")
     procs = [jobs.start(["--nnodes", 2, "--node-rank", n, "--nproc-per-node", 3, "--master-port",
-                         port, "--", "sh", example], env={"DDPLAUNCH": BIN}) for n in range(2)]
+                         port, "--", "sh", example]) for n in range(2)]
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=120)
@@ -125,3 +129,11 @@ def test_a_job_with_a_token_gives_its_workers_a_credential_of_their_own(jobs):
         out, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
         assert "stored" in out and "seen=0" in out and "has_credential" in out, (out, err)
+
+
+def test_workers_get_the_launchers_own_path(jobs):
+    r = jobs.run(["--nproc-per-node", 1, "--no-prefix", "--", "sh", "-c",
+                  'echo "exe=$DDPLAUNCH_EXE"; "$DDPLAUNCH_EXE" store set k v && echo stored'])
+    assert r.returncode == 0, r.stderr
+    assert f"exe={os.path.realpath(BIN)}" in r.stdout, r.stdout
+    assert "stored" in r.stdout, (r.stdout, r.stderr)

@@ -20,6 +20,8 @@ VALUES = {
     "--master-addr": "127.0.0.1", "--master-port": "29555", "--local-addr": "127.0.0.1",
     "--logs-specs": "custom", "--numa-binding": "node",
     "--signals-to-handle": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
+    "--shutdown-timeout": "5", "--virtual-local-rank": None,
+    "--duplicate-stdout-filters": "apple,orange", "--duplicate-stderr-filters": "error",
 }
 
 
@@ -38,9 +40,11 @@ def test_the_table_lists_every_torchrun_flag():
     assert set(documented_flags()) == set(VALUES)
 
 
-@pytest.mark.parametrize("flag", sorted(VALUES))
+@pytest.mark.parametrize("flag", documented_flags())
 @pytest.mark.parametrize("spelling", ["dash", "underscore"])
 def test_each_flag_is_accepted(jobs, tmp_path, flag, spelling):
+    """Each row of docs/TORCHRUN.md's table, as written there, parses."""
+    assert flag in VALUES, f"{flag} is documented but no test value is given for it"
     name = flag if spelling == "dash" else "--" + flag[2:].replace("-", "_")
     value = VALUES[flag]
     args = [name] if value is None else [name, value.replace("LOGS", str(tmp_path / "logs"))]
@@ -106,3 +110,57 @@ def test_local_rank_macro_and_torch_distributed_launch_argument(jobs, tmp_path):
                   script, "--device=cuda:${local_rank}"])
     assert r.returncode == 0, r.stderr
     assert "[rank 1]: --local_rank=1 --device=cuda:1" in r.stdout
+
+
+@pytest.mark.parametrize("args,env,expected", [
+    (["--shutdown-timeout", "7"], {}, "7"),
+    ([], {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "9"}, "9"),
+    ([], {"PET_SHUTDOWN_TIMEOUT": "8", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "9"}, "8"),
+    (["--term-timeout", "3"], {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "9"}, "3"),
+])
+def test_shutdown_timeout_is_the_term_timeout(jobs, args, env, expected):
+    r = jobs.run(["--dry-run", *args, "--", "train.py"], env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["config"]["term_timeout"] == float(expected), r.stdout
+
+
+def test_a_bad_shutdown_timeout_variable_is_a_usage_error(jobs):
+    r = jobs.run(["--", *worker()], env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "soon"})
+    assert r.returncode == 2, r.stderr
+    assert "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_shutdown_timeout_bounds_the_grace_period(jobs):
+    """A worker that ignores SIGTERM is killed after --shutdown-timeout."""
+    r = jobs.run(["--nproc-per-node", 2, "--shutdown-timeout", "0.5", "--", *worker(
+        "@0:exit=3", "ignore-term", "sleep=60")], timeout=60)
+    assert r.returncode == 3, r.stderr
+    assert "SIGKILL" in r.stderr, r.stderr
+
+
+def test_virtual_local_rank_gives_each_worker_device_0(jobs):
+    r = jobs.run(["--nproc-per-node", 3, "--virtual-local-rank", "--", *worker("env")],
+                 env={"CUDA_VISIBLE_DEVICES": "4,5,6"})
+    assert r.returncode == 0, r.stderr
+    envs = env_lines(r.stdout)
+    assert sorted(envs) == [0, 1, 2]
+    for rank, e in envs.items():
+        assert e["LOCAL_RANK"] == "0", e
+        assert e["CUDA_VISIBLE_DEVICES"] == str(4 + rank), e
+        assert e["RANK"] == str(rank) and e["LOCAL_WORLD_SIZE"] == "3", e
+
+
+def test_duplicate_filters_copy_matching_lines_to_the_nodes_filtered_files(jobs, tmp_path):
+    logs = tmp_path / "logs"
+    r = jobs.run(["--nproc-per-node", 2, "--log-dir", logs,
+                  "--duplicate-stdout-filters", "apple,,pie,orange",
+                  "--duplicate-stderr-filters", "boom", "--",
+                  "sh", "-c", 'echo "apple,pie $RANK"; echo "pear $RANK"; echo "orange $RANK";'
+                  ' echo "apple $RANK"; echo "boom $RANK" >&2; echo "quiet $RANK" >&2'])
+    assert r.returncode == 0, r.stderr
+    out = (logs / "node_0" / "filtered_stdout.log").read_text().splitlines()
+    err = (logs / "node_0" / "filtered_stderr.log").read_text().splitlines()
+    assert sorted(out) == sorted([f"[rank {n}]: {w} {n}" for n in (0, 1)
+                                  for w in ("apple,pie", "orange")]), out
+    assert sorted(err) == ["[rank 0]: boom 0", "[rank 1]: boom 1"], err
+    assert "pear 0" in r.stdout, "the console still gets every line"

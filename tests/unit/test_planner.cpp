@@ -24,6 +24,7 @@ TEST(Planner, RefusesWhatDisagreesWithTheJob) {
     const char* name;
     JoinRecord (*make)();
     const char* message_part;
+    bool whole_job;  // false: that node alone is refused, the job goes on waiting
   };
   const Case cases[] = {
       {"nnodes",
@@ -32,39 +33,41 @@ TEST(Planner, RefusesWhatDisagreesWithTheJob) {
          r.nnodes = 4;
          return r;
        },
-       "node 1 (h1, 10.0.0.1) has --nnodes 4 but node 0 has --nnodes 3"},
+       "node 1 (h1, 10.0.0.1) has --nnodes 4 but node 0 has --nnodes 3", true},
       {"command",
        [] {
          auto r = node(1, 1);
          r.command = "train.py --lr 2";
          return r;
        },
-       "node 1 (h1, 10.0.0.1) runs 'train.py --lr 2' but node 0 runs 'train.py --lr 1'"},
+       "node 1 (h1, 10.0.0.1) runs 'train.py --lr 2' but node 0 runs 'train.py --lr 1'", false},
       {"run id",
        [] {
          auto r = node(1, 1);
          r.run_id = "other";
          return r;
        },
-       "has --rdzv-id other but node 0 has job"},
+       "has --rdzv-id other but node 0 has job", true},
       {"version",
        [] {
          auto r = node(1, -1);
          r.version = 1;
          return r;
        },
-       "the node that joined 2nd (h1, 10.0.0.1) speaks rendezvous version 1"},
+       "the node that joined 2nd (h1, 10.0.0.1) speaks rendezvous version 1", true},
       {"rank twice", [] { return node(1, 0); },
-       "node rank 0 is claimed twice: by node 0 (h0, 10.0.0.0) and by node 0 (h1, 10.0.0.1)"},
-      {"rank range", [] { return node(1, 7); }, "claims node rank 7, out of range"},
+       "node rank 0 is claimed twice: by node 0 (h0, 10.0.0.0) and by node 0 (h1, 10.0.0.1)", true},
+      {"rank range", [] { return node(1, 7); }, "claims node rank 7, out of range", true},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     RendezvousPlanner p(node(0, 0, 2, true));
     ASSERT_FALSE(p.add(node(0, 0, 2, true)));
-    auto error = p.add(c.make());
-    ASSERT_TRUE(error);
-    EXPECT_NE(error->find(c.message_part), std::string::npos) << *error;
+    auto refusal = p.add(c.make());
+    ASSERT_TRUE(refusal);
+    EXPECT_NE(refusal->message.find(c.message_part), std::string::npos) << refusal->message;
+    EXPECT_EQ(refusal->whole_job, c.whole_job);
+    EXPECT_EQ(p.joined(), 1) << "a refused node is not counted";
   }
 }
 
@@ -144,7 +147,8 @@ TEST(Planner, AnElasticJobStartsWithMinNodesAndMakesClaimedRanksContiguous) {
   auto other = elastic_node(2);
   other.nnodes = 5;
   ASSERT_TRUE(p.add(other));
-  EXPECT_NE(p.add(other)->find("has --nnodes 2:5 but node 0 has --nnodes 2:4"), std::string::npos);
+  EXPECT_NE(p.add(other)->message.find("has --nnodes 2:5 but node 0 has --nnodes 2:4"),
+            std::string::npos);
   JobPlan plan = p.plan("10.0.0.0", 1);
   EXPECT_EQ(plan.node_rank_of_arrival, (std::vector<int>{0, 1}));
   EXPECT_EQ(plan.topology.nnodes(), 2);
@@ -164,7 +168,9 @@ TEST(Planner, ElasticRoundsDropLostNodesAndAdmitWaitingOnesUpToMax) {
   }
   auto bad = elastic_node(6);
   bad.command = "other.py";
-  EXPECT_TRUE(p.add(bad)) << "a node that disagrees is refused, not queued";
+  auto refused = p.add(bad);
+  ASSERT_TRUE(refused) << "a node that disagrees is refused, not queued";
+  EXPECT_FALSE(refused->whole_job) << "the job runs: that node alone is told";
   EXPECT_EQ(p.waiting().size(), 3u);
   EXPECT_TRUE(p.can_grow());
   // Node 1 was lost; arrival 3 went away while it waited.
@@ -188,6 +194,50 @@ TEST(Planner, ElasticRoundsDropLostNodesAndAdmitWaitingOnesUpToMax) {
   JobPlan again = fixed.next_round({}, {}, "10.0.0.0", 7);
   EXPECT_EQ(again.node_rank_of_arrival, first.node_rank_of_arrival);
   EXPECT_EQ(again.topology.nodes, first.topology.nodes);
+}
+
+// Four agents of a 2-node job start at once: whichever of them hosts the
+// store (its arrival anywhere in 0..3) is added first and is node 0; the
+// first other arrival is node 1; the rest are refused alone, and every
+// arrival index the plan holds is one that joined.
+TEST(Planner, MoreArrivalsThanNodesInEveryOrder) {
+  for (int host = 0; host < 4; ++host) {
+    SCOPED_TRACE("the store host joined as arrival " + std::to_string(host));
+    auto make = [host](int a) {
+      JoinRecord r = node(a, -1, 2, a == host);
+      r.nnodes = 2;
+      return r;
+    };
+    RendezvousPlanner p(make(host));
+    ASSERT_FALSE(p.add(make(host)));
+    std::vector<int> refused;
+    for (int a = 0; a < 4; ++a) {
+      if (a == host) {
+        continue;
+      }
+      if (auto refusal = p.add(make(a))) {
+        EXPECT_FALSE(refusal->whole_job);
+        EXPECT_NE(refusal->message.find("more agents joined than --nnodes 2"), std::string::npos);
+        refused.push_back(a);
+      }
+    }
+    ASSERT_TRUE(p.complete());
+    EXPECT_EQ(refused.size(), 2u);
+    JobPlan plan = p.plan("10.0.0.0", 1);
+    const int other = host == 0 ? 1 : 0;
+    ASSERT_GT(plan.node_rank_of_arrival.size(), static_cast<size_t>(std::max(host, other)));
+    EXPECT_EQ(plan.node_rank_of_arrival[static_cast<size_t>(host)], 0);
+    EXPECT_EQ(plan.node_rank_of_arrival[static_cast<size_t>(other)], 1);
+    for (int a : refused) {
+      EXPECT_TRUE(static_cast<size_t>(a) >= plan.node_rank_of_arrival.size() ||
+                  plan.node_rank_of_arrival[static_cast<size_t>(a)] == -1);
+    }
+    // One more once the job runs: refused alone, never queued.
+    auto late = p.add(make(4));
+    ASSERT_TRUE(late);
+    EXPECT_FALSE(late->whole_job);
+    EXPECT_TRUE(p.waiting().empty());
+  }
 }
 
 }  // namespace

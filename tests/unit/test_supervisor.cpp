@@ -123,5 +123,66 @@ TEST(Supervisor, SuccessThenFailureStillFails) {
   EXPECT_EQ(s.exit_code(), 2);
 }
 
+// scancel signals the launcher and the workers alike, in no set order: a
+// worker killed by a stop signal is held k_stop_hold, and the launcher's own
+// stop signal (or another node's verdict) in that time wins over it.
+struct HoldCase {
+  const char* name;
+  int then;  // 0: nothing; a signal: the launcher's; -1: a remote stop
+  StopReason reason;
+  int exit_code;
+  bool rank_blamed;
+};
+
+TEST(Supervisor, AStopSignalWinsOverTheDeathsItCauses) {
+  const HoldCase cases[] = {
+      {"nothing follows: the rank is the root cause", 0, StopReason::k_worker_failed, 143, true},
+      {"the launcher's SIGTERM follows", SIGTERM, StopReason::k_signal, 143, false},
+      {"the launcher's SIGINT follows", SIGINT, StopReason::k_signal, 130, false},
+      {"another node's verdict follows", -1, StopReason::k_remote, 143, false},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Supervisor s(2, 5s);
+    auto a = s.on_worker_exit(0, ExitInfo::signaled(SIGTERM), t0);
+    EXPECT_FALSE(a.local_failure);
+    EXPECT_TRUE(a.signals.empty());
+    EXPECT_FALSE(s.stopping());
+    EXPECT_EQ(s.deadline(), t0 + Supervisor::k_stop_hold);
+    // Rank 1 dies of the same scancel: still nobody blamed.
+    s.on_worker_exit(1, ExitInfo::signaled(SIGTERM), t0 + 1ms);
+    EXPECT_FALSE(s.finished()) << "a held death is not an ending yet";
+    Supervisor::Actions after;
+    if (c.then > 0) {
+      after = s.on_launcher_signal(c.then, t0 + 2ms);
+    } else if (c.then < 0) {
+      after = s.on_remote_stop(143, t0 + 2ms);
+    }
+    after = s.on_deadline(t0 + Supervisor::k_stop_hold);
+    EXPECT_EQ(after.local_failure, c.rank_blamed);
+    EXPECT_TRUE(s.finished());
+    EXPECT_EQ(s.reason(), c.reason);
+    EXPECT_EQ(s.exit_code(), c.exit_code);
+    EXPECT_EQ(s.root_cause().has_value(), c.rank_blamed);
+    EXPECT_FALSE(s.deadline());
+  }
+}
+
+TEST(Supervisor, OnlyStopSignalsAreHeld) {
+  for (int sig : {SIGKILL, SIGSEGV, SIGABRT, SIGUSR1}) {
+    Supervisor s(2, 5s);
+    EXPECT_TRUE(s.on_worker_exit(0, ExitInfo::signaled(sig), t0).local_failure) << sig;
+  }
+  Supervisor s(2, 5s);
+  s.on_worker_exit(0, ExitInfo::signaled(SIGHUP), t0);
+  // While held, the others still run; the hold ends in a failure that stops them.
+  EXPECT_TRUE(s.on_deadline(t0 + Supervisor::k_stop_hold - 1ms).signals.empty());
+  auto a = s.on_deadline(t0 + Supervisor::k_stop_hold);
+  EXPECT_TRUE(a.local_failure);
+  EXPECT_EQ(a.signals, (std::vector<SA>{{1, SIGTERM}}));
+  EXPECT_EQ(s.root_cause(), 0);
+  EXPECT_EQ(s.deadline(), t0 + Supervisor::k_stop_hold + 5s);
+}
+
 }  // namespace
 }  // namespace ddplaunch
