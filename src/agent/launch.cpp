@@ -38,6 +38,7 @@
 #include "rendezvous/store_link.hpp"
 #include "store/auth.hpp"
 #include "store/server.hpp"
+#include "supervise/signal_policy.hpp"
 
 namespace ddplaunch {
 
@@ -562,11 +563,7 @@ int run_launch(const Config& given, const EnvMap& env) {
   // reads. A SIGHUP ignored at start (nohup) stays ignored: the job survives
   // the terminal's hangup, as the user asked.
   const bool nohup = posix::inherited_ignore(SIGHUP);
-  std::vector<int> handled = {SIGCHLD, SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGUSR2};
-  if (!nohup) {
-    handled.push_back(SIGHUP);
-  }
-  posix::SignalFd signals(handled);
+  posix::SignalFd signals(handled_signals(nohup));
   ::signal(SIGPIPE, SIG_IGN);
   become_subreaper();
   raise_fd_limit_for_launcher();
@@ -675,7 +672,19 @@ int run_launch(const Config& given, const EnvMap& env) {
   if (!report.empty()) {
     console.write_own(2, report);
   }
-  return summary.exit_code;
+  // The exit drain, still under the signalfd: a stop signal ends it at once
+  // (128+N), instead of waiting out a console nobody reads.
+  std::optional<int> drain_signal;
+  console.finish([&signals, &drain_signal] {
+    while (auto sig = signals.read_one()) {
+      if (is_stop_signal(*sig)) {
+        drain_signal = sig;
+        return true;
+      }
+    }
+    return false;
+  });
+  return drain_signal ? 128 + *drain_signal : summary.exit_code;
 }
 
 }  // namespace ddplaunch

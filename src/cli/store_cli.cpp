@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "config/integer.hpp"
 #include "ddplaunch/error.hpp"
 
 namespace ddplaunch {
@@ -102,16 +103,11 @@ StoreCommand parse_store_command(const std::vector<std::string>& args) {
     }
   }
   if (!port_text.empty()) {
-    try {
-      size_t used = 0;
-      const int port = std::stoi(port_text, &used);
-      if (used != port_text.size() || port < 1 || port > 65535) {
-        throw std::invalid_argument("range");
-      }
-      cmd.port = port;
-    } catch (const std::exception&) {
+    const auto port = parse_integer_in(port_text, 1, 65535);
+    if (!port) {
       throw UsageError("store --port " + port_text + ": give a port from 1 to 65535");
     }
+    cmd.port = static_cast<int>(*port);
   }
   if (prefix_opt->count() > 0) {
     cmd.prefix = prefix;

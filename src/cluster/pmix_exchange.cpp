@@ -16,6 +16,7 @@
 #include "log.hpp"
 #include "posix/fd.hpp"
 #include "posix/interfaces.hpp"
+#include "supervise/signal_policy.hpp"
 
 #if DDPLAUNCH_HAVE_PMIX
 #include <pmix.h>
@@ -206,7 +207,9 @@ std::string pmix_exchange_master_addr(int node_rank, const std::vector<std::stri
       continue;
     }
     if ((fds[1].revents & POLLIN) != 0) {
-      if (auto sig = signals.read_one(); sig && *sig != SIGCHLD) {
+      // One policy (supervise/signal_policy.hpp): SIGUSR1/2 have no worker
+      // to reach yet and are dropped; a stop signal ends the exchange.
+      if (auto sig = signals.read_one(); sig && is_stop_signal(*sig)) {
         worker.detach();
         throw LaunchError(128 + *sig, std::string("stopped by signal ") + strsignal(*sig) +
                                           " while exchanging node 0's address through PMIx");

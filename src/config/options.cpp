@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "config/integer.hpp"
 #include "ddplaunch/error.hpp"
 
 namespace ddplaunch {
@@ -14,19 +15,10 @@ namespace {
 constexpr int k_max_nproc = 4096;
 constexpr int k_max_nodes = 65536;
 
-std::optional<long long> to_int(std::string_view s) {
-  long long v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) {
-    return std::nullopt;
-  }
-  return v;
-}
-
 int parse_int_in(std::string_view value, std::string_view flag, long long lo, long long hi,
                  std::string_view what) {
-  auto v = to_int(value);
-  if (!v || *v < lo || *v > hi) {
+  auto v = parse_integer_in(value, lo, hi);
+  if (!v) {
     throw UsageError(std::string(flag) + " must be " + std::string(what) + ", got '" +
                      std::string(value) + "'");
   }
@@ -639,7 +631,7 @@ StreamSelection parse_stream_selection(std::string_view value, std::string_view 
                            std::string(value) + "'";
   StreamSelection sel;
   if (value.find(':') == std::string_view::npos) {
-    auto v = to_int(value);
+    auto v = parse_integer(value);
     if (!v || *v < 0 || *v > 3) {
       throw UsageError(what);
     }
@@ -653,8 +645,8 @@ StreamSelection parse_stream_selection(std::string_view value, std::string_view 
     if (colon == std::string_view::npos) {
       throw UsageError(what);
     }
-    auto rank = to_int(pair.substr(0, colon));
-    auto v = to_int(pair.substr(colon + 1));
+    auto rank = parse_integer(pair.substr(0, colon));
+    auto v = parse_integer(pair.substr(colon + 1));
     if (!rank || *rank < 0 || *rank > k_max_nproc || !v || *v < 0 || *v > 3) {
       throw UsageError(what);
     }
@@ -696,7 +688,7 @@ std::set<int> parse_rank_list(std::string_view value, std::string_view flag) {
   }
   while (true) {
     auto comma = value.find(',');
-    auto v = to_int(value.substr(0, comma));
+    auto v = parse_integer(value.substr(0, comma));
     if (!v || *v < 0 || *v > 1'000'000'000) {
       throw UsageError(what);
     }

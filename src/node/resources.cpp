@@ -11,6 +11,7 @@
 #include <set>
 #include <system_error>
 
+#include "config/integer.hpp"
 #include "ddplaunch/error.hpp"
 #include "posix/fd.hpp"
 
@@ -152,9 +153,11 @@ std::vector<std::vector<int>> numa_nodes(const std::vector<int>& allowed) {
       nodes.push_back(it->path());
     }
   }
-  std::sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) {
-    return std::stoi(a.filename().string().substr(4)) < std::stoi(b.filename().string().substr(4));
-  });
+  auto number = [](const std::filesystem::path& p) {
+    return parse_integer(p.filename().string().substr(4)).value_or(-1);
+  };
+  std::sort(nodes.begin(), nodes.end(),
+            [&](const auto& a, const auto& b) { return number(a) < number(b); });
   const std::set<int> ok(allowed.begin(), allowed.end());
   for (const auto& node : nodes) {
     auto cpus = parse_cpu_list(first_line(node / "cpulist"));

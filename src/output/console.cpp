@@ -219,6 +219,14 @@ ConsoleWriter::ConsoleWriter(Limits limits, int out, int err)
 }
 
 ConsoleWriter::~ConsoleWriter() {
+  finish({});
+}
+
+bool ConsoleWriter::finish(const std::function<bool()>& stop) {
+  if (m_finished) {
+    return true;
+  }
+  m_finished = true;
   std::vector<Lane*> lanes;
   for (auto& lane : m_state->lanes) {
     if (lane) {
@@ -231,8 +239,10 @@ ConsoleWriter::~ConsoleWriter() {
       lane->wake.notify_all();
     }
   }
-  // Wait while any lane still writes, and while the console takes bytes.
+  // Wait while any lane still writes, and while the console takes bytes; a
+  // stop signal (asked every 100 ms) ends the wait at once.
   size_t seen = 0;
+  bool stopped = false;
   auto last_progress = std::chrono::steady_clock::now();
   for (Lane* lane : lanes) {
     std::unique_lock lock(lane->mutex);
@@ -241,6 +251,11 @@ ConsoleWriter::~ConsoleWriter() {
       size_t total = 0;
       for (Lane* l : lanes) {
         total += l->written.load();
+      }
+      if (!lane->finished && (stopped || (stop && stop()))) {
+        stopped = true;
+        lane->give_up.store(true);
+        break;
       }
       if (total != seen) {
         seen = total;
@@ -253,13 +268,18 @@ ConsoleWriter::~ConsoleWriter() {
   }
   if (m_state->lane(2).give_up.load()) {
     log::abandon_console();  // main's last error line must not block the exit either
-    return;
+    return !stopped;
   }
   log::set_output(nullptr);
-  if (m_state->lane(1).give_up.load()) {
+  if (stopped) {
+    log::warn(
+        "stopped by a signal while the output drained: the rest of the workers' output "
+        "was not shown");
+  } else if (m_state->lane(1).give_up.load()) {
     log::warn("stdout took nothing for {} s: the rest of the workers' output was not shown",
               std::chrono::duration<double>(m_state->limits.exit_stall).count());
   }
+  return !stopped;
 }
 
 bool ConsoleWriter::write(int fd, std::string_view data) {

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string_view>
 
@@ -39,8 +40,14 @@ class ConsoleWriter : public ConsoleSink {
   // others in tests). Callers still name the streams 1 and 2.
   explicit ConsoleWriter(Limits limits, int out = 1, int err = 2);
   ConsoleWriter() : ConsoleWriter(Limits{}) {}
-  // Drains (bounded by exit_stall without progress) and routes the log back to stderr.
+  // finish({}) unless finish() ran.
   ~ConsoleWriter() override;
+  // Drains what is queued (bounded by exit_stall without progress) and routes
+  // the log back to stderr. `stop` (may be empty) is asked every 100 ms while
+  // the console takes nothing it is given: true gives the rest up at once (a
+  // stop signal during the exit drain). Returns false when `stop` ended it.
+  // Once; later writes go nowhere.
+  bool finish(const std::function<bool()>& stop);
   ConsoleWriter(const ConsoleWriter&) = delete;
   ConsoleWriter& operator=(const ConsoleWriter&) = delete;
 
@@ -58,6 +65,7 @@ class ConsoleWriter : public ConsoleSink {
 
  private:
   struct Lane;
+  bool m_finished = false;
   struct State;
   std::shared_ptr<State> m_state;  // shared with the thread, which may outlive us
 };

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <tuple>
 
+#include "config/integer.hpp"
 #include "posix/fd.hpp"
 #include "posix/net.hpp"
 
@@ -146,15 +147,12 @@ bool in_network(const std::string& addr, const std::string& network) {
   if (a.empty() || a.size() != n.size()) {
     return false;
   }
-  int bits = 0;
-  try {
-    bits = std::stoi(network.substr(slash + 1));
-  } catch (const std::exception&) {
+  const auto prefix = parse_integer_in(std::string_view(network).substr(slash + 1), 0,
+                                       static_cast<long long>(a.size() * 8));
+  if (!prefix) {
     return false;
   }
-  if (bits < 0 || static_cast<size_t>(bits) > a.size() * 8) {
-    return false;
-  }
+  int bits = static_cast<int>(*prefix);
   for (size_t i = 0; i < a.size() && bits > 0; ++i, bits -= 8) {
     const unsigned mask = bits >= 8 ? 0xffU : (0xffU << (8 - bits)) & 0xffU;
     if ((a[i] & mask) != (n[i] & mask)) {

@@ -12,10 +12,12 @@
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <thread>
 
+#include "config/integer.hpp"
 #include "log.hpp"
 #include "posix/fd.hpp"
 
@@ -153,8 +155,9 @@ int kill_marked_processes(const std::string& marker) {
       if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid == self) {
         continue;
       }
-      if (environ_has(pid, needle)) {
-        kill(static_cast<pid_t>(std::stol(pid)), SIGKILL);
+      const auto number = parse_integer_in(pid, 1, std::numeric_limits<pid_t>::max());
+      if (number && environ_has(pid, needle)) {
+        kill(static_cast<pid_t>(*number), SIGKILL);
         ++found;
       }
     }

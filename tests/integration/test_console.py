@@ -7,7 +7,7 @@ import json
 import os
 import signal
 
-from conftest import free_port, wait_until, worker
+from conftest import free_port, read_until, wait_until, worker
 
 LINE = "[rank 0]: " + "a" * 99
 
@@ -109,3 +109,25 @@ def test_a_stop_signal_ends_every_node_while_one_console_is_blocked(jobs, tmp_pa
     assert node1.returncode == 128 + signal.SIGTERM, err1
     assert node0.returncode == 128 + signal.SIGTERM, err0
     assert "node 1" in err0 and "received SIGTERM" in err0, err0
+
+
+def test_a_stop_signal_ends_a_stuck_exit_drain(jobs, tmp_path):
+    """The job ended and its report is out, but the workers' output is queued
+    behind a stdout nobody reads: a Ctrl-C then ends the drain at once (130)
+    instead of waiting out the 10 s stall."""
+    unread, stdout = os.pipe()
+    try:
+        p = jobs.start(["--nproc-per-node", 2, "--", *worker(
+            "@0:flood=4000000", f"ready={tmp_path}", f"@1:waitfile={tmp_path / 'ready.0'}",
+            "@1:exit=3", "sleep=300")], stdout=stdout)
+        os.close(stdout)
+        # The report is written just before the exit drain begins.
+        before = read_until(p.stderr, "job failed")
+        assert any("job failed: rank 1" in line for line in before), before
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+    finally:
+        os.close(unread)
+    assert p.returncode == 130, err
+    assert "stopped by a signal while the output drained" in err, err
+    assert "stdout took nothing for 10 s" not in err, err

@@ -159,3 +159,20 @@ def _worker_pids(proc):
             except OSError:
                 pass
     return out
+
+
+def test_a_stop_signal_wins_over_the_deaths_it_causes(jobs, tmp_path):
+    """scancel signals the launcher and every worker in no set order: the
+    workers may die of SIGTERM before the launcher reads its own. The job was
+    stopped by SIGTERM; no rank is to blame."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    p = jobs.start(["--nproc-per-node", 2, "--", *worker(f"pidfile={pids}", "sleep=300")])
+    assert wait_until(lambda: len(os.listdir(pids)) == 2)
+    for name in os.listdir(pids):
+        os.kill(int(name), signal.SIGTERM)  # the workers first, as slurmstepd may
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err
+    assert "job stopped: ddplaunch received SIGTERM" in err, err
+    assert "job failed" not in err, err

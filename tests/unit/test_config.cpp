@@ -3,6 +3,7 @@
 #include "cli/cli.hpp"
 #include "cli/completion.hpp"
 #include "cluster/precedence.hpp"
+#include "config/integer.hpp"
 #include "config/options.hpp"
 #include "ddplaunch/error.hpp"
 
@@ -318,6 +319,40 @@ TEST(Cli, CompletionsListEveryOptionOfTheTable) {
     EXPECT_NE(zsh->find(first + "["), std::string::npos) << first;
   }
   EXPECT_NE(bash->find("num-keys"), std::string::npos) << "the store's subcommands";
+}
+
+}  // namespace
+}  // namespace ddplaunch
+
+namespace ddplaunch {
+namespace {
+
+// The one integer parser every flag, record and environment value goes through.
+TEST(Integer, StrictWholeTextOnly) {
+  struct Case {
+    const char* text;
+    std::optional<long long> value;
+  };
+  const Case cases[] = {
+      {"0", 0},
+      {"42", 42},
+      {"-7", -7},
+      {"", std::nullopt},
+      {" 1", std::nullopt},
+      {"1 ", std::nullopt},
+      {"+1", std::nullopt},
+      {"0x10", std::nullopt},
+      {"1.5", std::nullopt},
+      {"1e3", std::nullopt},
+      {"12abc", std::nullopt},
+      {"99999999999999999999", std::nullopt},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(parse_integer(c.text), c.value) << '"' << c.text << '"';
+  }
+  EXPECT_EQ(parse_integer_in("65535", 1, 65535), 65535);
+  EXPECT_FALSE(parse_integer_in("65536", 1, 65535));
+  EXPECT_FALSE(parse_integer_in("0", 1, 65535));
 }
 
 }  // namespace
