@@ -1,5 +1,5 @@
 // The command line: argv -> the options given on it, and the program to run.
-// The only file that sees CLI11. It reads nothing but its argument (no
+// It and cli/store_cli.cpp are the only files that see CLI11. It reads nothing but its argument (no
 // environment: the detectors in cluster/ do that), and throws UsageError with
 // one line naming the flag and what it accepts.
 #pragma once

@@ -1,6 +1,6 @@
 // `ddplaunch store SUBCOMMAND ...`: the job's store from the shell. This file
 // turns its argv into a StoreCommand (CLI11, as the launch's command line);
-// store/command.cpp carries it out. Pure.
+// tool/store_tool.cpp carries it out. Pure.
 #pragma once
 
 #include <optional>

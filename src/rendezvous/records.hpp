@@ -1,6 +1,6 @@
-// Every JSON document ddplaunch writes or reads, in one place: the records
-// agents exchange through the store (docs/PROTOCOL.md), --summary-json and
-// --dry-run (README.md). A rank's outcome has one encoding everywhere.
+// The JSON documents ddplaunch writes or reads, but TF_CONFIG (env/tf_env.cpp):
+// the records agents exchange through the store (docs/PROTOCOL.md),
+// --summary-json and --dry-run (README.md). A rank's outcome has one encoding everywhere.
 // Strings are made valid UTF-8 before encoding (invalid bytes become U+FFFD),
 // so no byte a worker wrote can stop a record from being written. Reading a
 // record checks every field; a malformed one is a RecordError, never a crash.

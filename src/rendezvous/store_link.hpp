@@ -3,12 +3,14 @@
 // talks to it through three non-blocking connections, so a request never
 // waits behind one the server holds: `watch` parks GET job/stop for the whole
 // run, `wait` holds rendezvous and result waits, `rpc` carries short requests
-// (joining, heartbeats, the verdict's compare-and-set, results); an elastic
-// job's store host holds a fourth, `arrivals`, parked on the next join record
-// while the job runs. The owner's
-// event loop watches watches(), calls on_ready() and on_time(); nothing here
-// blocks, so a stalled store host delays no signal, output or reaping. Not
-// thread-safe: the agent's thread drives it.
+// (joining, heartbeats, the verdict's compare-and-set, results)
+// (any job's store host holds a fourth, `arrivals`, parked on the next join
+// record while the job runs: a newcomer is answered, waits or is refused).
+// The owner's event loop watches watches(), calls on_ready() and on_time().
+// No socket operation blocks, so a stalled store host delays no signal,
+// output or reaping; but each connect attempt resolves --master-addr with
+// getaddrinfo() on the agent's thread, which can wait on a slow resolver.
+// Not thread-safe: the agent's thread drives it.
 #pragma once
 
 #include <chrono>
