@@ -231,7 +231,8 @@ void StoreLink::joined_as(int arrival) {
       m_planner->add(m_self);
       host_wait_for(0);
     } else {
-      log::debug("joined as arrival {}: waiting for node 0's answer", m_self.arrival);
+      log::debug("joined as arrival {}: waiting for node 0's plan (its answer first)",
+                 m_self.arrival);
       wait_for_answer();
     }
   });
