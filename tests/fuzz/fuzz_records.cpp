@@ -29,6 +29,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   });
   each([](std::string_view t) { (void)decode_assignment(t); });
+  each([](std::string_view t) {
+    const JoinAnswer a = decode_answer(t);
+    if (a.error.empty() && !a.wait && a.node_rank < 0) {
+      __builtin_trap();  // a member's answer always carries a rank checked non-negative
+    }
+  });
   each([](std::string_view t) { (void)decode_verdict(t); });
   each([](std::string_view t) { (void)decode_outcomes(t); });
   each([](std::string_view t) {

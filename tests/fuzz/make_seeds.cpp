@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
   }
   put(records, "plan_tf", encode_plan(PlanRecord{topology, ""}));
   put(records, "assignment", encode_assignment(2));
+  put(records, "answer_refused", encode_answer(JoinAnswer{-1, "more agents joined", false}));
+  put(records, "answer_wait", encode_answer(JoinAnswer{-1, "", true}));
   JobVerdict verdict{7, "node 1 (gpu-2) received SIGTERM", std::nullopt, 1};
   put(records, "verdict", encode_verdict(verdict));
   RankOutcome outcome;

@@ -130,10 +130,11 @@ def test_a_bad_shutdown_timeout_variable_is_a_usage_error(jobs):
     assert "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
-def test_shutdown_timeout_bounds_the_grace_period(jobs):
+def test_shutdown_timeout_bounds_the_grace_period(jobs, tmp_path):
     """A worker that ignores SIGTERM is killed after --shutdown-timeout."""
     r = jobs.run(["--nproc-per-node", 2, "--shutdown-timeout", "0.5", "--", *worker(
-        "@0:exit=3", "ignore-term", "sleep=60")], timeout=60)
+        "ignore-term", f"ready={tmp_path}", f"@0:waitfile={tmp_path / 'ready.1'}", "@0:exit=3",
+        "sleep=60")], timeout=60)
     assert r.returncode == 3, r.stderr
     assert "SIGKILL" in r.stderr, r.stderr
 

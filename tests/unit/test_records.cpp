@@ -116,6 +116,16 @@ TEST(Records, EveryStoreRecordRoundTrips) {
   EXPECT_EQ(decode_verdict(encode_verdict(regroup)), regroup);
   EXPECT_FALSE(regroup.success());
   EXPECT_THROW(decode_assignment(R"({"node_rank":"1"})"), RecordError);
+  // rdzv/plan/<arrival>: a rank, a refusal, or wait; a member's answer is the
+  // same text as encode_assignment, and a negative rank is malformed.
+  for (const JoinAnswer& a : {JoinAnswer{3, "", false}, JoinAnswer{-1, "refused: too many", false},
+                              JoinAnswer{-1, "", true}}) {
+    EXPECT_EQ(decode_answer(encode_answer(a)), a);
+  }
+  EXPECT_EQ(encode_answer(JoinAnswer{3, "", false}), encode_assignment(3));
+  EXPECT_THROW(decode_answer(R"({"node_rank":-1})"), RecordError);
+  EXPECT_THROW(decode_answer(R"({"error":""})"), RecordError);
+  EXPECT_THROW(decode_answer(R"({"wait":false})"), RecordError);
 
   RankOutcome root{3,
                    1,
