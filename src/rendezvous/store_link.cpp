@@ -520,9 +520,11 @@ void StoreLink::store_lost(std::string why) {
       if (m_deferred) {
         // The round began (and the store went) before node 0 answered this node.
         join_failed(k_exit_rendezvous,
-                    "the job started without this node and ended: more agents joined than "
-                    "--nnodes " +
-                        std::to_string(m_config.nnodes) + " (is it started twice?)");
+                    "the job's round began and the store at " + m_where +
+                        " closed before node 0's answer reached this node: more agents joined "
+                        "than --nnodes " +
+                        std::to_string(m_config.nnodes) +
+                        " (is it started twice?), or node 0 was lost; " + why);
         return;
       }
       if (why.find("version mismatch") != std::string::npos) {

@@ -25,13 +25,20 @@ def read_all(fd):
         chunks.append(chunk)
 
 
+def flood_then_fail(jobs, tmp_path, stdout):
+    """Rank 0 floods stdout (4 MB, queued behind a pipe nobody reads); rank 1
+    then fails with 3. The write end is the job's alone once this returns."""
+    p = jobs.start(["--nproc-per-node", 2, "--", *worker(
+        "@0:flood=4000000", f"ready={tmp_path}", f"@1:waitfile={tmp_path / 'ready.0'}",
+        "@1:exit=3", "sleep=300")], stdout=stdout)
+    os.close(stdout)
+    return p
+
+
 def test_a_stdout_nobody_reads_holds_back_neither_the_job_nor_its_report(jobs, tmp_path):
     unread, stdout = os.pipe()
     try:
-        p = jobs.start(["--nproc-per-node", 2, "--", *worker(
-            "@0:flood=4000000", f"ready={tmp_path}", f"@1:waitfile={tmp_path / 'ready.0'}",
-            "@1:exit=3", "sleep=300")], stdout=stdout)
-        os.close(stdout)
+        p = flood_then_fail(jobs, tmp_path, stdout)
         _, err = p.communicate(timeout=120)
     finally:
         os.close(unread)
@@ -117,10 +124,7 @@ def test_a_stop_signal_ends_a_stuck_exit_drain(jobs, tmp_path):
     instead of waiting out the 10 s stall."""
     unread, stdout = os.pipe()
     try:
-        p = jobs.start(["--nproc-per-node", 2, "--", *worker(
-            "@0:flood=4000000", f"ready={tmp_path}", f"@1:waitfile={tmp_path / 'ready.0'}",
-            "@1:exit=3", "sleep=300")], stdout=stdout)
-        os.close(stdout)
+        p = flood_then_fail(jobs, tmp_path, stdout)
         # The report is written just before the exit drain begins.
         before = read_until(p.stderr, "job failed")
         assert any("job failed: rank 1" in line for line in before), before
