@@ -658,7 +658,7 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
   m_gathered.reset();
   if (m_link != nullptr) {
     m_phase = Phase::k_joining;
-    m_link->next_round(local, m_restarts);
+    m_link->next_round(local, RoundStart{m_round, m_restarts});
     if (m_late_signal) {
       // Received while this round ended: the next one is stopped on every node.
       m_join_signal = std::exchange(m_late_signal, std::nullopt);

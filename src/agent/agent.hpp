@@ -18,12 +18,12 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/clock.hpp"
 #include "config/config.hpp"
 #include "env/env_map.hpp"
 #include "env/plan.hpp"
 #include "output/error_files.hpp"
 #include "output/router.hpp"
+#include "posix/clock.hpp"
 #include "proc/spawner.hpp"
 #include "rendezvous/job_link.hpp"
 #include "supervise/supervisor.hpp"

@@ -35,7 +35,9 @@
 #include "proc/reap.hpp"
 #include "proc/spawn.hpp"
 #include "rendezvous/records.hpp"
+#include "rendezvous/store_host.hpp"
 #include "rendezvous/store_link.hpp"
+#include "store/async_client.hpp"
 #include "store/auth.hpp"
 #include "store/server.hpp"
 #include "supervise/signal_policy.hpp"
@@ -114,11 +116,12 @@ class Driver {
   // `fault`: DDPLAUNCH_FAULT=output, for tests: the loop fails with an
   // internal error at a worker's first output, as a node that breaks mid-run.
   Driver(posix::SignalFd& signals, Agent& agent, ProcessSpawner& spawner, StoreLink* link,
-         ConsoleWriter& console, bool fault)
+         AsyncClient* store, ConsoleWriter& console, bool fault)
       : m_signals(signals),
         m_agent(agent),
         m_spawner(spawner),
         m_link(link),
+        m_store(store),
         m_console(console),
         m_fault(fault) {
     m_loop.set(signals.fd(), EPOLLIN, k_tag_signals);
@@ -132,10 +135,14 @@ class Driver {
         resume_streams(true);  // what is left in the pipes is bounded: read it now
       }
       std::optional<Clock::TimePoint> deadline = m_agent.next_deadline();
-      if (m_link != nullptr) {
-        if (auto t = m_link->deadline(); t && (!deadline || *t < *deadline)) {
+      auto consider = [&deadline](std::optional<Clock::TimePoint> t) {
+        if (t && (!deadline || *t < *deadline)) {
           deadline = t;
         }
+      };
+      if (m_link != nullptr) {
+        consider(m_link->deadline());
+        consider(m_store->deadline());
       }
       for (const auto& ready : m_loop.wait(deadline)) {
         dispatch(ready);
@@ -144,7 +151,9 @@ class Driver {
         }
       }
       if (m_link != nullptr) {
-        m_link->on_time(std::chrono::steady_clock::now());
+        const auto now = std::chrono::steady_clock::now();
+        m_store->on_time(now);
+        m_link->on_time(now);
       }
       m_agent.on_time();
     }
@@ -153,21 +162,15 @@ class Driver {
  private:
   void sync_fds() {
     sync_worker_fds();  // first: a new round's pipes may take numbers the link then re-adds
-    if (m_link != nullptr) {
-      auto watches = m_link->watches();
-      for (auto it = m_link_fds.begin(); it != m_link_fds.end();) {
-        const bool live =
-            std::any_of(watches.begin(), watches.end(), [&](const auto& w) { return w.fd == *it; });
-        if (!live) {
-          m_loop.remove(*it);
-          it = m_link_fds.erase(it);
-        } else {
-          ++it;
-        }
+    if (m_store != nullptr) {
+      // One socket; a new one for each connect attempt (the number may be reused).
+      const int fd = m_store->events() != 0 ? m_store->fd() : -1;
+      if (m_store_fd >= 0 && m_store_fd != fd) {
+        m_loop.remove(m_store_fd);
       }
-      for (const auto& w : watches) {
-        m_loop.set(w.fd, w.events, k_tag_link | w.id);
-        m_link_fds.insert(w.fd);
+      m_store_fd = fd;
+      if (fd >= 0) {
+        m_loop.set(fd, m_store->events(), k_tag_link);
       }
     }
   }
@@ -214,14 +217,8 @@ class Driver {
       resume_streams(false);
     } else if ((ready.tag & k_tag_progress) != 0) {
       read_progress(static_cast<int>(ready.tag & ~k_tag_progress));
-    } else if ((ready.tag & k_tag_link) != 0) {
-      // Find the fd by its id: the link matches fds itself.
-      for (const auto& w : m_link->watches()) {
-        if ((k_tag_link | w.id) == ready.tag) {
-          m_link->on_ready(w.fd, ready.events, std::chrono::steady_clock::now());
-          break;
-        }
-      }
+    } else if (ready.tag == k_tag_link) {
+      m_store->on_ready(ready.events, std::chrono::steady_clock::now());
     } else {
       read_stream(static_cast<int>(ready.tag / 2), static_cast<Stream>(ready.tag % 2));
     }
@@ -318,9 +315,10 @@ class Driver {
   Agent& m_agent;
   ProcessSpawner& m_spawner;
   StoreLink* m_link;
+  AsyncClient* m_store;  // the link's connection
   posix::EventLoop m_loop;
   ConsoleWriter& m_console;
-  std::set<int> m_link_fds;
+  int m_store_fd = -1;          // the store's socket as the loop holds it
   std::set<uint64_t> m_paused;  // stream tags not read while the console is behind
   uint64_t m_generation_watched = 0;
   std::set<int> m_worker_fds;  // the pipes of this round's workers in the loop
@@ -482,26 +480,21 @@ void find_own_address(const Config& config, NodeIdentity& self) {
 // once through the store rather than after the heartbeat timeout, and node 0
 // does not wait for this node's results. Bounded, and best effort: the error
 // itself is what this node reports.
-void publish_failure(StoreLink& link, const std::string& message) {
+void publish_failure(StoreLink& link, AsyncClient& store, const std::string& message) {
   try {
     link.publish_stop(JobVerdict{k_exit_internal, message, std::nullopt, -1});
     link.abandon();
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     for (auto now = std::chrono::steady_clock::now();
-         !(link.stop_confirmed() && link.abandoned()) && now < until;
+         !(link.stop_confirmed() && link.abandoned()) && now < until && !store.failed();
          now = std::chrono::steady_clock::now()) {
-      const auto watches = link.watches();
-      std::vector<pollfd> fds;
-      for (const auto& w : watches) {
-        fds.push_back(pollfd{w.fd, static_cast<short>(w.events), 0});
-      }
-      ::poll(fds.data(), fds.size(), 20);
+      pollfd p{store.fd(), static_cast<short>(store.events()), 0};
+      ::poll(&p, p.fd >= 0 ? 1 : 0, 20);
       now = std::chrono::steady_clock::now();
-      for (const auto& p : fds) {
-        if (p.revents != 0) {
-          link.on_ready(p.fd, static_cast<uint32_t>(p.revents), now);
-        }
+      if (p.revents != 0) {
+        store.on_ready(static_cast<uint32_t>(p.revents), now);
       }
+      store.on_time(now);
       link.on_time(now);
     }
   } catch (const std::exception& e) {
@@ -637,27 +630,38 @@ int run_launch(const Config& given, const EnvMap& env) {
   if (guard) {
     spawner.spare(guard->guard_pid());
   }
+  // Node 0 hosts the store; every agent holds one connection to it.
+  std::unique_ptr<StoreServer> store_server;
+  std::unique_ptr<AsyncClient> store;
   std::unique_ptr<StoreLink> link;
   if (config.nnodes > 1) {
-    link = std::make_unique<StoreLink>(config);
+    store_server = host_store(config);
+    store = std::make_unique<AsyncClient>(
+        config.master_addr, config.master_port, millis(config.rdzv_timeout_s),
+        millis(config.heartbeat_timeout_s), clock.now(), config.rdzv_token);
+    link = make_store_link(config, *store, clock, store_server != nullptr);
   }
   Agent agent(config, worker_env, self, spawner, clock, link.get(), console);
   if (link) {
     link->set_listener(agent);
   }
   auto fault = env.find("DDPLAUNCH_FAULT");
-  Driver driver(signals, agent, spawner, link.get(), console,
+  Driver driver(signals, agent, spawner, link.get(), store.get(), console,
                 fault != env.end() && fault->second == "output");
   try {
     agent.start();
     driver.run();
   } catch (const std::exception& e) {
     if (link) {
-      publish_failure(*link, agent.node_name() + " hit an internal error: " + e.what());
+      publish_failure(*link, *store, agent.node_name() + " hit an internal error: " + e.what());
     }
     throw;
   }
-  link.reset();  // node 0's store goes away only now
+  // The connection first, so that node 0's store sees it close, not a reset;
+  // node 0's store goes away only now.
+  link.reset();
+  store.reset();
+  store_server.reset();
 
   JobSummary summary = agent.summary();
   summary.launcher_max_rss_kib = peak_rss_kib();

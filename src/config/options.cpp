@@ -474,7 +474,7 @@ const OptionSpec k_options[] = {
    "File holding the job's secret: the store then admits only nodes that know it (or set "
    "DDPLAUNCH_RDZV_TOKEN)", false, nullptr, nullptr, DDPLAUNCH_STRING(rdzv_token_file)},
   {"rdzv_max_clients", "--rdzv-max-clients,--rdzv_max_clients", k_nodes,
-   "Connections node 0's store accepts at once (at least 3 per node plus 16, whatever is "
+   "Connections node 0's store accepts at once (at least one per node plus 64, whatever is "
    "given)", false, nullptr, nullptr,
    [](Config& c, const std::string& v, const std::string& f) {
      c.rdzv_max_clients = parse_int_in(v, f, 4, 1'000'000, "a number from 4 to 1000000");

@@ -3,8 +3,9 @@
 // verdict), and finishing (every node's results); with restarts, the run is
 // repeated in rounds (next_round()). Every call returns at once;
 // answers come later through the Listener, from the agent's own event loop.
-// StoreLink (store_link.hpp) implements it over the store; the agent's unit
-// tests use a fake. Single-node runs have none.
+// StoreLink (store_link.hpp: HostLink on node 0, MemberLink elsewhere)
+// implements it over the store; the agent's unit tests use a fake.
+// Single-node runs have none.
 #pragma once
 
 #include <string>
@@ -22,6 +23,7 @@ namespace ddplaunch {
 struct RoundStart {
   int round = 0;
   int restarts = 0;
+  bool operator==(const RoundStart&) const = default;
 };
 
 class JobLink {
@@ -58,11 +60,11 @@ class JobLink {
   // node's (bounded by the heartbeat timeout, at most 30 s).
   virtual void finish(const std::vector<RankOutcome>& local) = 0;
   // The verdict restarts the job (or regroups an elastic one) and this
-  // node's workers have ended: meets the other nodes for the next round,
-  // `restarts` having been used; on_joined() says when it starts,
-  // on_join_failed() if it cannot (exit 4: a node did not come, or this one
-  // was left out).
-  virtual void next_round(const std::vector<RankOutcome>& local, int restarts) = 0;
+  // node's workers have ended: meets the other nodes for round `next`
+  // (numbered by the Agent, with the restarts used before it); on_joined()
+  // says when it starts, on_join_failed() if it cannot (exit 4: a node did
+  // not come, or this one was left out).
+  virtual void next_round(const std::vector<RankOutcome>& local, const RoundStart& next) = 0;
 };
 
 }  // namespace ddplaunch

@@ -22,10 +22,6 @@ using protocol::Status;
 constexpr auto k_max_backoff = std::chrono::milliseconds(1000);
 constexpr auto k_attempt_timeout = std::chrono::milliseconds(5000);
 
-uint32_t to_ms(AsyncClient::Duration d) {
-  return static_cast<uint32_t>(std::clamp<long long>(d.count(), 0, UINT32_MAX));
-}
-
 }  // namespace
 
 AsyncClient::AsyncClient(std::string host, int port, Duration connect_timeout, Duration io_timeout,
@@ -37,7 +33,7 @@ AsyncClient::AsyncClient(std::string host, int port, Duration connect_timeout, D
       m_connect_deadline(now + connect_timeout),
       m_token(std::move(token)),
       m_client_nonce(auth::random_nonce()) {
-  enqueue(protocol::request::hello(m_client_nonce), Duration(0),
+  enqueue(0, protocol::request::hello(m_client_nonce), Duration(0),
           [this](const Reply& r) { on_hello(r); });
   try_connect(now);
 }
@@ -45,15 +41,15 @@ AsyncClient::AsyncClient(std::string host, int port, Duration connect_timeout, D
 void AsyncClient::on_hello(const Reply& reply) {
   const protocol::HelloReply hello = protocol::read_hello(reply);
   if (hello.auth && m_token.empty()) {
-    fail(
-        "this store admits only its job's nodes: give the job's token with --rdzv-token-file or "
-        "DDPLAUNCH_RDZV_TOKEN");
+    fail(Failure::k_refused,
+         "this store admits only its job's nodes: give the job's token with --rdzv-token-file or "
+         "DDPLAUNCH_RDZV_TOKEN");
     return;
   }
   if (!hello.auth && !m_token.empty()) {
-    fail(
-        "this node has a job token but the store does not check one: give node 0 the same "
-        "--rdzv-token-file or DDPLAUNCH_RDZV_TOKEN");
+    fail(Failure::k_refused,
+         "this node has a job token but the store does not check one: give node 0 the same "
+         "--rdzv-token-file or DDPLAUNCH_RDZV_TOKEN");
     return;
   }
   if (hello.auth) {
@@ -61,12 +57,13 @@ void AsyncClient::on_hello(const Reply& reply) {
     const std::string expected = auth::server_proof(m_token, m_client_nonce, hello.server_nonce);
     if (!auth::same_proof(hello.server_proof, expected) &&
         !(!hello.worker_proof.empty() && auth::same_proof(hello.worker_proof, expected))) {
-      fail(
-          "the store does not know this job's token: it belongs to another job, or node 0 was "
-          "given a different token");
+      fail(Failure::k_refused,
+           "the store does not know this job's token: it belongs to another job, or node 0 was "
+           "given a different token");
       return;
     }
     enqueue(
+        next_id(),
         protocol::request::auth(auth::client_proof(m_token, m_client_nonce, hello.server_nonce)),
         Duration(0), [](const Reply&) {});
   }
@@ -74,7 +71,7 @@ void AsyncClient::on_hello(const Reply& reply) {
   auto held = std::move(m_held);
   m_held.clear();
   for (auto& h : held) {
-    enqueue(std::move(h.frame), h.wait, std::move(h.callback));
+    enqueue(next_id(), std::move(h.frame), h.wait, std::move(h.callback));
   }
 }
 
@@ -94,7 +91,7 @@ std::optional<AsyncClient::TimePoint> AsyncClient::deadline() const {
       return m_in_progress ? std::optional(m_attempt_deadline) : m_retry_at;
     case State::k_ready: {
       std::optional<TimePoint> first;
-      for (const auto& p : m_pending) {
+      for (const auto& [id, p] : m_pending) {
         if (p.deadline && (!first || *p.deadline < *first)) {
           first = p.deadline;
         }
@@ -119,7 +116,7 @@ void AsyncClient::try_connect(TimePoint now) {
   }
   m_last_errno = errno;
   if (now + m_backoff >= m_connect_deadline) {
-    fail("cannot reach the store at " + m_where + " (" + std::strerror(m_last_errno) + ")");
+    unreachable();
     return;
   }
   m_retry_at = now + m_backoff;
@@ -145,7 +142,7 @@ void AsyncClient::on_ready(uint32_t events, TimePoint now) {
       m_in_progress = false;
       m_last_errno = err != 0 ? err : ECONNREFUSED;
       if (now + m_backoff >= m_connect_deadline) {
-        fail("cannot reach the store at " + m_where + " (" + std::strerror(m_last_errno) + ")");
+        unreachable();
         return;
       }
       m_retry_at = now + m_backoff;
@@ -171,7 +168,7 @@ void AsyncClient::on_time(TimePoint now) {
       m_in_progress = false;
       m_last_errno = ETIMEDOUT;
       if (now >= m_connect_deadline) {
-        fail("cannot reach the store at " + m_where + " (" + std::strerror(m_last_errno) + ")");
+        unreachable();
         return;
       }
       m_retry_at = now;
@@ -182,12 +179,16 @@ void AsyncClient::on_time(TimePoint now) {
     return;
   }
   if (m_state == State::k_ready) {
-    for (const auto& p : m_pending) {
+    for (const auto& [id, p] : m_pending) {
       if (p.deadline && now >= *p.deadline) {
-        fail(m_handshaken ? "no answer within " + std::to_string(m_io_timeout.count()) +
-                                " ms (the store host may be stopped or unreachable)"
-                          : "no answer to HELLO within " + std::to_string(m_io_timeout.count()) +
-                                " ms: the store host is stopped, or " + not_a_store());
+        if (m_handshaken) {
+          fail(Failure::k_lost, "no answer within " + std::to_string(m_io_timeout.count()) +
+                                    " ms (the store host may be stopped or unreachable)");
+        } else {
+          fail(Failure::k_refused, "no answer to HELLO within " +
+                                       std::to_string(m_io_timeout.count()) +
+                                       " ms: the store host is stopped, or " + not_a_store());
+        }
         return;
       }
     }
@@ -204,13 +205,14 @@ void AsyncClient::flush(TimePoint now) {
       if (errno == EAGAIN) {
         break;
       }
-      fail(std::string("send failed: ") + std::strerror(errno));
+      fail(m_handshaken ? Failure::k_lost : Failure::k_refused,
+           std::string("send failed: ") + std::strerror(errno));
       return;
     }
     m_out.erase(0, static_cast<size_t>(n));
     m_sent_total += static_cast<size_t>(n);
   }
-  for (auto& p : m_pending) {
+  for (auto& [id, p] : m_pending) {
     if (!p.deadline && p.end_offset <= m_sent_total && p.wait != k_forever) {
       p.deadline = now + m_io_timeout + p.wait;
     }
@@ -238,34 +240,24 @@ void AsyncClient::receive() {
   }
   size_t offset = 0;
   while (m_state == State::k_ready) {
-    std::optional<size_t> len;
-    Reply reply;
+    const Failure kind = m_handshaken ? Failure::k_lost : Failure::k_refused;
     try {
-      len = protocol::complete_frame(std::string_view(m_in).substr(offset));
+      const auto len = protocol::complete_frame(std::string_view(m_in).substr(offset));
       if (!len) {
         break;
       }
-      reply = protocol::parse_reply(std::string_view(m_in).substr(offset + 4, *len));
+      // HELLO's answer has no id; every later reply has one.
+      const Reply reply =
+          protocol::parse_reply(std::string_view(m_in).substr(offset + 4, *len), m_handshaken);
       offset += 4 + *len;
       if (reply.status == Status::k_error) {
-        fail((m_handshaken ? "refused the request: " : "refused this node: ") +
-             protocol::error_message(reply));
+        fail(kind, (m_handshaken ? "refused the request: " : "refused this node: ") +
+                       protocol::error_message(reply));
         return;
       }
+      dispatch(reply);
     } catch (const protocol::ProtocolError& e) {
-      fail(m_handshaken ? std::string("malformed reply: ") + e.what() : not_a_store());
-      return;
-    }
-    if (m_pending.empty()) {
-      fail("a reply nobody asked for");
-      return;
-    }
-    Callback callback = std::move(m_pending.front().callback);
-    m_pending.pop_front();
-    try {
-      callback(reply);
-    } catch (const protocol::ProtocolError& e) {
-      fail(m_handshaken ? std::string("malformed reply: ") + e.what() : not_a_store());
+      fail(kind, m_handshaken ? std::string("malformed reply: ") + e.what() : not_a_store());
       return;
     }
   }
@@ -274,9 +266,23 @@ void AsyncClient::receive() {
   }
   m_in.erase(0, offset);
   if (closed) {
-    fail(m_handshaken ? "connection closed by the store (its agent exited?)"
-                      : "connection closed before HELLO was answered: " + not_a_store());
+    if (m_handshaken) {
+      fail(Failure::k_lost, "connection closed by the store (its agent exited?)");
+    } else {
+      fail(Failure::k_refused, "connection closed before HELLO was answered: " + not_a_store());
+    }
   }
+}
+
+// Hands a reply to its request's callback (HELLO's is id 0).
+void AsyncClient::dispatch(const Reply& reply) {
+  auto it = m_pending.find(m_handshaken ? reply.id : 0);
+  if (it == m_pending.end() || (m_handshaken && reply.id == 0)) {
+    throw protocol::ProtocolError("a reply nobody asked for (id " + std::to_string(reply.id) + ")");
+  }
+  Callback callback = std::move(it->second.callback);
+  m_pending.erase(it);
+  callback(reply);
 }
 
 std::string AsyncClient::not_a_store() const {
@@ -285,18 +291,31 @@ std::string AsyncClient::not_a_store() const {
          std::to_string(m_port) + "? choose a free --master-port";
 }
 
-void AsyncClient::fail(const std::string& why) {
+void AsyncClient::unreachable() {
+  fail(Failure::k_unreachable,
+       "cannot reach the store at " + m_where + " (" + std::strerror(m_last_errno) + ")");
+}
+
+void AsyncClient::fail(Failure kind, const std::string& why) {
   if (m_state == State::k_failed) {
     return;
   }
   m_state = State::k_failed;
-  m_error = why.starts_with("cannot reach") ? why : "store at " + m_where + ": " + why;
+  m_error = Error{kind, kind == Failure::k_unreachable ? why : "store at " + m_where + ": " + why};
   m_fd.close();
   m_pending.clear();
+  m_held.clear();
   m_out.clear();
   if (m_on_failure) {
     m_on_failure(m_error);
   }
+}
+
+uint32_t AsyncClient::next_id() {
+  if (m_next_id == 0) {
+    m_next_id = 1;  // 0 is HELLO's
+  }
+  return m_next_id++;
 }
 
 void AsyncClient::request(std::string frame, Duration wait, Callback callback) {
@@ -307,102 +326,22 @@ void AsyncClient::request(std::string frame, Duration wait, Callback callback) {
     m_held.push_back(Held{std::move(frame), wait, std::move(callback)});
     return;
   }
-  enqueue(std::move(frame), wait, std::move(callback));
+  enqueue(next_id(), std::move(frame), wait, std::move(callback));
 }
 
-void AsyncClient::enqueue(std::string frame, Duration wait, Callback callback) {
+void AsyncClient::enqueue(uint32_t id, std::string frame, Duration wait, Callback callback) {
   if (m_state == State::k_failed) {
     return;
+  }
+  if (id != 0) {
+    protocol::set_request_id(frame, id);
   }
   const bool was_empty = m_out.empty();
   m_queued_total += frame.size();
   m_out += frame;
-  m_pending.push_back(Pending{std::move(callback), wait, std::nullopt, m_queued_total});
+  m_pending.emplace(id, Pending{std::move(callback), wait, std::nullopt, m_queued_total});
   if (m_state == State::k_ready && was_empty) {
     flush(Clock::now());
-  }
-}
-
-void AsyncClient::set(const std::string& key, const std::string& value,
-                      std::function<void()> done) {
-  request(protocol::request::set(key, value), Duration(0),
-          [done = std::move(done)](const Reply&) { done(); });
-}
-
-void AsyncClient::get(const std::string& key, Duration timeout,
-                      std::function<void(std::optional<std::string>)> done) {
-  request(protocol::request::get(key, to_ms(timeout)), timeout.count() == 0 ? k_forever : timeout,
-          [done = std::move(done)](const Reply& r) {
-            done(r.status == Status::k_ok ? std::optional(protocol::read_value(r)) : std::nullopt);
-          });
-}
-
-void AsyncClient::add(const std::string& key, int64_t delta, std::function<void(int64_t)> done) {
-  request(protocol::request::add(key, delta), Duration(0),
-          [done = std::move(done)](const Reply& r) { done(protocol::read_i64(r)); });
-}
-
-void AsyncClient::compare_set(const std::string& key, const std::optional<std::string>& expected,
-                              const std::string& desired, std::function<void(std::string)> done) {
-  request(protocol::request::compare_set(key, expected, desired), Duration(0),
-          [done = std::move(done)](const Reply& r) { done(protocol::read_cas_current(r)); });
-}
-
-void AsyncClient::wait(const std::vector<std::string>& keys, Duration timeout,
-                       std::function<void(bool)> done) {
-  // More keys than one request may carry: one WAIT after another, each with
-  // what is left of the time.
-  const size_t chunk = protocol::k_max_keys_per_request;
-  if (keys.size() > chunk) {
-    std::vector<std::string> first(keys.begin(), keys.begin() + static_cast<long>(chunk));
-    auto rest = std::make_shared<std::vector<std::string>>(keys.begin() + static_cast<long>(chunk),
-                                                           keys.end());
-    const auto deadline = Clock::now() + timeout;
-    wait(first, timeout, [this, rest, timeout, deadline, done = std::move(done)](bool all) {
-      if (!all) {
-        done(false);
-        return;
-      }
-      auto left = timeout;
-      if (timeout.count() != 0) {
-        left = std::chrono::ceil<Duration>(deadline - Clock::now());
-        if (left.count() <= 0) {
-          done(false);
-          return;
-        }
-      }
-      wait(*rest, left, done);
-    });
-    return;
-  }
-  request(protocol::request::wait(keys, to_ms(timeout)), timeout.count() == 0 ? k_forever : timeout,
-          [done = std::move(done)](const Reply& r) { done(r.status == Status::k_ok); });
-}
-
-void AsyncClient::multi_get(const std::vector<std::string>& keys,
-                            std::function<void(std::vector<std::optional<std::string>>)> done) {
-  // One MULTI_GET per k_max_keys_per_request keys, pipelined; the answers are
-  // put together in order.
-  const size_t chunk = protocol::k_max_keys_per_request;
-  const size_t parts = std::max<size_t>(1, (keys.size() + chunk - 1) / chunk);
-  auto gathered = std::make_shared<std::vector<std::optional<std::string>>>(keys.size());
-  auto left = std::make_shared<size_t>(parts);
-  auto finish = std::make_shared<std::function<void(std::vector<std::optional<std::string>>)>>(
-      std::move(done));
-  for (size_t part = 0; part < parts; ++part) {
-    const size_t begin = part * chunk;
-    const size_t end = std::min(keys.size(), begin + chunk);
-    std::vector<std::string> some(keys.begin() + static_cast<long>(begin),
-                                  keys.begin() + static_cast<long>(end));
-    const size_t count = some.size();
-    request(protocol::request::multi_get(some), Duration(0),
-            [gathered, left, finish, begin, count](const Reply& r) {
-              auto values = protocol::read_multi(r, count);
-              std::move(values.begin(), values.end(), gathered->begin() + static_cast<long>(begin));
-              if (--*left == 0) {
-                (*finish)(std::move(*gathered));
-              }
-            });
   }
 }
 

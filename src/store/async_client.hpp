@@ -1,37 +1,29 @@
-// AsyncClient: one non-blocking connection to a StoreServer, driven by the
-// caller's event loop. It never blocks: it connects (retrying with back-off
-// until the connect deadline), says HELLO, and pipelines requests whose
-// replies arrive in order and are handed to callbacks. The owner watches
-// fd() for events(), calls on_ready() and on_time(), and is told of a failure
-// (unreachable store, closed connection, no reply within the I/O timeout, a
-// refused request) once, through the failure handler; pending callbacks are
-// then dropped. Not thread-safe: one thread drives it. Callbacks may issue new
-// requests but must not destroy the client.
+// AsyncClient: the real StoreConnection, one non-blocking socket to a
+// StoreServer driven by the caller's event loop. It never blocks on the
+// network: it connects (retrying with back-off until the connect deadline),
+// says HELLO, and sends each request with an id; replies are matched by id,
+// in whatever order they come. The owner watches fd() for events(), calls
+// on_ready() and on_time(). Each connect attempt resolves the host name with
+// getaddrinfo() (posix::start_connect), which waits on the resolver; give an
+// address to avoid it. Not thread-safe: one thread drives it.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
-#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "posix/fd.hpp"
-#include "store/protocol.hpp"
+#include "store/connection.hpp"
 
 namespace ddplaunch {
 
-class AsyncClient {
+class AsyncClient : public StoreConnection {
  public:
   using Clock = std::chrono::steady_clock;
   using TimePoint = Clock::time_point;
-  using Duration = std::chrono::milliseconds;
-  // A reply with status OK or TIMEOUT (an ERROR reply is a failure).
-  using Callback = std::function<void(const protocol::Reply&)>;
-  using FailureHandler = std::function<void(const std::string& why)>;
-  // For a request that may stay parked on the server as long as it likes.
-  static constexpr Duration k_forever = Duration::max();
 
   enum class State { k_connecting, k_ready, k_failed };
 
@@ -45,7 +37,14 @@ class AsyncClient {
   AsyncClient(const AsyncClient&) = delete;
   AsyncClient& operator=(const AsyncClient&) = delete;
 
-  void set_failure_handler(FailureHandler handler) { m_on_failure = std::move(handler); }
+  void set_failure_handler(FailureHandler handler) override { m_on_failure = std::move(handler); }
+  bool failed() const override { return m_state == State::k_failed; }
+  const Error& last_error() const override { return m_error; }
+  bool connecting() const override { return !m_handshaken; }
+  int attempts() const override { return m_attempts; }
+  // True when no request is waiting for its reply.
+  bool idle() const override { return m_pending.empty() && m_held.empty(); }
+  void request(std::string frame, Duration wait, Callback callback) override;
 
   // --- driving it -------------------------------------------------------------
   // The socket, or -1 between connect attempts and after a failure.
@@ -60,30 +59,9 @@ class AsyncClient {
   State state() const { return m_state; }
   // True once the store answered HELLO (and AUTH was sent): requests flow.
   bool handshaken() const { return m_handshaken; }
-  int attempts() const { return m_attempts; }
   const std::string& where() const { return m_where; }
-  const std::string& error() const { return m_error; }
-  // True when no request is waiting for its reply.
-  bool idle() const { return m_pending.empty(); }
-
-  // --- requests (queued while connecting; ignored after a failure) -----------
-  // `frame` is a protocol::request::* frame; `wait` is how long the server
-  // may hold it (a GET or WAIT timeout; k_forever for none).
-  void request(std::string frame, Duration wait, Callback callback);
-
-  void set(const std::string& key, const std::string& value, std::function<void()> done);
-  // nullopt when `timeout` passed first (Duration(0): no limit).
-  void get(const std::string& key, Duration timeout,
-           std::function<void(std::optional<std::string>)> done);
-  void add(const std::string& key, int64_t delta, std::function<void(int64_t)> done);
-  // Sets `desired` if the key holds `expected` (nullopt: if absent); hands
-  // over the value held afterwards.
-  void compare_set(const std::string& key, const std::optional<std::string>& expected,
-                   const std::string& desired, std::function<void(std::string)> done);
-  // true once every key exists; false when `timeout` passed first (0: no limit).
-  void wait(const std::vector<std::string>& keys, Duration timeout, std::function<void(bool)> done);
-  void multi_get(const std::vector<std::string>& keys,
-                 std::function<void(std::vector<std::optional<std::string>>)> done);
+  const std::string& error() const { return m_error.message; }
+  Failure failure() const { return m_error.kind; }
 
  private:
   struct Pending {
@@ -96,10 +74,14 @@ class AsyncClient {
   void connected(TimePoint now);
   void flush(TimePoint now);
   void receive();
-  void fail(const std::string& why);
+  void fail(Failure kind, const std::string& why);
+  void unreachable();  // the connect deadline passed
+  uint32_t next_id();
   void on_hello(const protocol::Reply& reply);
+  void dispatch(const protocol::Reply& reply);
   std::string not_a_store() const;
-  void enqueue(std::string frame, Duration wait, Callback callback);
+  // `id` 0: HELLO (sent first, its frame carries none).
+  void enqueue(uint32_t id, std::string frame, Duration wait, Callback callback);
 
   std::string m_host;
   int m_port;
@@ -118,8 +100,9 @@ class AsyncClient {
   size_t m_sent_total = 0;  // bytes sent since the connection was made
   size_t m_queued_total = 0;
   std::string m_in;
-  std::deque<Pending> m_pending;
-  std::string m_error;
+  std::map<uint32_t, Pending> m_pending;  // by request id
+  uint32_t m_next_id = 1;
+  Error m_error;
   FailureHandler m_on_failure;
   std::string m_token;
   std::string m_client_nonce;

@@ -117,7 +117,7 @@ namespace request {
 namespace {
 Encoder op(Op o) {
   Encoder e;
-  e.u8(static_cast<uint8_t>(o));
+  e.u8(static_cast<uint8_t>(o)).u32(0);  // the id, stamped by the client
   return e;
 }
 Encoder& put_keys(Encoder& e, const std::vector<std::string>& keys) {
@@ -130,7 +130,12 @@ Encoder& put_keys(Encoder& e, const std::vector<std::string>& keys) {
 }  // namespace
 
 std::string hello(std::string_view client_nonce) {
-  return op(Op::k_hello).u32(k_magic).u16(k_version).bytes(client_nonce).finish();
+  Encoder e;  // no id: its layout is the same in every version
+  return e.u8(static_cast<uint8_t>(Op::k_hello))
+      .u32(k_magic)
+      .u16(k_version)
+      .bytes(client_nonce)
+      .finish();
 }
 std::string auth(std::string_view client_proof) {
   return op(Op::k_auth).bytes(client_proof).finish();
@@ -188,38 +193,56 @@ std::string keys(std::string_view prefix) {
 namespace reply {
 
 namespace {
-Encoder status(Status s) {
+Encoder status(uint32_t id, Status s) {
   Encoder e;
-  e.u8(static_cast<uint8_t>(s));
+  e.u32(id).u8(static_cast<uint8_t>(s));
   return e;
 }
 }  // namespace
 
-std::string ok() {
-  return status(Status::k_ok).finish();
+std::string ok(uint32_t id) {
+  return status(id, Status::k_ok).finish();
 }
-std::string ok_u8(uint8_t v) {
-  return status(Status::k_ok).u8(v).finish();
+std::string ok_u8(uint32_t id, uint8_t v) {
+  return status(id, Status::k_ok).u8(v).finish();
 }
-std::string ok_u16(uint16_t v) {
-  return status(Status::k_ok).u16(v).finish();
+std::string ok_u64(uint32_t id, uint64_t v) {
+  return status(id, Status::k_ok).u64(v).finish();
 }
-std::string ok_u64(uint64_t v) {
-  return status(Status::k_ok).u64(v).finish();
+std::string ok_i64(uint32_t id, int64_t v) {
+  return status(id, Status::k_ok).i64(v).finish();
 }
-std::string ok_i64(int64_t v) {
-  return status(Status::k_ok).i64(v).finish();
+std::string ok_value(uint32_t id, std::string_view value) {
+  return status(id, Status::k_ok).bytes(value).finish();
 }
-std::string ok_value(std::string_view value) {
-  return status(Status::k_ok).bytes(value).finish();
+std::string ok_cas(uint32_t id, bool swapped, std::string_view current) {
+  return status(id, Status::k_ok).u8(swapped ? 1 : 0).bytes(current).finish();
 }
-std::string ok_cas(bool swapped, std::string_view current) {
-  return status(Status::k_ok).u8(swapped ? 1 : 0).bytes(current).finish();
+std::string ok_multi(uint32_t id, const std::vector<std::optional<std::string>>& values) {
+  auto e = status(id, Status::k_ok);
+  for (const auto& v : values) {
+    e.u8(v ? 1 : 0).bytes(v ? *v : std::string_view());
+  }
+  return e.finish();
+}
+std::string ok_keys(uint32_t id, const std::vector<std::string>& keys) {
+  auto e = status(id, Status::k_ok);
+  e.u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) {
+    e.bytes(k);
+  }
+  return e.finish();
+}
+std::string timeout(uint32_t id) {
+  return status(id, Status::k_timeout).finish();
+}
+std::string error(uint32_t id, std::string_view message) {
+  return status(id, Status::k_error).bytes(message).finish();
 }
 std::string ok_hello(bool auth, std::string_view server_nonce, std::string_view server_proof,
                      std::string_view worker_proof) {
-  auto e = status(Status::k_ok);
-  e.u16(k_version).u8(auth ? 1 : 0);
+  Encoder e;
+  e.u8(static_cast<uint8_t>(Status::k_ok)).u16(k_version).u8(auth ? 1 : 0);
   if (auth) {
     e.bytes(server_nonce).bytes(server_proof);
     if (!worker_proof.empty()) {
@@ -228,22 +251,103 @@ std::string ok_hello(bool auth, std::string_view server_nonce, std::string_view 
   }
   return e.finish();
 }
-std::string timeout() {
-  return status(Status::k_timeout).finish();
-}
-std::string error(std::string_view message) {
-  return status(Status::k_error).bytes(message).finish();
+std::string hello_error(std::string_view message) {
+  Encoder e;
+  return e.u8(static_cast<uint8_t>(Status::k_error)).bytes(message).finish();
 }
 
 }  // namespace reply
 
-Reply parse_reply(std::string_view body) {
+void set_request_id(std::string& frame, uint32_t id) {
+  if (frame.size() < 9) {
+    throw ProtocolError("not a request frame");
+  }
+  for (size_t i = 0; i < 4; ++i) {
+    frame[5 + i] = static_cast<char>((id >> (24 - 8 * i)) & 0xff);
+  }
+}
+
+Request decode_request(std::string_view body) {
   Decoder d(body);
+  Request r;
+  const uint8_t op = d.u8();
+  if (op > static_cast<uint8_t>(Op::k_keys)) {
+    throw ProtocolError("unknown operation " + std::to_string(op));
+  }
+  r.op = static_cast<Op>(op);
+  if (r.op == Op::k_hello) {
+    r.magic = d.u32();
+    r.version = d.u16();
+    r.nonce = d.bytes(256);
+    return r;
+  }
+  r.id = d.u32();
+  switch (r.op) {
+    case Op::k_hello:
+      break;
+    case Op::k_auth:
+      r.nonce = d.bytes(256);
+      break;
+    case Op::k_set:
+      r.key = d.bytes(k_max_key);
+      r.value = d.bytes(k_max_value);
+      break;
+    case Op::k_get:
+      r.key = d.bytes(k_max_key);
+      r.timeout_ms = d.u32();
+      break;
+    case Op::k_add:
+      r.key = d.bytes(k_max_key);
+      r.delta = d.i64();
+      break;
+    case Op::k_cas: {
+      r.key = d.bytes(k_max_key);
+      const bool expect_absent = d.u8() != 0;
+      std::string expected = d.bytes(k_max_value);
+      if (!expect_absent) {
+        r.expected = std::move(expected);
+      }
+      r.value = d.bytes(k_max_value);
+      break;
+    }
+    case Op::k_delete:
+      r.key = d.bytes(k_max_key);
+      break;
+    case Op::k_wait:
+      r.keys = d.keys();
+      r.timeout_ms = d.u32();
+      break;
+    case Op::k_check:
+    case Op::k_multi_get:
+      r.keys = d.keys();
+      break;
+    case Op::k_num_keys:
+    case Op::k_ping:
+      break;
+    case Op::k_on_close:
+      r.key = d.bytes(k_max_key);
+      r.value = d.bytes(k_max_on_close);
+      break;
+    case Op::k_keys:
+      r.key = d.bytes(k_max_key);
+      break;
+  }
+  return r;
+}
+
+Reply parse_reply(std::string_view body, bool with_id) {
+  Decoder d(body);
+  Reply r;
+  if (with_id) {
+    r.id = d.u32();
+  }
   const uint8_t status = d.u8();
   if (status > static_cast<uint8_t>(Status::k_error)) {
     throw ProtocolError("unknown reply status " + std::to_string(status));
   }
-  return Reply{static_cast<Status>(status), std::string(body.substr(1))};
+  r.status = static_cast<Status>(status);
+  r.fields = std::string(body.substr(with_id ? 5 : 1));
+  return r;
 }
 
 std::string error_message(const Reply& r) {

@@ -1,6 +1,10 @@
-// The store's wire protocol: framing, opcodes, limits, and a pure encoder and
-// decoder. Every integer is big-endian (network order); every frame is a u32
-// body length followed by the body. See docs/PROTOCOL.md. No I/O here.
+// The store's wire protocol: framing, opcodes, limits, and one codec per
+// operation: the request encoders the clients use and the decoder the server
+// uses sit side by side, as do the reply encoders and readers. Every integer
+// is big-endian (network order); every frame is a u32 body length followed by
+// the body. Every request but HELLO carries a u32 id that its reply repeats:
+// replies may come out of order (a parked GET never holds back a CAS). See
+// docs/PROTOCOL.md. No I/O here.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +17,8 @@
 namespace ddplaunch::protocol {
 
 inline constexpr uint32_t k_magic = 0x44444c31;  // "DDL1"
-inline constexpr uint16_t k_version = 4;  // 2: HELLO carries a nonce; AUTH. 3: ON_CLOSE. 4: KEYS
+// 2: HELLO carries a nonce; AUTH. 3: ON_CLOSE. 4: KEYS. 5: request ids, replies out of order.
+inline constexpr uint16_t k_version = 5;
 
 // Limits: a peer exceeding one gets an error reply and loses its connection.
 inline constexpr size_t k_max_key = 4096;                       // bytes in a key
@@ -24,7 +29,11 @@ inline constexpr size_t k_max_store_keys = 1'000'000;           // keys held by 
 inline constexpr size_t k_max_store_bytes = 512 * 1024 * 1024;  // key and value bytes held
 inline constexpr size_t k_max_reply = 16 * 1024 * 1024;         // bytes in one reply (MULTI_GET)
 inline constexpr size_t k_max_on_close = 64 * 1024;             // bytes in an ON_CLOSE value
+inline constexpr size_t k_max_parked = 32;  // GET/WAIT requests parked at once on one connection
 
+// After HELLO, every request body is `u8 op, u32 id, fields` and every reply
+// body `u32 id, u8 status, fields`. HELLO and its reply carry no id (their
+// layout never changes, so a client of another version is told so).
 enum class Op : uint8_t {
   // u32 magic, u16 version, client nonce -> OK u16 version, u8 auth[, server nonce, server proof]
   k_hello = 0,
@@ -95,6 +104,7 @@ class Decoder {
 };
 
 // --- Requests: one encoder per operation, used by both clients -------------
+// Each encoder writes id 0; the client stamps its own with set_request_id().
 namespace request {
 std::string hello(std::string_view client_nonce);
 std::string auth(std::string_view client_proof);
@@ -114,30 +124,58 @@ std::string on_close(std::string_view key, std::string_view value);
 std::string keys(std::string_view prefix);
 }  // namespace request
 
+// Writes `id` into a request frame made by request::* (not HELLO's).
+void set_request_id(std::string& frame, uint32_t id);
+
+// A request as the server reads it: the fields its operation carries.
+struct Request {
+  Op op = Op::k_ping;
+  uint32_t id = 0;
+  std::string key;                      // SET GET ADD CAS DELETE ON_CLOSE; KEYS: the prefix
+  std::string value;                    // SET, ON_CLOSE; CAS: desired
+  std::optional<std::string> expected;  // CAS: nullopt swaps only if the key is absent
+  int64_t delta = 0;                    // ADD
+  std::vector<std::string> keys;        // WAIT CHECK MULTI_GET
+  uint32_t timeout_ms = 0;              // GET WAIT (0: none)
+  uint32_t magic = 0;                   // HELLO
+  uint16_t version = 0;                 // HELLO
+  std::string nonce;                    // HELLO: the client's nonce; AUTH: the client's proof
+};
+// Decodes one request body within the limits; throws ProtocolError for a
+// malformed one, an over-limit field or an unknown operation.
+Request decode_request(std::string_view body);
+
 // --- Replies: the server's encoders and the clients' readers ----------------
+// Each takes the id of the request it answers.
 namespace reply {
-std::string ok();
-std::string ok_u8(uint8_t v);
-std::string ok_u16(uint16_t v);
-std::string ok_u64(uint64_t v);
-std::string ok_i64(int64_t v);
-std::string ok_value(std::string_view value);
-std::string ok_cas(bool swapped, std::string_view current);
-// HELLO's answer: the version, and for a store with a token its nonce and
-// proof, and a second proof for the workers' credential when it has one.
+std::string ok(uint32_t id);
+std::string ok_u8(uint32_t id, uint8_t v);
+std::string ok_u64(uint32_t id, uint64_t v);
+std::string ok_i64(uint32_t id, int64_t v);
+std::string ok_value(uint32_t id, std::string_view value);
+std::string ok_cas(uint32_t id, bool swapped, std::string_view current);
+std::string ok_multi(uint32_t id, const std::vector<std::optional<std::string>>& values);
+std::string ok_keys(uint32_t id, const std::vector<std::string>& keys);
+std::string timeout(uint32_t id);
+std::string error(uint32_t id, std::string_view message);
+// HELLO's answer (no id): the version, and for a store with a token its
+// nonce and proof, and a second proof for the workers' credential when it
+// has one.
 std::string ok_hello(bool auth, std::string_view server_nonce, std::string_view server_proof,
                      std::string_view worker_proof = {});
-std::string timeout();
-std::string error(std::string_view message);
+// An ERROR before or instead of HELLO's answer (no id).
+std::string hello_error(std::string_view message);
 }  // namespace reply
 
-// A reply frame's body split into its status and the fields after it.
-// Throws ProtocolError for an empty body or an unknown status.
+// A reply frame's body split into its id, its status and the fields after it.
+// Throws ProtocolError for a short body or an unknown status.
 struct Reply {
+  uint32_t id = 0;
   Status status = Status::k_ok;
   std::string fields;  // for k_error: the encoded message (read with error_message)
 };
-Reply parse_reply(std::string_view body);
+// `with_id`: false for HELLO's answer (and an error in its place).
+Reply parse_reply(std::string_view body, bool with_id = true);
 std::string error_message(const Reply& r);
 std::string read_value(const Reply& r);              // GET
 int64_t read_i64(const Reply& r);                    // ADD

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <set>
 #include <thread>
@@ -24,6 +23,7 @@
 #include "posix/fd.hpp"
 #include "posix/net.hpp"
 #include "store/auth.hpp"
+#include "store/kv_core.hpp"
 #include "store/protocol.hpp"
 
 namespace ddplaunch {
@@ -31,15 +31,7 @@ namespace ddplaunch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using protocol::Op;
-using protocol::Status;
 constexpr size_t k_out_high_water = 4 * 1024 * 1024;  // stop reading a client past this
-
-struct Waiter {
-  bool is_get = false;
-  std::vector<std::string> keys;
-  std::optional<Clock::time_point> deadline;
-};
 
 struct Conn {
   posix::Fd fd;
@@ -55,8 +47,6 @@ struct Conn {
   Clock::time_point opened;
   Clock::time_point last_input;   // the last bytes received
   Clock::time_point last_output;  // the last bytes sent (or when `out` last was empty)
-  std::optional<Waiter> waiter;
-  std::optional<std::pair<std::string, std::string>> on_close;  // ON_CLOSE: key, value
 };
 
 std::string peer_of(int fd) {
@@ -105,8 +95,6 @@ void raise_fd_limit() {
   }
 }
 
-using protocol::reply::ok;
-
 }  // namespace
 
 struct StoreServer::Impl {
@@ -118,13 +106,10 @@ struct StoreServer::Impl {
   std::thread thread;
   bool stopped = false;
   std::unordered_map<int, Conn> conns;
-  std::unordered_map<std::string, std::string> data;
-  size_t data_bytes = 0;                                    // keys and values held
-  std::unordered_map<std::string, std::set<int>> watchers;  // key -> waiting conns
-  std::set<std::pair<Clock::time_point, int>> deadlines;
-  // Connections whose parked request was answered by a write: processed by
-  // the loop, one after another, never from inside the write (no recursion).
-  std::vector<int> woken;
+  KvCore core;  // the keys, the parked requests, the ON_CLOSE words
+  // Connections with new replies: flushed by the loop, never from inside a
+  // write (a write that answers others does not recurse).
+  std::set<int> touched;
   std::optional<Clock::time_point> accept_resume;  // accept() paused (EMFILE) until then
   Clock::time_point next_sweep;
   std::set<std::string> warned_peers;  // hosts told once about a bad token
@@ -133,20 +118,17 @@ struct StoreServer::Impl {
   void accept_all();
   void on_readable(int fd);
   void process(int fd);
-  void handle(int fd, Conn& c, std::string_view body);
+  void handle(int fd, Conn& c, const protocol::Request& r);
+  void hello(Conn& c, const protocol::Request& r);
+  void authenticate(Conn& c, const protocol::Request& r);
+  void deliver(std::vector<KvCore::Out> out);
+  void flush_touched();
   void flush(int fd);
   void close_conn(int fd);
   void update_events(int fd);
-  void set_key(const std::string& key, std::string value);
-  bool try_complete(int fd, Conn& c);
-  void park(int fd, Conn& c, Waiter w);
-  void unpark(int fd, Conn& c);
-  void error(Conn& c, const std::string& message);
-  void run_woken();
+  void error(Conn& c, uint32_t id, const std::string& message);
   void sweep(Clock::time_point now);
   void warn_peer(const Conn& c, const std::string& what);
-  void check_store_room(const std::string& key, size_t value_size);
-  void store_value(const std::string& key, std::string value);
 };
 
 void StoreServer::Impl::update_events(int fd) {
@@ -175,7 +157,7 @@ void StoreServer::Impl::accept_all() {
     }
     posix::Fd owned(fd);
     if (conns.size() >= static_cast<size_t>(options.max_clients)) {
-      const std::string refusal = protocol::reply::error(
+      const std::string refusal = protocol::reply::hello_error(
           "the store has " + std::to_string(options.max_clients) +
           " clients already (--rdzv-max-clients); try again later or raise it");
       (void)!::send(fd, refusal.data(), refusal.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -200,14 +182,22 @@ void StoreServer::Impl::warn_peer(const Conn& c, const std::string& what) {
   }
 }
 
-void StoreServer::Impl::run_woken() {
-  while (!woken.empty()) {
-    std::vector<int> batch;
-    batch.swap(woken);
-    for (int fd : batch) {
-      if (conns.contains(fd)) {
-        process(fd);
-      }
+void StoreServer::Impl::deliver(std::vector<KvCore::Out> out) {
+  for (auto& o : out) {
+    auto it = conns.find(o.client);
+    if (it != conns.end()) {
+      queue(it->second, o.frame);
+      touched.insert(o.client);
+    }
+  }
+}
+
+void StoreServer::Impl::flush_touched() {
+  while (!touched.empty()) {
+    const int fd = *touched.begin();
+    touched.erase(touched.begin());
+    if (conns.contains(fd)) {
+      flush(fd);
     }
   }
 }
@@ -239,22 +229,14 @@ void StoreServer::Impl::close_conn(int fd) {
   if (it->second.hello && !it->second.authed) {
     warn_peer(it->second, "a client without this job's token (none, or a different one)");
   }
-  unpark(fd, it->second);
   epoll_ctl(epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
-  auto last_word = std::move(it->second.on_close);
   conns.erase(it);
-  if (last_word && !data.contains(last_word->first)) {
-    try {
-      check_store_room(last_word->first, last_word->second.size());
-      set_key(last_word->first, std::move(last_word->second));
-    } catch (const protocol::ProtocolError&) {
-      // the store is full: the word is lost, as a SET would be refused
-    }
-  }
+  touched.erase(fd);
+  deliver(core.close(fd));  // its parked requests go; its ON_CLOSE word is written
 }
 
-void StoreServer::Impl::error(Conn& c, const std::string& message) {
-  queue(c, protocol::reply::error(message));
+void StoreServer::Impl::error(Conn& c, uint32_t id, const std::string& message) {
+  queue(c, c.hello ? protocol::reply::error(id, message) : protocol::reply::hello_error(message));
   c.closing = true;
   c.in.clear();
 }
@@ -277,322 +259,104 @@ void StoreServer::Impl::flush(int fd) {
     close_conn(fd);
     return;
   }
-  if (c.out.size() < k_out_high_water && !c.waiter && !c.closing && has_frame(c)) {
-    woken.push_back(fd);  // requests held back by unread replies may go on
-  }
+  const bool held_back = !c.reading;
   update_events(fd);
+  if (held_back && c.reading && has_frame(c)) {
+    process(fd);  // requests held back by unread replies may go on
+  }
 }
 
-void StoreServer::Impl::park(int fd, Conn& c, Waiter w) {
-  for (const auto& k : w.keys) {
-    watchers[k].insert(fd);
+void StoreServer::Impl::hello(Conn& c, const protocol::Request& r) {
+  if (r.magic != protocol::k_magic) {
+    throw protocol::ProtocolError("not a ddplaunch store client (bad magic number)");
   }
-  if (w.deadline) {
-    deadlines.emplace(*w.deadline, fd);
+  if (r.version != protocol::k_version) {
+    throw protocol::ProtocolError("protocol version mismatch: this store speaks version " +
+                                  std::to_string(protocol::k_version) + ", the client version " +
+                                  std::to_string(r.version) +
+                                  "; run the same ddplaunch version on every node");
   }
-  c.waiter = std::move(w);
-}
-
-void StoreServer::Impl::unpark(int fd, Conn& c) {
-  if (!c.waiter) {
-    return;
-  }
-  for (const auto& k : c.waiter->keys) {
-    auto it = watchers.find(k);
-    if (it != watchers.end()) {
-      it->second.erase(fd);
-      if (it->second.empty()) {
-        watchers.erase(it);
-      }
-    }
-  }
-  if (c.waiter->deadline) {
-    deadlines.erase({*c.waiter->deadline, fd});
-  }
-  c.waiter.reset();
-}
-
-// Answers a parked request if its keys now exist. True when answered.
-bool StoreServer::Impl::try_complete(int fd, Conn& c) {
-  const Waiter& w = *c.waiter;
-  for (const auto& k : w.keys) {
-    if (!data.contains(k)) {
-      return false;
-    }
-  }
-  if (w.is_get) {
-    queue(c, protocol::reply::ok_value(data.at(w.keys[0])));
+  c.client_nonce = r.nonce;
+  if (options.token.empty()) {
+    c.authed = true;
+    queue(c, protocol::reply::ok_hello(false, "", ""));
   } else {
-    queue(c, ok());
+    c.server_nonce = auth::random_nonce();
+    const std::string worker_proof =
+        options.worker_token.empty()
+            ? std::string()
+            : auth::server_proof(options.worker_token, c.client_nonce, c.server_nonce);
+    queue(c, protocol::reply::ok_hello(
+                 true, c.server_nonce,
+                 auth::server_proof(options.token, c.client_nonce, c.server_nonce), worker_proof));
   }
-  unpark(fd, c);
-  return true;
+  c.hello = true;
 }
 
-void StoreServer::Impl::check_store_room(const std::string& key, size_t value_size) {
-  auto it = data.find(key);
-  if (it == data.end() && data.size() >= protocol::k_max_store_keys) {
-    throw protocol::ProtocolError("the store is full (" +
-                                  std::to_string(protocol::k_max_store_keys) + " keys)");
+void StoreServer::Impl::authenticate(Conn& c, const protocol::Request& r) {
+  if (c.authed || options.token.empty()) {
+    throw protocol::ProtocolError("AUTH out of turn");
   }
-  const size_t old = it == data.end() ? 0 : key.size() + it->second.size();
-  if (data_bytes - old + key.size() + value_size > protocol::k_max_store_bytes) {
-    throw protocol::ProtocolError("the store is full (" +
-                                  std::to_string(protocol::k_max_store_bytes) + " bytes)");
+  auto proves = [&](const std::string& token) {
+    return !token.empty() &&
+           auth::same_proof(r.nonce, auth::client_proof(token, c.client_nonce, c.server_nonce));
+  };
+  if (!proves(options.token) && !proves(options.worker_token)) {
+    warn_peer(c, "a client with a different job token");
+    throw protocol::ProtocolError(
+        "wrong job token: this store belongs to another job, or the nodes were given "
+        "different tokens");
   }
+  c.authed = true;
+  queue(c, protocol::reply::ok(r.id));
 }
 
-void StoreServer::Impl::store_value(const std::string& key, std::string value) {
-  auto [it, inserted] = data.try_emplace(key);
-  data_bytes -= inserted ? 0 : key.size() + it->second.size();
-  it->second = std::move(value);
-  data_bytes += key.size() + it->second.size();
-}
-
-void StoreServer::Impl::set_key(const std::string& key, std::string value) {
-  store_value(key, std::move(value));
-  auto it = watchers.find(key);
-  if (it == watchers.end()) {
+// One request: the handshake's own steps here, every other operation in the core.
+void StoreServer::Impl::handle(int fd, Conn& c, const protocol::Request& r) {
+  if (!c.hello) {
+    if (r.op != protocol::Op::k_hello) {
+      throw protocol::ProtocolError("the first message must be HELLO");
+    }
+    hello(c, r);
     return;
   }
-  std::vector<int> waiting(it->second.begin(), it->second.end());
-  for (int fd : waiting) {
-    auto cit = conns.find(fd);
-    if (cit != conns.end() && cit->second.waiter && try_complete(fd, cit->second)) {
-      woken.push_back(fd);  // its pipelined requests go on from the loop
+  if (!c.authed) {
+    if (r.op != protocol::Op::k_auth) {
+      warn_peer(c, "a client without the job's token");
+      throw protocol::ProtocolError(
+          "this store admits only the job's nodes: give the job's token (--rdzv-token-file or "
+          "DDPLAUNCH_RDZV_TOKEN)");
     }
+    authenticate(c, r);
+    return;
   }
-}
-
-void StoreServer::Impl::handle(int fd, Conn& c, std::string_view body) {
-  protocol::Decoder d(body);
-  const auto op = static_cast<Op>(d.u8());
-  if (!c.hello && op != Op::k_hello) {
-    throw protocol::ProtocolError("the first message must be HELLO");
-  }
-  if (c.hello && !c.authed && op != Op::k_auth) {
-    warn_peer(c, "a client without the job's token");
-    throw protocol::ProtocolError(
-        "this store admits only the job's nodes: give the job's token (--rdzv-token-file or "
-        "DDPLAUNCH_RDZV_TOKEN)");
-  }
-  auto timeout = [&d]() -> std::optional<Clock::time_point> {
-    uint32_t ms = d.u32();
-    if (ms == 0) {
-      return std::nullopt;
-    }
-    return Clock::now() + std::chrono::milliseconds(ms);
-  };
-  switch (op) {
-    case Op::k_hello: {
-      uint32_t magic = d.u32();
-      uint16_t version = d.u16();
-      if (magic != protocol::k_magic) {
-        throw protocol::ProtocolError("not a ddplaunch store client (bad magic number)");
-      }
-      if (version != protocol::k_version) {
-        throw protocol::ProtocolError("protocol version mismatch: this store speaks version " +
-                                      std::to_string(protocol::k_version) +
-                                      ", the client version " + std::to_string(version) +
-                                      "; run the same ddplaunch version on every node");
-      }
-      c.client_nonce = d.bytes(256);
-      c.hello = true;
-      if (options.token.empty()) {
-        c.authed = true;
-        queue(c, protocol::reply::ok_hello(false, "", ""));
-      } else {
-        c.server_nonce = auth::random_nonce();
-        queue(c,
-              protocol::reply::ok_hello(
-                  true, c.server_nonce,
-                  auth::server_proof(options.token, c.client_nonce, c.server_nonce),
-                  options.worker_token.empty()
-                      ? std::string()
-                      : auth::server_proof(options.worker_token, c.client_nonce, c.server_nonce)));
-      }
-      return;
-    }
-    case Op::k_auth: {
-      const std::string proof = d.bytes(256);
-      if (c.authed || options.token.empty()) {
-        throw protocol::ProtocolError("AUTH out of turn");
-      }
-      const bool job = auth::same_proof(
-          proof, auth::client_proof(options.token, c.client_nonce, c.server_nonce));
-      const bool worker =
-          !options.worker_token.empty() &&
-          auth::same_proof(
-              proof, auth::client_proof(options.worker_token, c.client_nonce, c.server_nonce));
-      if (!job && !worker) {
-        warn_peer(c, "a client with a different job token");
-        throw protocol::ProtocolError(
-            "wrong job token: this store belongs to another job, or the nodes were given "
-            "different tokens");
-      }
-      c.authed = true;
-      queue(c, ok());
-      return;
-    }
-    case Op::k_set: {
-      auto key = d.bytes(protocol::k_max_key);
-      auto value = d.bytes(protocol::k_max_value);
-      check_store_room(key, value.size());
-      queue(c, ok());
-      set_key(key, std::move(value));
-      return;
-    }
-    case Op::k_get: {
-      Waiter w{true, {d.bytes(protocol::k_max_key)}, timeout()};
-      park(fd, c, std::move(w));
-      try_complete(fd, c);
-      return;
-    }
-    case Op::k_add: {
-      auto key = d.bytes(protocol::k_max_key);
-      int64_t delta = d.i64();
-      int64_t current = 0;
-      if (auto it = data.find(key); it != data.end()) {
-        auto [p, ec] =
-            std::from_chars(it->second.data(), it->second.data() + it->second.size(), current);
-        if (ec != std::errc() || p != it->second.data() + it->second.size()) {
-          throw protocol::ProtocolError("ADD on key '" + key + "' whose value is not a number");
-        }
-      }
-      if (__builtin_add_overflow(current, delta, &current)) {
-        throw protocol::ProtocolError("ADD on key '" + key + "' overflows a 64-bit integer");
-      }
-      check_store_room(key, 20);
-      queue(c, protocol::reply::ok_i64(current));
-      set_key(key, std::to_string(current));
-      return;
-    }
-    case Op::k_cas: {
-      auto key = d.bytes(protocol::k_max_key);
-      bool expect_absent = d.u8() != 0;
-      auto expected = d.bytes(protocol::k_max_value);
-      auto desired = d.bytes(protocol::k_max_value);
-      auto it = data.find(key);
-      bool swap = expect_absent ? it == data.end() : (it != data.end() && it->second == expected);
-      if (swap) {
-        check_store_room(key, desired.size());
-      }
-      std::string current = swap ? desired : (it == data.end() ? std::string() : it->second);
-      queue(c, protocol::reply::ok_cas(swap, current));
-      if (swap) {
-        set_key(key, std::move(desired));
-      }
-      return;
-    }
-    case Op::k_delete: {
-      auto it = data.find(d.bytes(protocol::k_max_key));
-      const bool existed = it != data.end();
-      if (existed) {
-        data_bytes -= it->first.size() + it->second.size();
-        data.erase(it);
-      }
-      queue(c, protocol::reply::ok_u8(existed ? 1 : 0));
-      return;
-    }
-    case Op::k_wait: {
-      Waiter w{false, d.keys(), std::nullopt};
-      w.deadline = timeout();
-      park(fd, c, std::move(w));
-      try_complete(fd, c);
-      return;
-    }
-    case Op::k_check: {
-      auto keys = d.keys();
-      bool all = std::all_of(keys.begin(), keys.end(), [&](auto& k) { return data.contains(k); });
-      queue(c, protocol::reply::ok_u8(all ? 1 : 0));
-      return;
-    }
-    case Op::k_num_keys:
-      queue(c, protocol::reply::ok_u64(data.size()));
-      return;
-    case Op::k_multi_get: {
-      auto keys = d.keys();
-      size_t size = 0;
-      for (const auto& k : keys) {
-        auto it = data.find(k);
-        size += 5 + (it != data.end() ? it->second.size() : 0);
-      }
-      if (size > protocol::k_max_reply) {
-        throw protocol::ProtocolError(
-            "MULTI_GET would reply with " + std::to_string(size) + " bytes, over the limit of " +
-            std::to_string(protocol::k_max_reply) + "; ask for fewer keys");
-      }
-      protocol::Encoder e;
-      e.u8(static_cast<uint8_t>(Status::k_ok));
-      for (const auto& k : keys) {
-        auto it = data.find(k);
-        e.u8(it != data.end() ? 1 : 0).bytes(it != data.end() ? it->second : "");
-      }
-      queue(c, e.finish());
-      return;
-    }
-    case Op::k_ping:
-      queue(c, ok());
-      return;
-    case Op::k_keys: {
-      const auto prefix = d.bytes(protocol::k_max_key);
-      std::vector<const std::string*> found;
-      size_t size = 5;
-      for (const auto& [key, value] : data) {
-        if (key.starts_with(prefix)) {
-          found.push_back(&key);
-          size += 4 + key.size();
-        }
-      }
-      if (size > protocol::k_max_reply) {
-        throw protocol::ProtocolError(
-            "KEYS would reply with " + std::to_string(size) + " bytes, over the limit of " +
-            std::to_string(protocol::k_max_reply) + "; give a longer prefix");
-      }
-      std::sort(found.begin(), found.end(),
-                [](const std::string* a, const std::string* b) { return *a < *b; });
-      protocol::Encoder e;
-      e.u8(static_cast<uint8_t>(Status::k_ok)).u32(static_cast<uint32_t>(found.size()));
-      for (const auto* key : found) {
-        e.bytes(*key);
-      }
-      queue(c, e.finish());
-      return;
-    }
-    case Op::k_on_close: {
-      auto key = d.bytes(protocol::k_max_key);
-      auto value = d.bytes(protocol::k_max_on_close);
-      if (key.empty()) {
-        c.on_close.reset();
-      } else {
-        c.on_close.emplace(std::move(key), std::move(value));
-      }
-      queue(c, ok());
-      return;
-    }
-  }
-  throw protocol::ProtocolError("unknown operation " + std::to_string(static_cast<int>(op)));
+  deliver(core.apply(fd, r, Clock::now()));
 }
 
 void StoreServer::Impl::process(int fd) {
   Conn& c = conns.at(fd);
+  std::optional<protocol::Request> request;
   try {
     // Replies not yet read hold further requests back: a client that only
     // sends costs at most the high-water mark plus one reply.
-    while (!c.closing && !c.waiter && c.out.size() < k_out_high_water) {
+    while (!c.closing && c.out.size() < k_out_high_water) {
       auto len = protocol::complete_frame(c.in);
       if (!len) {
         break;
       }
-      std::string body = c.in.substr(4, *len);
+      const std::string body = c.in.substr(4, *len);
       c.in.erase(0, 4 + *len);
-      handle(fd, c, body);
+      request.reset();
+      if (!c.hello && (body.empty() || body[0] != static_cast<char>(protocol::Op::k_hello))) {
+        throw protocol::ProtocolError("the first message must be HELLO");
+      }
+      request = protocol::decode_request(body);
+      handle(fd, c, *request);
     }
   } catch (const protocol::ProtocolError& e) {
-    unpark(fd, c);
-    error(c, e.what());
+    error(c, request ? request->id : 0, e.what());
   }
-  flush(fd);
+  touched.insert(fd);
 }
 
 void StoreServer::Impl::on_readable(int fd) {
@@ -623,17 +387,16 @@ void StoreServer::Impl::on_readable(int fd) {
 void StoreServer::Impl::loop() {
   std::array<epoll_event, 256> events;
   while (true) {
-    std::optional<Clock::time_point> next =
-        conns.empty() ? std::nullopt : std::optional(next_sweep);
-    if (!deadlines.empty() && (!next || deadlines.begin()->first < *next)) {
-      next = deadlines.begin()->first;
+    // The nearest of: the sweep, a parked request's deadline, accept()'s resumption.
+    Clock::time_point next = Clock::time_point::max();
+    if (!conns.empty()) {
+      next = next_sweep;
     }
-    if (accept_resume && (!next || *accept_resume < *next)) {
-      next = accept_resume;
-    }
+    next = std::min(next, core.next_deadline().value_or(Clock::time_point::max()));
+    next = std::min(next, accept_resume.value_or(Clock::time_point::max()));
     int timeout_ms = -1;
-    if (next) {
-      auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
+    if (next != Clock::time_point::max()) {
+      auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
     }
     int n = epoll_wait(epoll.get(), events.data(), static_cast<int>(events.size()), timeout_ms);
@@ -658,17 +421,11 @@ void StoreServer::Impl::loop() {
           on_readable(fd);
         }
       }
-      run_woken();
     }
+    flush_touched();
     const auto now = Clock::now();
-    while (!deadlines.empty() && deadlines.begin()->first <= now) {
-      int fd = deadlines.begin()->second;
-      Conn& c = conns.at(fd);
-      unpark(fd, c);
-      queue(c, protocol::reply::timeout());
-      process(fd);
-      run_woken();
-    }
+    deliver(core.expire(now));
+    flush_touched();
     if (accept_resume && *accept_resume <= now) {
       accept_resume.reset();
       epoll_event ev = {};

@@ -1,10 +1,13 @@
 // libFuzzer: the store protocol's decoding, as a client meets it (a reply
-// from whatever answers on the master port) and as frames are cut from a
-// byte stream. Only ProtocolError may come out; anything else is a bug.
+// from whatever answers on the master port), as the server meets it (a
+// request body, decoded and carried out by the store's KvCore), and as
+// frames are cut from a byte stream. Only ProtocolError may come out;
+// anything else is a bug.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "store/kv_core.hpp"
 #include "store/protocol.hpp"
 
 using namespace ddplaunch::protocol;
@@ -19,11 +22,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   } catch (const ProtocolError&) {
   }
+  // One request body, decoded and carried out as the server does.
+  try {
+    const Request r = decode_request(in);
+    if (r.op != Op::k_hello && r.op != Op::k_auth) {
+      ddplaunch::KvCore core;
+      const auto now = ddplaunch::KvCore::TimePoint{};
+      (void)core.apply(1, r, now);
+      (void)core.apply(2, r, now);
+      (void)core.close(1);
+      (void)core.expire(now + std::chrono::hours(1000));
+    }
+  } catch (const ProtocolError&) {
+  }
   // One reply body, read every way a client reads one.
   auto each = [&](auto read) {
-    try {
-      read(parse_reply(in));
-    } catch (const ProtocolError&) {
+    for (const bool with_id : {true, false}) {
+      try {
+        read(parse_reply(in, with_id));
+      } catch (const ProtocolError&) {
+      }
     }
   };
   each([](const Reply& r) { (void)error_message(r); });

@@ -31,27 +31,69 @@ std::string args(const std::vector<std::string>& argv) {
 
 int main(int argc, char** argv) {
   const fs::path root = argc > 1 ? argv[1] : "tests/fuzz/corpus";
-  namespace rq = protocol::request;
   namespace rp = protocol::reply;
+  // The request encoders, each frame stamped with an id as a client does.
+  struct Stamped {
+    uint32_t next = 1;
+    std::string operator()(std::string frame) {
+      protocol::set_request_id(frame, next++);
+      return frame;
+    }
+  };
+  Stamped id;
+  struct Requests {
+    Stamped& id;
+    std::string set(const std::string& k, const std::string& v) {
+      return id(protocol::request::set(k, v));
+    }
+    std::string get(const std::string& k, uint32_t t) { return id(protocol::request::get(k, t)); }
+    std::string num_keys() { return id(protocol::request::num_keys()); }
+    std::string add(const std::string& k, int64_t d) { return id(protocol::request::add(k, d)); }
+    std::string compare_set(const std::string& k, const std::optional<std::string>& e,
+                            const std::string& d) {
+      return id(protocol::request::compare_set(k, e, d));
+    }
+    std::string remove(const std::string& k) { return id(protocol::request::remove(k)); }
+    std::string check(const std::vector<std::string>& k) { return id(protocol::request::check(k)); }
+    std::string wait(const std::vector<std::string>& k, uint32_t t) {
+      return id(protocol::request::wait(k, t));
+    }
+    std::string multi_get(const std::vector<std::string>& k) {
+      return id(protocol::request::multi_get(k));
+    }
+    std::string ping() { return id(protocol::request::ping()); }
+    std::string on_close(const std::string& k, const std::string& v) {
+      return id(protocol::request::on_close(k, v));
+    }
+    std::string hello(const std::string& n) { return protocol::request::hello(n); }
+    std::string auth(const std::string& p) { return id(protocol::request::auth(p)); }
+  };
+  Requests rq{id};
   // What a client sends (after the HELLO fuzz_store_server adds for even first bytes).
   const fs::path server = root / "fuzz_store_server";
-  put(server, "set_get", "\0" + rq::set("k", "v") + rq::get("k", 10) + rq::num_keys());
+  put(server, "set_get", "\0" + rq.set("k", "v") + rq.get("k", 10) + rq.num_keys());
   put(server, "add_cas",
-      "\0" + rq::add("n", 5) + rq::compare_set("k", std::nullopt, "d") + rq::remove("k") +
-          rq::check({"k", "n"}));
+      "\0" + rq.add("n", 5) + rq.compare_set("k", std::nullopt, "d") + rq.remove("k") +
+          rq.check({"k", "n"}));
   put(server, "wait_multi",
-      "\0" + rq::wait({"a", "b"}, 5) + rq::set("a", "1") + rq::multi_get({"a", "b", "c"}) +
-          rq::ping());
-  put(server, "raw_hello", "\1" + rq::hello("n") + rq::auth("proof"));
+      "\0" + rq.wait({"a", "b"}, 5) + rq.set("a", "1") + rq.multi_get({"a", "b", "c"}) + rq.ping());
+  put(server, "raw_hello", "\1" + rq.hello("n") + rq.auth("proof"));
+  put(server, "parked_then_set",
+      "\0" + rq.get("a", 0) + rq.wait({"a", "b"}, 0) + rq.on_close("b", "gone") + rq.set("a", "1"));
   // What a client reads back.
   const fs::path proto = root / "fuzz_protocol";
   auto body = [](const std::string& frame) { return frame.substr(4); };
-  put(proto, "ok_value", body(rp::ok_value("value")));
-  put(proto, "error", body(rp::error("too many clients")));
+  put(proto, "ok_value", body(rp::ok_value(1, "value")));
+  put(proto, "error", body(rp::hello_error("too many clients")));
   put(proto, "hello", body(rp::ok_hello(true, "server-nonce", "proof")));
-  put(proto, "cas", body(rp::ok_cas(true, "current")));
-  put(proto, "i64", body(rp::ok_i64(-7)));
-  put(proto, "frames", rq::set("k", "v") + rq::get("k", 0));
+  put(proto, "cas", body(rp::ok_cas(2, true, "current")));
+  put(proto, "i64", body(rp::ok_i64(3, -7)));
+  put(proto, "multi", body(rp::ok_multi(4, {std::string("v"), std::nullopt})));
+  put(proto, "frames", rq.set("k", "v") + rq.get("k", 0));
+  // What the server decodes.
+  put(proto, "request_cas", body(rq.compare_set("k", std::string("old"), "new")));
+  put(proto, "request_wait", body(rq.wait({"a", "b"}, 9)));
+  put(proto, "request_hello", body(rq.hello("nonce")));
   // What agents read from the store.
   const fs::path records = root / "fuzz_records";
   JoinRecord join;

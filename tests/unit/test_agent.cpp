@@ -59,13 +59,15 @@ struct FakeLink : JobLink {
   std::optional<std::vector<RankOutcome>> finished;
   std::vector<std::vector<RankOutcome>> rounds;  // what each next_round() reported
   std::vector<int> restarts;                     // and the restarts it said were used
+  std::vector<int> next_rounds;                  // and the round it numbered next
   void join(const JoinRecord& self) override { joined = self; }
   void publish_stop(const JobVerdict& v) override { published.push_back(v); }
   void publish_success() override { ++successes; }
   void finish(const std::vector<RankOutcome>& local) override { finished = local; }
-  void next_round(const std::vector<RankOutcome>& local, int used) override {
+  void next_round(const std::vector<RankOutcome>& local, const RoundStart& next) override {
     rounds.push_back(local);
-    restarts.push_back(used);
+    restarts.push_back(next.restarts);
+    next_rounds.push_back(next.round);
   }
 };
 

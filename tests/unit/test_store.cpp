@@ -266,16 +266,22 @@ TEST(Store, ConcurrentAddsFromManyThreadsAreAtomic) {
   EXPECT_EQ(client(server).get("n"), "3200");
 }
 
-// Reads the error reply the server sends before closing.
-std::string error_message(const std::string& reply) {
+// Reads the error reply the server sends before closing: in HELLO's place
+// (no id), or after it (`with_id`: the id of the request it answers).
+std::string error_message(const std::string& reply, bool with_id = false) {
   auto len = protocol::complete_frame(reply);
   EXPECT_TRUE(len) << "an error reply, not a dropped socket";
   if (!len) {
     return "";
   }
-  protocol::Decoder d(std::string_view(reply).substr(4, *len));
-  EXPECT_EQ(d.u8(), static_cast<uint8_t>(protocol::Status::k_error));
-  return d.bytes(100000);
+  const auto r = protocol::parse_reply(std::string_view(reply).substr(4, *len), with_id);
+  EXPECT_EQ(r.status, protocol::Status::k_error);
+  return protocol::error_message(r);
+}
+
+// The error that follows HELLO's answer.
+std::string error_after_hello(const std::string& replies) {
+  return error_message(after_hello(replies), true);
 }
 
 TEST(Store, BadClientsGetAnErrorAndCostNobodyElse) {
@@ -299,15 +305,15 @@ TEST(Store, BadClientsGetAnErrorAndCostNobodyElse) {
   }
   {
     Raw r(server.port());
-    r.send_bytes(hello() + protocol::Encoder().u8(1).u32(100000).finish());  // key length lies
+    // the key's length lies
+    r.send_bytes(hello() + protocol::Encoder().u8(1).u32(7).u32(100000).finish());
     std::string reply = r.read_all();
-    EXPECT_NE(error_message(after_hello(reply)).find("exceeds the limit"), std::string::npos);
+    EXPECT_NE(error_after_hello(reply).find("exceeds the limit"), std::string::npos);
   }
   {
     Raw r(server.port());
     r.send_bytes(hello() + protocol::Encoder().u8(77).finish());
-    EXPECT_NE(error_message(after_hello(r.read_all())).find("unknown operation"),
-              std::string::npos);
+    EXPECT_NE(error_after_hello(r.read_all()).find("unknown operation"), std::string::npos);
   }
   {
     Raw r(server.port());
@@ -320,7 +326,7 @@ TEST(Store, BadClientsGetAnErrorAndCostNobodyElse) {
   }
   {
     Raw r(server.port());
-    r.send_bytes(hello() + protocol::Encoder().u8(2).bytes("never").u32(0).finish());
+    r.send_bytes(hello() + protocol::request::get("never", 0));
   }  // a parked GET whose client disappears
   EXPECT_EQ(good.get("k"), "v");
   good.set("never", "now");
@@ -354,8 +360,7 @@ TEST(StoreTrust, TheJobsTokenAdmitsItsNodesOnly) {
   // A raw client that skips AUTH gets nothing done.
   Raw r(server.port());
   r.send_bytes(hello() + protocol::request::set("job/stop", "forged"));
-  EXPECT_NE(error_message(after_hello(r.read_all())).find("admits only the job's nodes"),
-            std::string::npos);
+  EXPECT_NE(error_after_hello(r.read_all()).find("admits only the job's nodes"), std::string::npos);
   EXPECT_EQ(good.get("job/stop"), "") << "nothing forged reached the store";
   EXPECT_EQ(good.num_keys(), 1u);
   // A node with a token meeting a store without one is told so.
@@ -511,21 +516,43 @@ TEST(StoreTrust, MultiGetRepliesAreBounded) {
   EXPECT_NE(why.find("ask for fewer keys"), std::string::npos) << why;
 }
 
-TEST(StoreTrust, LongChainsOfWakeUpsDoNotRecurse) {
-  // Client i parks GET k<i> with SET k<i+1> pipelined behind it: one SET of
-  // k0 wakes them all in a chain.
+TEST(StoreTrust, AParkedRequestHoldsNothingBackAndOneWriteAnswersThemAll) {
+  // Client i parks GET k<i> with SET k<i+1> sent behind it: the SETs are
+  // carried out at once (protocol 5: replies by id, in any order), and one
+  // SET of k0 then answers the last parked GET.
   StoreServer server("127.0.0.1", 0);
   constexpr int k_links = 1500;
   std::vector<std::unique_ptr<Raw>> links;
   for (int i = 0; i < k_links; ++i) {
     links.push_back(std::make_unique<Raw>(server.port()));
-    links.back()->send_bytes(hello() + protocol::request::get("k" + std::to_string(i), 0) +
-                             protocol::request::set("k" + std::to_string(i + 1), "x"));
+    std::string get = protocol::request::get("k" + std::to_string(i), 0);
+    protocol::set_request_id(get, 1);
+    std::string set = protocol::request::set("k" + std::to_string(i + 1), "x");
+    protocol::set_request_id(set, 2);
+    links.back()->send_bytes(hello() + get + set);
   }
   auto c = client(server);
-  EXPECT_EQ(c.num_keys(), 0u);
-  c.set("k0", "x");
   EXPECT_EQ(c.get("k" + std::to_string(k_links), 10s), "x");
+  EXPECT_EQ(c.num_keys(), size_t{k_links}) << "every SET ran, none held behind a parked GET";
+  c.set("k0", "x");
+  // The first client's GET is answered (id 1), after its SET's reply (id 2).
+  std::string replies;
+  char buf[256];
+  pollfd p{links.front()->fd, POLLIN, 0};
+  while (replies.size() < 3 * 9 && poll(&p, 1, 10'000) == 1) {
+    const ssize_t n = recv(links.front()->fd, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      break;
+    }
+    replies.append(buf, static_cast<size_t>(n));
+  }
+  std::string rest = after_hello(replies);
+  std::vector<uint32_t> ids;
+  while (auto len = protocol::complete_frame(rest)) {
+    ids.push_back(protocol::parse_reply(std::string_view(rest).substr(4, *len)).id);
+    rest.erase(0, 4 + *len);
+  }
+  EXPECT_EQ(ids, (std::vector<uint32_t>{2, 1}));
 }
 
 TEST(Store, RequestsForAnyNumberOfNodesStayWithinTheLimits) {
@@ -587,12 +614,17 @@ TEST(Store, StoppedServerIsNoticedByWaitingClients) {
   auto server = std::make_unique<StoreServer>("127.0.0.1", 0);
   AsyncClient c("127.0.0.1", server->port(), 5s, 5s);
   std::string failure;
-  c.set_failure_handler([&](const std::string& why) { failure = why; });
+  StoreConnection::Failure kind = StoreConnection::Failure::k_unreachable;
+  c.set_failure_handler([&](const StoreConnection::Error& e) {
+    failure = e.message;
+    kind = e.kind;
+  });
   c.get("forever", Ms(0), [](std::optional<std::string>) { ADD_FAILURE() << "answered"; });
   drive({&c}, [&] { return c.handshaken(); });
   server.reset();
   drive({&c}, [&] { return !failure.empty(); });
   EXPECT_NE(failure.find("connection closed by the store"), std::string::npos) << failure;
+  EXPECT_EQ(kind, StoreConnection::Failure::k_lost) << "after the handshake: lost, typed";
   EXPECT_EQ(c.state(), AsyncClient::State::k_failed);
 }
 

@@ -1,5 +1,6 @@
-// Clock: the agent's time, as an interface so its unit tests can move time
-// by hand. SystemClock reads the real clocks. Thread-compatible.
+// Clock: the time the Agent and StoreLink read, as an interface so that
+// their unit tests move time by hand. SystemClock reads the real clocks.
+// Thread-compatible.
 #pragma once
 
 #include <time.h>

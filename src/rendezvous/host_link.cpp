@@ -1,0 +1,229 @@
+// HostLink's joining: node 0 reads, checks and answers every join record,
+// publishes the plan, and while the job runs answers the agents that come
+// late (elastic membership: --nnodes MIN:MAX).
+#include "rendezvous/host_link.hpp"
+
+#include <algorithm>
+
+#include "ddplaunch/error.hpp"
+#include "log.hpp"
+#include "rendezvous/keys.hpp"
+#include "rendezvous/records.hpp"
+
+namespace ddplaunch {
+
+namespace {
+
+using Ms = std::chrono::milliseconds;
+constexpr auto k_ack_wait = Ms(5000);  // how long node 0 keeps the store up for a failed rendezvous
+
+}  // namespace
+
+HostLink::HostLink(const Config& config, StoreConnection& connection, const Clock& clock,
+                   PortPicker pick_port)
+    : StoreLink(config, connection, clock), m_pick_port(std::move(pick_port)) {}
+
+// The store host is part of the job whenever it came: its own record first,
+// then the others' in arrival order.
+void HostLink::joined_as(int) {
+  m_planner.emplace(m_self);
+  m_planner->add(m_self);
+  wait_for(0);
+}
+
+int HostLink::worker_port() {
+  return m_config.worker_port.value_or(0) != 0 ? *m_config.worker_port : m_pick_port();
+}
+
+// Reads the join records in arrival order, each as it arrives.
+void HostLink::wait_for(int k) {
+  if (m_phase != Phase::k_joining) {
+    return;
+  }
+  if (k == m_self.arrival) {
+    ++k;  // its own, added first
+  }
+  m_next_arrival = k;
+  const auto t = now();
+  if (m_planner->elastic() && m_planner->enough() && !m_last_call) {
+    m_last_call = t + millis(m_config.rdzv_last_call_s);
+    log::info("{} of {} to {} nodes joined: the job starts in {} s, or once {} have joined",
+              m_planner->joined(), m_planner->min_nodes(), m_planner->max_nodes(),
+              m_config.rdzv_last_call_s, m_planner->max_nodes());
+  }
+  if (m_last_call && t >= *m_last_call) {
+    start_first_round();
+    return;
+  }
+  if (t >= m_deadline) {
+    fail("rendezvous timed out after " + seconds_text(m_config.rdzv_timeout_s) +
+         " s: " + std::to_string(m_planner->joined()) + "/" +
+         std::to_string(m_planner->min_nodes()) + " joined (missing: " + m_planner->missing() +
+         "); start ddplaunch on the missing nodes with the same --master-addr/--master-port");
+    return;
+  }
+  const auto until = m_last_call ? std::min(*m_last_call, m_deadline) : m_deadline;
+  const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(until - t));
+  m_store.get(keys::node(k), wait,
+              [this, k](std::optional<std::string> text) { take_record(k, text); });
+}
+
+void HostLink::take_record(int k, const std::optional<std::string>& text) {
+  if (m_phase != Phase::k_joining) {
+    return;
+  }
+  if (!text) {
+    wait_for(k);  // the deadline passed: the next call says so
+    return;
+  }
+  JoinRecord record;
+  try {
+    record = decode_join(*text);
+  } catch (const RecordError& e) {
+    fail("the join record of arrival " + std::to_string(k) + " is malformed: " + e.what());
+    return;
+  }
+  record.arrival = k;
+  if (auto refusal = m_planner->add(record)) {
+    if (refusal->whole_job) {
+      fail(refusal->message);
+      return;
+    }
+    refuse(k, refusal->message);
+    wait_for(k + 1);
+    return;
+  }
+  log::debug("{} joined ({}/{})", describe_node(record), m_planner->joined(), m_config.nnodes);
+  if (!m_planner->complete()) {
+    wait_for(k + 1);
+    return;
+  }
+  m_next_arrival = k + 1;
+  start_first_round();
+}
+
+// That node alone is refused; the job goes on waiting for its own nodes.
+void HostLink::refuse(int arrival, const std::string& why) {
+  log::warn("refused a node: {}", why);
+  m_store.set(keys::plan(arrival), encode_answer(JoinAnswer{-1, why, false}), [] {});
+}
+
+void HostLink::start_first_round() {
+  publish_plan(m_planner->plan(m_config.master_addr, worker_port()));
+  // Whoever joins from now on is answered while the job runs: an elastic
+  // job's newcomer waits for a round, any other is one node too many.
+  watch_arrivals();
+}
+
+// Each node's answer (its rank) first, then the plan: the store carries out
+// a connection's writes in order, so a node that reads its answer finds the
+// plan next. Each node reads a constant number of bytes, whatever the job's
+// size.
+void HostLink::publish_plan(const JobPlan& plan) {
+  for (size_t arrival = 0; arrival < plan.node_rank_of_arrival.size(); ++arrival) {
+    const int rank = plan.node_rank_of_arrival[arrival];
+    if (rank >= 0 && static_cast<int>(arrival) != m_self.arrival) {
+      m_store.set(keys::plan(static_cast<int>(arrival)), encode_answer(JoinAnswer{rank, "", false}),
+                  [] {});
+    }
+  }
+  const auto self = static_cast<size_t>(m_self.arrival);
+  if (self >= plan.node_rank_of_arrival.size() || plan.node_rank_of_arrival[self] < 0) {
+    fail("internal: the plan leaves out the store host");  // the planner adds it first
+    return;
+  }
+  const int node_rank = plan.node_rank_of_arrival[self];
+  m_store.set(keys::k_plan, encode_plan(PlanRecord{plan.topology, ""}),
+              [this, topology = plan.topology, node_rank] { start_job(topology, node_rank); });
+}
+
+// Node 0 publishes why rendezvous failed, and keeps the store up until every
+// node that joined has read it (bounded).
+void HostLink::fail(const std::string& error) {
+  m_store.set(keys::k_plan, encode_plan(PlanRecord{std::nullopt, error}), [this, error] {
+    m_store.add(keys::k_arrivals, 0, [this, error](int64_t joined) {
+      std::vector<std::string> acks;
+      for (int a = 0; a < joined; ++a) {
+        if (a != m_self.arrival) {
+          m_store.set(keys::plan(a), encode_answer(JoinAnswer{-1, error, false}), [] {});
+          acks.push_back(keys::ack(a));
+        }
+      }
+      m_store.wait(acks, k_ack_wait,
+                   [this, error](bool) { join_failed(k_exit_rendezvous, error); });
+    });
+  });
+}
+
+void HostLink::report_progress(long long waited) {
+  if (!m_planner) {
+    return;
+  }
+  if (m_planner->enough()) {
+    log::info("waiting for more nodes: {} of {} to {} joined ({} s)", m_planner->joined(),
+              m_planner->min_nodes(), m_planner->max_nodes(), waited);
+  } else {
+    log::info("waiting for nodes: {}/{} joined (missing: {}; {} s)", m_planner->joined(),
+              m_planner->min_nodes(), m_planner->missing(), waited);
+  }
+}
+
+// The next node to join the running job: one GET parked on its record.
+void HostLink::watch_arrivals() {
+  if (m_watching_arrivals) {
+    return;
+  }
+  if (m_next_arrival == m_self.arrival) {
+    ++m_next_arrival;  // its own record, planned first
+  }
+  m_watching_arrivals = true;
+  const int k = m_next_arrival;
+  m_store.get(keys::node(k), Ms(0), [this, k](std::optional<std::string> text) {
+    m_watching_arrivals = false;
+    take_arrival(k, text);
+  });
+}
+
+void HostLink::take_arrival(int arrival, const std::optional<std::string>& text) {
+  if (!text || m_phase == Phase::k_done) {
+    return;
+  }
+  m_next_arrival = arrival + 1;
+  watch_arrivals();
+  JoinRecord record;
+  std::optional<std::string> error;
+  try {
+    record = decode_join(*text);
+    record.arrival = arrival;
+    if (auto refusal = m_planner->add(record)) {
+      error = refusal->message;
+    }
+  } catch (const RecordError& e) {
+    error = "the join record of arrival " + std::to_string(arrival) + " is malformed: " + e.what();
+  }
+  if (error) {
+    refuse(arrival, *error);
+    return;
+  }
+  log::info("{} joined the running job: it waits for the next round", describe_node(record));
+  m_store.set(keys::plan(arrival), encode_answer(JoinAnswer{-1, "", true}), [] {});
+  maybe_regroup();
+}
+
+// A node waits and there is room for it: with restarts remaining, the job
+// meets again at once to admit it (as torchrun does; it uses no restart).
+// Only once every node has started the round: a node still joining it, or
+// the newcomer itself, ignores a regroup (watch_verdict).
+void HostLink::maybe_regroup() {
+  if (m_phase != Phase::k_running || m_verdict_delivered || !m_planner || !m_planner->can_grow() ||
+      m_round.restarts >= m_config.max_restarts || m_regrouped == m_round.round ||
+      m_all_started != m_round.round) {
+    return;
+  }
+  m_regrouped = m_round.round;
+  const auto& newcomer = m_planner->waiting().front();
+  publish_stop(JobVerdict{0, describe_node(newcomer) + " joined the running job", std::nullopt,
+                          m_node_rank, -1, true});
+}
+
+}  // namespace ddplaunch

@@ -1,0 +1,278 @@
+// HostLink while rounds run and end: every node's heartbeat, every node's
+// results at the end, and the step from one round to the next (a restart, or
+// an elastic job's regroup: the nodes that remain and those that waited).
+#include <algorithm>
+#include <charconv>
+
+#include "ddplaunch/error.hpp"
+#include "log.hpp"
+#include "rendezvous/host_link.hpp"
+#include "rendezvous/keys.hpp"
+#include "rendezvous/records.hpp"
+
+namespace ddplaunch {
+
+namespace {
+
+using Ms = std::chrono::milliseconds;
+
+std::string nnodes_text(const Config& c) {
+  return std::to_string(c.nnodes_min) + ":" + std::to_string(c.nnodes);
+}
+
+}  // namespace
+
+// Node 0 watches every node, and it knows them all.
+void HostLink::round_starting(TimePoint t) {
+  m_hosts.assign(static_cast<size_t>(m_nnodes), "");
+  for (const auto& n : m_topology.nodes) {
+    m_hosts.at(static_cast<size_t>(n.node_rank)) = n.host;
+  }
+  m_last_beat.assign(static_cast<size_t>(m_nnodes), {-1, t});
+  m_check_outstanding = false;
+  maybe_regroup();  // nodes that came while this round formed
+}
+
+void HostLink::on_tick(TimePoint) {
+  if (m_check_outstanding) {
+    return;
+  }
+  std::vector<std::string> ks;
+  for (int n = 0; n < m_nnodes; ++n) {
+    ks.push_back(keys::heartbeat(m_round.round, n));
+    ks.push_back(keys::result(m_round.round, n));
+  }
+  m_check_outstanding = true;
+  m_store.multi_get(ks, [this, round = m_round.round](std::vector<std::optional<std::string>> v) {
+    m_check_outstanding = false;
+    if (round == m_round.round && m_phase == Phase::k_running) {
+      check_heartbeats(v, now());
+    }
+  });
+}
+
+// Nodes whose heartbeat counter stopped moving are lost.
+void HostLink::check_heartbeats(const std::vector<std::optional<std::string>>& values,
+                                TimePoint t) {
+  if (m_verdict_delivered) {
+    return;
+  }
+  const auto limit = millis(m_config.heartbeat_timeout_s);
+  bool all_started = true;
+  for (int n = 0; n < m_nnodes; ++n) {
+    const auto& beat = values.at(static_cast<size_t>(2 * n));
+    const bool reported = values.at(static_cast<size_t>(2 * n + 1)).has_value();
+    all_started = all_started && (beat || reported);
+    if (reported) {
+      continue;  // it finished and reported
+    }
+    long long count = 0;
+    if (beat) {
+      std::from_chars(beat->data(), beat->data() + beat->size(), count);
+    }
+    auto& [last, when] = m_last_beat[static_cast<size_t>(n)];
+    if (count != last) {
+      last = count;
+      when = t;
+    } else if (t - when >= limit) {
+      m_lost.insert(n);  // its results will not come, whichever verdict wins
+      publish_stop(
+          JobVerdict{k_exit_node_lost,
+                     "node " + std::to_string(n) + " (" + m_hosts.at(static_cast<size_t>(n)) +
+                         ") was lost: no heartbeat for " +
+                         std::to_string(static_cast<int>(m_config.heartbeat_timeout_s)) + " s",
+                     std::nullopt, m_node_rank, n});
+      return;
+    }
+  }
+  if (all_started && m_all_started != m_round.round) {
+    m_all_started = m_round.round;
+    maybe_regroup();
+  }
+}
+
+void HostLink::results_sent() {
+  collect_results();
+}
+
+// Node 0 keeps the store up until every live node has reported (bounded).
+void HostLink::collect_results() {
+  std::vector<std::string> live;
+  for (int n = 0; n < m_nnodes; ++n) {
+    if (!m_lost.contains(n)) {
+      live.push_back(keys::result(m_round.round, n));
+    }
+  }
+  const auto limit = millis(std::min(m_config.heartbeat_timeout_s, 30.0));
+  log::debug("waiting for every node's results");
+  m_store.wait(live, limit, [this](bool all) {
+    if (!all) {
+      log::warn("not every node reported its ranks' outcomes before the store shut down");
+    }
+    std::vector<std::string> every;
+    for (int n = 0; n < m_nnodes; ++n) {
+      every.push_back(keys::result(m_round.round, n));
+    }
+    m_store.multi_get(every, [this](std::vector<std::optional<std::string>> values) {
+      std::vector<RankOutcome> all_ranks = m_local;
+      for (int n = 0; n < m_nnodes; ++n) {
+        const auto& v = values.at(static_cast<size_t>(n));
+        if (n == m_node_rank || !v) {
+          continue;
+        }
+        try {
+          auto theirs = decode_outcomes(*v);
+          all_ranks.insert(all_ranks.end(), theirs.begin(), theirs.end());
+        } catch (const RecordError& e) {
+          log::warn("node {} reported malformed results: {}", n, e.what());
+        }
+      }
+      std::sort(all_ranks.begin(), all_ranks.end(),
+                [](const RankOutcome& a, const RankOutcome& b) { return a.rank < b.rank; });
+      tell_waiting([this, all_ranks]() mutable { finished(std::move(all_ranks)); });
+    });
+  });
+}
+
+// Every remaining node's results of the round that ended, then the next round.
+void HostLink::round_ended(int ended, const std::set<int>& lost) {
+  m_gone = lost;
+  std::vector<std::string> all;
+  for (int n = 0; n < m_nnodes; ++n) {
+    if (!m_gone.contains(n)) {
+      all.push_back(keys::result(ended, n));
+    }
+  }
+  const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(m_round_deadline - now()));
+  m_store.wait(all, wait, [this, ended](bool every) {
+    if (m_phase != Phase::k_joining || m_verdict_delivered) {
+      return;
+    }
+    if (every) {
+      form_next_round();
+      return;
+    }
+    std::vector<std::string> results;
+    for (int n = 0; n < m_nnodes; ++n) {
+      results.push_back(keys::result(ended, n));
+    }
+    m_store.multi_get(results, [this, ended](std::vector<std::optional<std::string>> values) {
+      missing_at_restart(ended, values);
+    });
+  });
+}
+
+// Nodes whose workers had not ended by the restart's deadline: a
+// fixed-size job cannot go on without them; an elastic one leaves them out.
+void HostLink::missing_at_restart(int ended,
+                                  const std::vector<std::optional<std::string>>& results) {
+  if (m_phase != Phase::k_joining || m_verdict_delivered) {
+    return;
+  }
+  std::string missing;
+  for (int n = 0; n < m_nnodes; ++n) {
+    if (!m_gone.contains(n) && !results.at(static_cast<size_t>(n))) {
+      missing += (missing.empty() ? "node " : ", node ") + std::to_string(n) + " (" +
+                 m_hosts.at(static_cast<size_t>(n)) + ")";
+      if (m_config.elastic()) {
+        m_gone.insert(n);
+      }
+    }
+  }
+  if (m_config.elastic()) {
+    log::warn("{} did not end round {}'s workers in time: the next round goes on without it",
+              missing, ended);
+    form_next_round();
+    return;
+  }
+  publish_stop(JobVerdict{k_exit_node_lost,
+                          missing + " did not end round " + std::to_string(ended) +
+                              "'s workers in time for the restart",
+                          std::nullopt, m_node_rank});
+}
+
+// Every remaining node's workers of the last round have ended: the next
+// round is formed of them and of the nodes that waited (but those that left).
+void HostLink::form_next_round() {
+  const int remain = m_planner->remaining(m_gone);
+  if (remain < m_planner->min_nodes()) {
+    publish_stop(JobVerdict{k_exit_node_lost,
+                            "only " + std::to_string(remain) + " node" + (remain == 1 ? "" : "s") +
+                                " remain, fewer than --nnodes " + nnodes_text(m_config) +
+                                " allows: the job cannot go on",
+                            std::nullopt, m_node_rank});
+    return;
+  }
+  auto publish = [this](const std::set<int>& left) {
+    publish_round(m_planner->next_round(m_gone, left, m_config.master_addr, worker_port()));
+  };
+  std::vector<int> waiting;
+  std::vector<std::string> left_keys;
+  for (const auto& r : m_planner->waiting()) {
+    waiting.push_back(r.arrival);
+    left_keys.push_back(keys::left(r.arrival));
+  }
+  if (waiting.empty()) {
+    publish({});
+    return;
+  }
+  m_store.multi_get(left_keys, [this, waiting, publish](std::vector<std::optional<std::string>> v) {
+    if (m_phase != Phase::k_joining || m_verdict_delivered) {
+      return;
+    }
+    std::set<int> left;
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      if (v.at(i)) {
+        left.insert(waiting[i]);
+      }
+    }
+    publish(left);
+  });
+}
+
+// Each member's node rank and each admitted node's admission, then the plan
+// they wait for (the store carries out a connection's writes in order).
+void HostLink::publish_round(const JobPlan& plan) {
+  const int round = m_round.round;
+  for (size_t arrival = 0; arrival < plan.node_rank_of_arrival.size(); ++arrival) {
+    if (const int rank = plan.node_rank_of_arrival[arrival]; rank >= 0) {
+      m_store.set(keys::round_rank(round, static_cast<int>(arrival)), encode_assignment(rank),
+                  [] {});
+    }
+  }
+  for (const int arrival : plan.admitted) {
+    m_store.set(keys::admit(arrival), encode_admission(Admission{round, ""}), [] {});
+  }
+  if (plan.topology.nnodes() != m_nnodes || !plan.admitted.empty()) {
+    log::info("round {} runs on {} node{} ({} left, {} joined)", round, plan.topology.nnodes(),
+              plan.topology.nnodes() == 1 ? "" : "s", m_gone.size(), plan.admitted.size());
+  }
+  const int node_rank = plan.node_rank_of_arrival.at(static_cast<size_t>(m_self.arrival));
+  m_store.set(keys::round_plan(round), encode_plan(PlanRecord{plan.topology, "", m_round.restarts}),
+              [this, topology = plan.topology, node_rank] { start_job(topology, node_rank); });
+}
+
+// The job ends: the nodes still waiting to be admitted are told so.
+void HostLink::tell_waiting(std::function<void()> then) {
+  const std::vector<int> waiting = m_planner ? m_planner->drop_waiting() : std::vector<int>{};
+  if (waiting.empty()) {
+    then();
+    return;
+  }
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    const bool last = i + 1 == waiting.size();
+    m_store.set(keys::admit(waiting[i]),
+                encode_admission(Admission{
+                    0,
+                    "the job ended before this node could be admitted (a node that joins a "
+                    "running elastic job waits for its next round, which starts at once only "
+                    "while --max-restarts remain and fewer than MAX nodes run)"}),
+                [then, last] {
+                  if (last) {
+                    then();
+                  }
+                });
+  }
+}
+
+}  // namespace ddplaunch

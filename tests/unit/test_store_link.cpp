@@ -1,0 +1,711 @@
+// StoreLink's two sides, HostLink (node 0) and MemberLink, against an
+// in-memory store: the real KvCore behind fake connections whose replies the
+// test delivers (or holds back), with a clock moved by hand. No socket, no
+// thread, no sleep.
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+
+#include "ddplaunch/error.hpp"
+#include "rendezvous/host_link.hpp"
+#include "rendezvous/keys.hpp"
+#include "rendezvous/member_link.hpp"
+#include "rendezvous/records.hpp"
+#include "store/kv_core.hpp"
+
+namespace ddplaunch {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct FakeClock : Clock {
+  TimePoint t{std::chrono::seconds(1000)};
+  TimePoint now() const override { return t; }
+  double wall_now() const override { return 0; }
+};
+
+class FakeConnection;
+
+// The store: one KvCore; every reply goes to its connection's inbox.
+struct FakeStore {
+  KvCore core;
+  FakeClock& clock;
+  std::map<int, FakeConnection*> conns;
+  int next_client = 1;
+  explicit FakeStore(FakeClock& c) : clock(c) {}
+  void route(std::vector<KvCore::Out> out);
+  std::optional<std::string> value(const std::string& key) const {
+    const std::string* v = core.find(key);
+    return v != nullptr ? std::optional(*v) : std::nullopt;
+  }
+};
+
+class FakeConnection : public StoreConnection {
+ public:
+  explicit FakeConnection(FakeStore& store) : m_store(store), m_client(store.next_client++) {
+    store.conns[m_client] = this;
+  }
+  ~FakeConnection() override { m_store.conns.erase(m_client); }
+
+  void set_failure_handler(FailureHandler handler) override { m_handler = std::move(handler); }
+  bool failed() const override { return m_failed; }
+  const Error& last_error() const override { return m_error; }
+  bool connecting() const override { return false; }
+  int attempts() const override { return 1; }
+  bool idle() const override { return m_pending.empty(); }
+
+  void request(std::string frame, Duration, Callback callback) override {
+    if (m_failed) {
+      return;
+    }
+    const uint32_t id = m_next_id++;
+    protocol::set_request_id(frame, id);
+    m_pending[id] = std::move(callback);
+    const auto r = protocol::decode_request(std::string_view(frame).substr(4));
+    m_store.route(m_store.core.apply(m_client, r, m_store.clock.now()));
+  }
+
+  // --- the test's handles ---------------------------------------------------
+  void receive(std::string frame) { m_inbox.push_back(std::move(frame)); }
+  // Replies wait in the inbox while held.
+  void hold(bool held) { m_held = held; }
+  // Hands over one waiting reply; false when none (or held).
+  bool deliver_one() {
+    if (m_held || m_inbox.empty() || m_failed) {
+      return false;
+    }
+    const std::string frame = std::move(m_inbox.front());
+    m_inbox.pop_front();
+    const auto reply = protocol::parse_reply(std::string_view(frame).substr(4));
+    auto it = m_pending.find(reply.id);
+    if (it == m_pending.end()) {
+      return true;
+    }
+    Callback callback = std::move(it->second);
+    m_pending.erase(it);
+    if (reply.status == protocol::Status::k_error) {
+      fail(Failure::k_lost, "refused the request: " + protocol::error_message(reply));
+    } else {
+      callback(reply);
+    }
+    return true;
+  }
+  // The connection ends: the store sees it close (its ON_CLOSE word), this
+  // side is told `kind`.
+  void fail(Failure kind, const std::string& why) {
+    if (m_failed) {
+      return;
+    }
+    m_failed = true;
+    m_error = Error{kind, why};
+    m_pending.clear();
+    m_inbox.clear();
+    m_store.route(m_store.core.close(m_client));
+    if (m_handler) {
+      m_handler(m_error);
+    }
+  }
+
+ private:
+  FakeStore& m_store;
+  int m_client;
+  FailureHandler m_handler;
+  bool m_failed = false;
+  Error m_error;
+  bool m_held = false;
+  uint32_t m_next_id = 1;
+  std::map<uint32_t, Callback> m_pending;
+  std::deque<std::string> m_inbox;
+};
+
+void FakeStore::route(std::vector<KvCore::Out> out) {
+  for (auto& o : out) {
+    if (auto it = conns.find(o.client); it != conns.end()) {
+      it->second->receive(std::move(o.frame));
+    }
+  }
+}
+
+struct Heard : JobLink::Listener {
+  std::optional<Topology> topology;
+  int node_rank = -1;
+  std::vector<RoundStart> rounds;
+  std::optional<std::pair<int, std::string>> failed;
+  std::vector<JobVerdict> verdicts;
+  std::optional<std::vector<RankOutcome>> finished;
+  void on_joined(const Topology& t, int rank, const RoundStart& round) override {
+    topology = t;
+    node_rank = rank;
+    rounds.push_back(round);
+  }
+  void on_join_failed(int code, const std::string& message) override {
+    failed = std::pair(code, message);
+  }
+  void on_verdict(const JobVerdict& v) override { verdicts.push_back(v); }
+  void on_finished(std::vector<RankOutcome> ranks) override { finished = std::move(ranks); }
+  bool joined() const { return topology.has_value(); }
+};
+
+// One agent: its connection, its link and what it heard.
+struct Agent {
+  FakeConnection conn;
+  std::unique_ptr<StoreLink> link;
+  Heard heard;
+  JoinRecord self;
+  Agent(FakeStore& store, const Config& config, FakeClock& clock, bool host, JoinRecord record)
+      : conn(store), self(std::move(record)) {
+    static int port = 40000;
+    if (host) {
+      link = std::make_unique<HostLink>(config, conn, clock, [] { return ++port; });
+    } else {
+      link = std::make_unique<MemberLink>(config, conn, clock);
+    }
+    link->set_listener(heard);
+  }
+  void join() { link->join(self); }
+};
+
+class StoreLinkTest : public ::testing::Test {
+ protected:
+  FakeClock clock;
+  FakeStore store{clock};
+  Config config;
+  std::vector<std::unique_ptr<Agent>> agents;
+
+  StoreLinkTest() {
+    config.nnodes = 2;
+    config.master_addr = "10.0.0.1";
+    config.master_port = 29500;
+    config.rdzv_timeout_s = 60;
+    config.heartbeat_interval_s = 1;
+    config.heartbeat_timeout_s = 10;
+    config.term_timeout_s = 5;
+  }
+
+  JoinRecord record(int node_rank = -1, const std::string& command = "train") const {
+    JoinRecord r;
+    r.run_id = config.rdzv_id;
+    r.command = command;
+    r.nnodes = config.nnodes;
+    r.nnodes_min = config.nnodes_min;
+    r.nproc = 1;
+    r.node_rank = node_rank;
+    r.host = "h" + std::to_string(agents.size());
+    r.addr = "10.0.0." + std::to_string(agents.size() + 1);
+    r.max_restarts = config.max_restarts;
+    return r;
+  }
+  Agent& add(bool host, std::optional<JoinRecord> r = std::nullopt) {
+    agents.push_back(std::make_unique<Agent>(store, config, clock, host, r ? *r : record()));
+    return *agents.back();
+  }
+  Agent& host() { return *agents.at(0); }
+  Agent& member(size_t i = 1) { return *agents.at(i); }
+  // Delivers every waiting reply, until none is left.
+  void settle() {
+    for (bool any = true; any;) {
+      any = false;
+      for (auto& a : agents) {
+        while (a->conn.deliver_one()) {
+          any = true;
+        }
+      }
+    }
+  }
+  // Moves the clock: parked requests time out, the links' timers run.
+  void advance(std::chrono::milliseconds d, bool tick_members = true) {
+    const auto end = clock.t + d;
+    while (clock.t < end) {
+      clock.t = std::min(end, clock.t + 250ms);
+      store.route(store.core.expire(clock.t));
+      for (size_t i = 0; i < agents.size(); ++i) {
+        if (i == 0 || tick_members) {
+          agents[i]->link->on_time(clock.t);
+        }
+      }
+      settle();
+    }
+  }
+  // A third party on the store: the test writes records as it likes.
+  void write(const std::string& key, const std::string& value) {
+    store.route(store.core.apply(
+        0, protocol::decode_request(std::string_view(protocol::request::set(key, value)).substr(4)),
+        clock.t));
+  }
+  void two_nodes_running() {
+    add(true);
+    add(false);
+    host().join();
+    member().join();
+    settle();
+    ASSERT_TRUE(host().heard.joined() && member().heard.joined());
+  }
+  static JobVerdict failure(int rank, int code = 7) {
+    RankOutcome r;
+    r.rank = rank;
+    r.exit = ExitInfo::exited(code);
+    return JobVerdict{code, "", r, rank};
+  }
+};
+
+// --- joining ---------------------------------------------------------------
+
+TEST_F(StoreLinkTest, TwoNodesJoinAndAgreeOnThePlan) {
+  two_nodes_running();
+  EXPECT_EQ(host().heard.node_rank, 0);
+  EXPECT_EQ(member().heard.node_rank, 1);
+  EXPECT_EQ(host().heard.topology->nnodes(), 2);
+  EXPECT_EQ(member().heard.topology->world_size, 2);
+  EXPECT_EQ(member().heard.topology->master_port, host().heard.topology->master_port);
+  EXPECT_EQ(member().heard.rounds, (std::vector<RoundStart>{{0, 0}}));
+}
+
+TEST_F(StoreLinkTest, TheHostIsNodeZeroWhateverItsArrival) {
+  add(true);
+  add(false);
+  member().join();  // arrival 0
+  settle();
+  host().join();  // arrival 1
+  settle();
+  EXPECT_EQ(host().heard.node_rank, 0);
+  EXPECT_EQ(member().heard.node_rank, 1);
+}
+
+TEST_F(StoreLinkTest, MoreAgentsThanNodesAtOnceFormTheJobAndRefuseTheRest) {
+  for (int order = 0; order < 4; ++order) {  // the host at each arrival position
+    FakeStore fresh(clock);
+    std::vector<std::unique_ptr<Agent>> four;
+    for (int i = 0; i < 4; ++i) {
+      four.push_back(std::make_unique<Agent>(fresh, config, clock, i == order, record()));
+    }
+    for (auto& a : four) {
+      a->join();
+    }
+    for (bool any = true; any;) {
+      any = false;
+      for (auto& a : four) {
+        while (a->conn.deliver_one()) {
+          any = true;
+        }
+      }
+    }
+    int joined = 0;
+    int refused = 0;
+    for (auto& a : four) {
+      joined += a->heard.joined() ? 1 : 0;
+      if (a->heard.failed) {
+        ++refused;
+        EXPECT_EQ(a->heard.failed->first, k_exit_rendezvous);
+        EXPECT_NE(a->heard.failed->second.find("more agents joined than --nnodes 2"),
+                  std::string::npos)
+            << a->heard.failed->second;
+      }
+    }
+    EXPECT_EQ(joined, 2) << "host at arrival " << order;
+    EXPECT_EQ(refused, 2) << "host at arrival " << order;
+    EXPECT_TRUE(four[static_cast<size_t>(order)]->heard.joined());
+  }
+}
+
+TEST_F(StoreLinkTest, AStrangerIsRefusedAloneAndTheJobGoesOn) {
+  add(true);
+  add(false, record(-1, "another program"));
+  host().join();
+  member().join();
+  settle();
+  ASSERT_TRUE(member().heard.failed);
+  EXPECT_EQ(member().heard.failed->first, k_exit_rendezvous);
+  EXPECT_NE(member().heard.failed->second.find("runs 'another program'"), std::string::npos);
+  EXPECT_FALSE(host().heard.failed) << "node 0 goes on waiting";
+  add(false);
+  member(2).join();
+  settle();
+  EXPECT_TRUE(host().heard.joined());
+  EXPECT_EQ(member(2).heard.node_rank, 1);
+}
+
+TEST_F(StoreLinkTest, ADisagreementOnTheJobsShapeEndsRendezvousOnEveryNode) {
+  add(true);
+  JoinRecord other = record();
+  other.nnodes = 3;
+  add(false, other);
+  host().join();
+  member().join();
+  advance(6s);  // node 0 waits (bounded) for the others to read why
+  ASSERT_TRUE(host().heard.failed && member().heard.failed);
+  EXPECT_EQ(host().heard.failed->first, k_exit_rendezvous);
+  EXPECT_EQ(member().heard.failed->first, k_exit_rendezvous);
+  EXPECT_NE(member().heard.failed->second.find("--nnodes 3 but node 0 has --nnodes 2"),
+            std::string::npos)
+      << member().heard.failed->second;
+}
+
+TEST_F(StoreLinkTest, NodeZeroTimesOutNamingTheMissingNodes) {
+  add(true);
+  host().join();
+  settle();
+  advance(61s);
+  ASSERT_TRUE(host().heard.failed);
+  EXPECT_EQ(host().heard.failed->first, k_exit_rendezvous);
+  EXPECT_NE(host().heard.failed->second.find("1/2 joined"), std::string::npos)
+      << host().heard.failed->second;
+}
+
+TEST_F(StoreLinkTest, AMemberWithoutNodeZeroTimesOut) {
+  add(false);
+  member(0).join();
+  settle();
+  advance(64s);
+  EXPECT_FALSE(member(0).heard.failed) << "it waits a little past its own deadline";
+  advance(2s);
+  ASSERT_TRUE(member(0).heard.failed);
+  EXPECT_NE(member(0).heard.failed->second.find("never published the job's plan"),
+            std::string::npos);
+}
+
+TEST_F(StoreLinkTest, AStalledReplyDelaysOnlyThatNode) {
+  add(true);
+  add(false);
+  member().conn.hold(true);
+  host().join();
+  member().join();  // its first request reaches the store; the answer waits
+  settle();
+  EXPECT_FALSE(member().heard.joined());
+  EXPECT_FALSE(host().heard.joined()) << "its record is not written until the ADD is answered";
+  member().conn.hold(false);
+  settle();
+  EXPECT_TRUE(host().heard.joined());
+  EXPECT_TRUE(member().heard.joined());
+}
+
+// --- the connection's failures, by kind --------------------------------------
+
+TEST_F(StoreLinkTest, AStoreThatCannotBeReachedIsARendezvousFailureWithAHint) {
+  add(false);
+  member(0).join();
+  member(0).conn.fail(StoreConnection::Failure::k_unreachable,
+                      "cannot reach the store at 10.0.0.1:29500 (Connection refused)");
+  ASSERT_TRUE(member(0).heard.failed);
+  EXPECT_EQ(member(0).heard.failed->first, k_exit_rendezvous);
+  EXPECT_NE(member(0).heard.failed->second.find("within --rdzv-timeout 60 s"), std::string::npos);
+}
+
+TEST_F(StoreLinkTest, ARefusedHandshakeIsARendezvousFailure) {
+  add(false);
+  member(0).join();
+  member(0).conn.fail(StoreConnection::Failure::k_refused,
+                      "store at 10.0.0.1:29500: refused this node: protocol version mismatch");
+  ASSERT_TRUE(member(0).heard.failed);
+  EXPECT_EQ(member(0).heard.failed->first, k_exit_rendezvous);
+  EXPECT_NE(member(0).heard.failed->second.find("version mismatch"), std::string::npos);
+}
+
+TEST_F(StoreLinkTest, AConnectionLostWhileJoiningIsExit4) {
+  add(false);
+  member(0).join();
+  settle();
+  member(0).conn.fail(StoreConnection::Failure::k_lost, "connection closed by the store");
+  ASSERT_TRUE(member(0).heard.failed);
+  EXPECT_EQ(member(0).heard.failed->first, k_exit_node_lost);
+}
+
+TEST_F(StoreLinkTest, AConnectionLostWhileRunningIsTheJobsVerdict) {
+  two_nodes_running();
+  member().conn.fail(StoreConnection::Failure::k_lost, "connection closed by the store");
+  ASSERT_EQ(member().heard.verdicts.size(), 1u);
+  EXPECT_EQ(member().heard.verdicts[0].exit_code, k_exit_node_lost);
+  EXPECT_NE(member().heard.verdicts[0].message.find("lost contact with the store"),
+            std::string::npos);
+}
+
+TEST_F(StoreLinkTest, AMemberWhoseConnectionClosesIsNamedLostAtOnce) {
+  two_nodes_running();
+  member().conn.fail(StoreConnection::Failure::k_lost, "killed");
+  settle();
+  ASSERT_EQ(host().heard.verdicts.size(), 1u) << "its ON_CLOSE word, not a heartbeat timeout";
+  EXPECT_EQ(host().heard.verdicts[0].exit_code, k_exit_node_lost);
+  EXPECT_EQ(host().heard.verdicts[0].lost, 1);
+  EXPECT_NE(host().heard.verdicts[0].message.find("node 1 (h1) was lost"), std::string::npos);
+}
+
+// --- verdicts -----------------------------------------------------------------
+
+TEST_F(StoreLinkTest, AStopReachesEveryNodeAndIsConfirmed) {
+  two_nodes_running();
+  member().link->publish_stop(failure(1));
+  settle();
+  ASSERT_EQ(host().heard.verdicts.size(), 1u);
+  ASSERT_EQ(member().heard.verdicts.size(), 1u);
+  EXPECT_EQ(host().heard.verdicts[0], failure(1));
+  EXPECT_TRUE(member().link->stop_confirmed());
+}
+
+TEST_F(StoreLinkTest, TheFirstStopWinsOnEveryNode) {
+  two_nodes_running();
+  host().link->publish_stop(failure(0, 3));
+  member().link->publish_stop(failure(1, 9));
+  settle();
+  EXPECT_EQ(host().heard.verdicts, (std::vector<JobVerdict>{failure(0, 3)}));
+  EXPECT_EQ(member().heard.verdicts, (std::vector<JobVerdict>{failure(0, 3)}));
+}
+
+TEST_F(StoreLinkTest, SuccessNeedsEveryNode) {
+  two_nodes_running();
+  host().link->publish_success();
+  settle();
+  EXPECT_TRUE(host().heard.verdicts.empty());
+  member().link->publish_success();
+  settle();
+  ASSERT_EQ(host().heard.verdicts.size(), 1u);
+  EXPECT_TRUE(host().heard.verdicts[0].success());
+  ASSERT_EQ(member().heard.verdicts.size(), 1u);
+  EXPECT_TRUE(member().heard.verdicts[0].success());
+}
+
+TEST_F(StoreLinkTest, AStopSignalWhileJoiningEndsRendezvousEverywhere) {
+  config.nnodes = 3;
+  add(true, record());
+  add(false, record());
+  host().self.nnodes = member().self.nnodes = 3;
+  host().join();
+  member().join();
+  settle();
+  member().link->publish_stop(JobVerdict{130, "node ? received SIGINT", std::nullopt, -1});
+  settle();
+  ASSERT_EQ(host().heard.verdicts.size(), 1u);
+  EXPECT_EQ(host().heard.verdicts[0].exit_code, 130);
+  EXPECT_FALSE(host().heard.joined());
+}
+
+TEST_F(StoreLinkTest, AMalformedVerdictRecordIsExit4NotACrash) {
+  two_nodes_running();
+  write(keys::stop(0), "{not json");
+  settle();
+  ASSERT_EQ(member().heard.verdicts.size(), 1u);
+  EXPECT_EQ(member().heard.verdicts[0].exit_code, k_exit_node_lost);
+  EXPECT_NE(member().heard.verdicts[0].message.find("malformed job/0/stop"), std::string::npos);
+}
+
+// --- a member against records the test writes (node 0 played by hand) -------
+
+class MemberAlone : public StoreLinkTest {
+ protected:
+  void SetUp() override {
+    add(false, record(1));
+    member(0).join();
+    settle();
+  }
+  Topology plan(int nproc_of_node1 = 1) const {
+    Topology t;
+    t.master_addr = "10.0.0.1";
+    t.master_port = 1234;
+    t.sizes = {{1, 1}, {nproc_of_node1, 1}};
+    t.world_size = 1 + nproc_of_node1;
+    return t;
+  }
+  void answer(const std::string& text) { write(keys::plan(0), text); }
+};
+
+TEST_F(MemberAlone, AVerdictHeardBeforeItsAnswerIsReadAfterTheAnswer) {
+  write(keys::stop(0), encode_verdict(failure(0)));
+  settle();
+  EXPECT_TRUE(member(0).heard.verdicts.empty()) << "deferred: its answer comes first";
+  answer(encode_answer(JoinAnswer{1, "", false}));
+  write(keys::k_plan, encode_plan(PlanRecord{plan(), ""}));
+  settle();
+  ASSERT_TRUE(member(0).heard.joined());
+  EXPECT_EQ(member(0).heard.verdicts, (std::vector<JobVerdict>{failure(0)}))
+      << "it restarts with the others instead of ending alone";
+}
+
+TEST_F(MemberAlone, ARefusedAgentHearingTheJobsSuccessEndsWithItsRefusal) {
+  JobVerdict success;
+  write(keys::stop(0), encode_verdict(success));
+  answer(encode_answer(JoinAnswer{-1, "more agents joined than --nnodes 2", false}));
+  settle();
+  ASSERT_TRUE(member(0).heard.failed);
+  EXPECT_EQ(member(0).heard.failed->first, k_exit_rendezvous);
+  EXPECT_TRUE(member(0).heard.verdicts.empty()) << "never the job's success";
+}
+
+TEST_F(MemberAlone, ARankOutsideTheJobIsRefusedBeforeAnyIndexing) {
+  answer(encode_answer(JoinAnswer{5, "", false}));
+  write(keys::k_plan, encode_plan(PlanRecord{plan(), ""}));
+  settle();
+  ASSERT_TRUE(member(0).heard.failed);
+  EXPECT_NE(member(0).heard.failed->second.find("node rank 5 is outside the job's 2 nodes"),
+            std::string::npos)
+      << member(0).heard.failed->second;
+}
+
+TEST_F(MemberAlone, AForgedPlanWithTheWrongWorkerCountIsNamed) {
+  answer(encode_answer(JoinAnswer{1, "", false}));
+  write(keys::k_plan, encode_plan(PlanRecord{plan(5), ""}));
+  settle();
+  ASSERT_TRUE(member(0).heard.failed);
+  EXPECT_NE(member(0).heard.failed->second.find("5 workers, this node starts 1"),
+            std::string::npos);
+}
+
+TEST_F(MemberAlone, AMalformedAnswerIsNamed) {
+  answer("garbage");
+  settle();
+  ASSERT_TRUE(member(0).heard.failed);
+  EXPECT_NE(member(0).heard.failed->second.find("malformed answer (rdzv/plan/0)"),
+            std::string::npos);
+  EXPECT_EQ(store.value(keys::ack(0)), "1") << "it said it read node 0's answer";
+}
+
+// --- the run, its end, and rounds ------------------------------------------------
+
+TEST_F(StoreLinkTest, NodeZeroFindsASilentNodeLostAfterTheHeartbeatTimeout) {
+  two_nodes_running();
+  advance(5s);
+  EXPECT_TRUE(host().heard.verdicts.empty()) << "both beat";
+  advance(12s, /*tick_members=*/false);
+  ASSERT_EQ(host().heard.verdicts.size(), 1u);
+  EXPECT_EQ(host().heard.verdicts[0].lost, 1);
+  EXPECT_NE(host().heard.verdicts[0].message.find("no heartbeat for 10 s"), std::string::npos);
+}
+
+TEST_F(StoreLinkTest, NodeZeroGathersEveryNodesResults) {
+  two_nodes_running();
+  host().link->publish_stop(failure(1));
+  settle();
+  RankOutcome mine;
+  mine.rank = 0;
+  RankOutcome theirs;
+  theirs.rank = 1;
+  theirs.node_rank = 1;
+  host().link->finish({mine});
+  settle();
+  EXPECT_FALSE(host().heard.finished) << "it waits for node 1's";
+  member().link->finish({theirs});
+  settle();
+  ASSERT_TRUE(host().heard.finished && member().heard.finished);
+  ASSERT_EQ(host().heard.finished->size(), 2u);
+  EXPECT_EQ((*host().heard.finished)[1].rank, 1);
+  EXPECT_EQ(member().heard.finished->size(), 1u);
+}
+
+TEST_F(StoreLinkTest, AMemberLeavesWhenNodeZeroDoesNotAcknowledgeItsResults) {
+  two_nodes_running();
+  member().conn.hold(true);
+  member().link->finish({});
+  advance(500ms);
+  EXPECT_FALSE(member().heard.finished);
+  advance(600ms);
+  EXPECT_TRUE(member().heard.finished);
+}
+
+TEST_F(StoreLinkTest, AnAbandoningNodeReportsNoRanks) {
+  two_nodes_running();
+  member().link->abandon();
+  EXPECT_FALSE(member().link->abandoned());
+  settle();
+  EXPECT_TRUE(member().link->abandoned());
+  EXPECT_EQ(store.value(keys::result(0, 1)), encode_outcomes({}));
+}
+
+TEST_F(StoreLinkTest, ARestartMeetsAgainInTheRoundTheAgentNumbers) {
+  config.max_restarts = 3;
+  two_nodes_running();
+  const int first_port = host().heard.topology->master_port;
+  host().link->publish_stop(failure(1));
+  settle();
+  host().link->next_round({}, RoundStart{1, 1});
+  member().link->next_round({}, RoundStart{1, 1});
+  settle();
+  ASSERT_EQ(host().heard.rounds.size(), 2u);
+  EXPECT_EQ(host().heard.rounds[1], (RoundStart{1, 1}));
+  EXPECT_EQ(member().heard.rounds[1], (RoundStart{1, 1})) << "the restarts come in the plan";
+  EXPECT_NE(member().heard.topology->master_port, first_port) << "a fresh MASTER_PORT";
+  EXPECT_TRUE(store.value(keys::round_plan(1)));
+  // The new round's verdict is heard; the old one's is not heard twice.
+  member().link->publish_stop(failure(0, 5));
+  settle();
+  EXPECT_EQ(host().heard.verdicts.back(), failure(0, 5));
+  EXPECT_EQ(host().heard.verdicts.size(), 2u);
+}
+
+TEST_F(StoreLinkTest, TheLinkUsesTheRoundItIsGivenNotOneItCounts) {
+  config.max_restarts = 9;
+  two_nodes_running();
+  host().link->publish_stop(failure(1));
+  settle();
+  host().link->next_round({}, RoundStart{5, 2});
+  member().link->next_round({}, RoundStart{5, 2});
+  settle();
+  EXPECT_EQ(member().heard.rounds.back(), (RoundStart{5, 2}));
+  EXPECT_TRUE(store.value(keys::round_plan(5)));
+  EXPECT_TRUE(store.value(keys::result(0, 1))) << "the ended round's results";
+}
+
+TEST_F(StoreLinkTest, ANodeThatDoesNotComeBackEndsAFixedSizeJob) {
+  config.max_restarts = 1;
+  two_nodes_running();
+  host().link->publish_stop(failure(0));
+  settle();
+  host().link->next_round({}, RoundStart{1, 1});
+  advance(21s);  // term 5 + heartbeat 10 + 5
+  ASSERT_EQ(host().heard.verdicts.size(), 2u);
+  EXPECT_EQ(host().heard.verdicts[1].exit_code, k_exit_node_lost);
+  EXPECT_NE(host().heard.verdicts[1].message.find("did not end round 0's workers in time"),
+            std::string::npos)
+      << host().heard.verdicts[1].message;
+}
+
+TEST_F(StoreLinkTest, NextRoundAfterTheStoreWentIsExit4) {
+  two_nodes_running();
+  member().link->publish_stop(failure(1));
+  settle();
+  member().conn.fail(StoreConnection::Failure::k_lost, "connection closed by the store");
+  member().link->next_round({}, RoundStart{1, 1});
+  ASSERT_TRUE(member().heard.failed);
+  EXPECT_EQ(member().heard.failed->first, k_exit_node_lost);
+  EXPECT_NE(member().heard.failed->second.find("before the restart"), std::string::npos);
+}
+
+// --- membership while the job runs -----------------------------------------------
+
+TEST_F(StoreLinkTest, AnAgentThatComesOnceAFixedSizeJobRunsIsRefused) {
+  two_nodes_running();
+  add(false);
+  member(2).join();
+  settle();
+  ASSERT_TRUE(member(2).heard.failed);
+  EXPECT_EQ(member(2).heard.failed->first, k_exit_rendezvous);
+  EXPECT_TRUE(host().heard.verdicts.empty()) << "the job goes on";
+}
+
+TEST_F(StoreLinkTest, AnElasticJobAdmitsALateNodeByRegrouping) {
+  config.nnodes_min = 1;
+  config.nnodes = 2;
+  config.max_restarts = 1;
+  config.rdzv_last_call_s = 1;
+  add(true);
+  host().join();
+  settle();
+  advance(2s);  // the last call passes: one node runs
+  ASSERT_TRUE(host().heard.joined());
+  EXPECT_EQ(host().heard.topology->nnodes(), 1);
+  add(false);
+  member().join();
+  settle();
+  EXPECT_FALSE(member().heard.failed) << "it waits";
+  EXPECT_FALSE(member().link->admitted());
+  advance(2s);  // node 0 sees every node of the round started: it regroups
+  ASSERT_EQ(host().heard.verdicts.size(), 1u);
+  EXPECT_TRUE(host().heard.verdicts[0].regroup);
+  host().link->next_round({}, RoundStart{1, 0});
+  settle();
+  ASSERT_TRUE(member().heard.joined());
+  EXPECT_EQ(member().heard.topology->nnodes(), 2);
+  EXPECT_EQ(member().heard.rounds.back(), (RoundStart{1, 0}));
+  EXPECT_EQ(host().heard.rounds.back(), (RoundStart{1, 0}));
+}
+
+}  // namespace
+}  // namespace ddplaunch
