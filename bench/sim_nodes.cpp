@@ -196,6 +196,8 @@ int main(int argc, char** argv) {
   }
   run_until(&State::joined);
   const auto joined = Steady::now();
+  std::fprintf(stderr, "joined\n");  // scale.py counts node 0's fds now
+  std::fflush(stderr);
 
   nodes[0]->link->publish_stop(
       JobVerdict{7, "node 1 (sim1): a simulated failure", std::nullopt, 1});

@@ -119,7 +119,7 @@ void HostLink::start_first_round() {
 // a connection's writes in order, so a node that reads its answer finds the
 // plan next. Each node reads a constant number of bytes, whatever the job's
 // size.
-void HostLink::publish_plan(const JobPlan& plan) {
+void HostLink::publish_plan(JobPlan plan) {
   for (size_t arrival = 0; arrival < plan.node_rank_of_arrival.size(); ++arrival) {
     const int rank = plan.node_rank_of_arrival[arrival];
     if (rank >= 0 && static_cast<int>(arrival) != m_self.arrival) {
@@ -133,8 +133,12 @@ void HostLink::publish_plan(const JobPlan& plan) {
     return;
   }
   const int node_rank = plan.node_rank_of_arrival[self];
-  m_store.set(keys::k_plan, encode_plan(PlanRecord{plan.topology, ""}),
-              [this, topology = plan.topology, node_rank] { start_job(topology, node_rank); });
+  // Lent to the record and taken back: a plan of 16,384 nodes is not copied.
+  PlanRecord record{std::move(plan.topology), ""};
+  const std::string text = encode_plan(record);
+  m_store.set(keys::k_plan, text, [this, topology = std::move(*record.topology), node_rank] {
+    start_job(topology, node_rank);
+  });
 }
 
 // Node 0 publishes why rendezvous failed, and keeps the store up until every

@@ -23,9 +23,9 @@ std::string nnodes_text(const Config& c) {
 }  // namespace
 
 // Node 0 watches every node, and it knows them all.
-void HostLink::round_starting(TimePoint t) {
+void HostLink::round_starting(const Topology& topology, TimePoint t) {
   m_hosts.assign(static_cast<size_t>(m_nnodes), "");
-  for (const auto& n : m_topology.nodes) {
+  for (const auto& n : topology.nodes) {
     m_hosts.at(static_cast<size_t>(n.node_rank)) = n.host;
   }
   m_last_beat.assign(static_cast<size_t>(m_nnodes), {-1, t});
@@ -232,7 +232,7 @@ void HostLink::form_next_round() {
 
 // Each member's node rank and each admitted node's admission, then the plan
 // they wait for (the store carries out a connection's writes in order).
-void HostLink::publish_round(const JobPlan& plan) {
+void HostLink::publish_round(JobPlan plan) {
   const int round = m_round.round;
   for (size_t arrival = 0; arrival < plan.node_rank_of_arrival.size(); ++arrival) {
     if (const int rank = plan.node_rank_of_arrival[arrival]; rank >= 0) {
@@ -248,8 +248,12 @@ void HostLink::publish_round(const JobPlan& plan) {
               plan.topology.nnodes() == 1 ? "" : "s", m_gone.size(), plan.admitted.size());
   }
   const int node_rank = plan.node_rank_of_arrival.at(static_cast<size_t>(m_self.arrival));
-  m_store.set(keys::round_plan(round), encode_plan(PlanRecord{plan.topology, "", m_round.restarts}),
-              [this, topology = plan.topology, node_rank] { start_job(topology, node_rank); });
+  PlanRecord record{std::move(plan.topology), "", m_round.restarts};
+  const std::string text = encode_plan(record);
+  m_store.set(keys::round_plan(round), text,
+              [this, topology = std::move(*record.topology), node_rank] {
+                start_job(topology, node_rank);
+              });
 }
 
 // The job ends: the nodes still waiting to be admitted are told so.

@@ -143,7 +143,7 @@ void MemberLink::take_assignment(Topology topology, int node_rank, const std::st
   start_job(topology, node_rank);
 }
 
-void MemberLink::round_starting(TimePoint) {
+void MemberLink::round_starting(const Topology&, TimePoint) {
   if (m_last_word != std::pair(m_round.round, m_node_rank)) {
     leave_last_word();  // a survivor's was left when the round began (next_round)
   }

@@ -27,7 +27,7 @@ class MemberLink : public StoreLink {
   void round_ended(int ended, const std::set<int>& lost) override;
   void results_sent() override;
   void report_progress(long long waited_s) override;
-  void round_starting(TimePoint now) override;
+  void round_starting(const Topology& topology, TimePoint now) override;
   void round_starting_soon() override;
 
  private:

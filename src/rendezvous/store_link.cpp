@@ -101,10 +101,9 @@ void StoreLink::start_job(const Topology& topology, int node_rank) {
   }
   m_phase = Phase::k_running;
   m_node_rank = node_rank;
-  m_topology = topology;
   m_nnodes = topology.nnodes();
   m_next_tick = now();
-  round_starting(m_next_tick);
+  round_starting(topology, m_next_tick);
   m_listener->on_joined(topology, node_rank, m_round);
   if (auto verdict = std::exchange(m_deferred, std::nullopt)) {
     deliver(*verdict);

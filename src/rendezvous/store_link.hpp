@@ -73,8 +73,8 @@ class StoreLink : public JobLink {
   virtual void results_sent() = 0;
   // The periodic progress line while joining the first round, once connected.
   virtual void report_progress(long long waited_s) = 0;
-  // The round starts here (on_joined() follows).
-  virtual void round_starting(TimePoint) {}
+  // The round starts here with `topology` (on_joined() follows).
+  virtual void round_starting(const Topology&, TimePoint) {}
   // The Agent asked for the next round (next_round()); it is being formed.
   virtual void round_starting_soon() {}
   // A heartbeat tick while the round runs.
@@ -105,9 +105,8 @@ class StoreLink : public JobLink {
   std::optional<JobVerdict> m_deferred;  // the round's verdict, heard before it started here
   bool m_stop_confirmed = false;
   bool m_abandoned = false;
-  bool m_waiting = false;  // joined a running elastic job: not admitted yet
-  std::set<int> m_lost;    // nodes the round's verdict says are lost
-  Topology m_topology;
+  bool m_waiting = false;        // joined a running elastic job: not admitted yet
+  std::set<int> m_lost;          // nodes the round's verdict says are lost
   TimePoint m_round_deadline{};  // by when the next round must start
   int m_node_rank = -1;
   int m_nnodes = 0;
