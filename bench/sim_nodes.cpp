@@ -64,7 +64,8 @@ struct AgentNode : JobLink::Listener {
     config.heartbeat_interval_s = 1;
     config.heartbeat_timeout_s = 600;
     store = std::make_unique<AsyncClient>(config.master_addr, port, Ms(600'000), Ms(600'000));
-    link = make_store_link(config, *store, clock, false);
+    link =
+        make_store_link(config, StoreAddress{config.master_addr, port, ""}, *store, clock, false);
     link->set_listener(*this);
   }
   std::optional<Steady::time_point> deadline() const {

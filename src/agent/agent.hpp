@@ -21,6 +21,7 @@
 #include "config/config.hpp"
 #include "env/env_map.hpp"
 #include "env/plan.hpp"
+#include "node/identity.hpp"
 #include "output/error_files.hpp"
 #include "output/router.hpp"
 #include "posix/clock.hpp"
@@ -30,19 +31,6 @@
 #include "supervise/verdict.hpp"
 
 namespace ddplaunch {
-
-// This node as the agent presents it to the job.
-struct NodeIdentity {
-  std::string host;               // host name
-  std::string addr;               // advertised address
-  int nproc = 1;                  // workers (--nproc-per-node resolved)
-  int free_port = 0;              // MASTER_PORT for a one-node job without --worker-port
-  std::vector<int> worker_ports;  // one reserved port per worker (--env-style tf)
-  std::string ifname;             // the interface holding it (gloo's and NCCL's); empty: unset
-  std::vector<Binding> bindings;  // CPUs and GPUs per local rank; empty: inherited
-  // A fresh MASTER_PORT for a one-node job's next round; unset: the same again.
-  std::function<int()> pick_port;
-};
 
 // How long an agent that stopped the job waits for the store to confirm the
 // verdict before it ends with its own. Default: 500 ms.

@@ -19,9 +19,9 @@ constexpr auto k_ack_wait = Ms(5000);  // how long node 0 keeps the store up for
 
 }  // namespace
 
-HostLink::HostLink(const Config& config, StoreConnection& connection, const Clock& clock,
-                   PortPicker pick_port)
-    : StoreLink(config, connection, clock), m_pick_port(std::move(pick_port)) {}
+HostLink::HostLink(const Config& config, StoreAddress address, StoreConnection& connection,
+                   const Clock& clock, PortPicker pick_port)
+    : StoreLink(config, std::move(address), connection, clock), m_pick_port(std::move(pick_port)) {}
 
 // The store host is part of the job whenever it came: its own record first,
 // then the others' in arrival order.
@@ -109,7 +109,7 @@ void HostLink::refuse(int arrival, const std::string& why) {
 }
 
 void HostLink::start_first_round() {
-  publish_plan(m_planner->plan(m_config.master_addr, worker_port()));
+  publish_plan(m_planner->plan(m_address.host, worker_port()));
   // Whoever joins from now on is answered while the job runs: an elastic
   // job's newcomer waits for a round, any other is one node too many.
   watch_arrivals();

@@ -23,8 +23,8 @@ namespace ddplaunch {
 class HostLink : public StoreLink {
  public:
   using PortPicker = std::function<int()>;
-  HostLink(const Config& config, StoreConnection& connection, const Clock& clock,
-           PortPicker pick_port);
+  HostLink(const Config& config, StoreAddress address, StoreConnection& connection,
+           const Clock& clock, PortPicker pick_port);
 
  protected:
   bool hosts_store() const override { return true; }

@@ -204,7 +204,7 @@ void HostLink::form_next_round() {
     return;
   }
   auto publish = [this](const std::set<int>& left) {
-    publish_round(m_planner->next_round(m_gone, left, m_config.master_addr, worker_port()));
+    publish_round(m_planner->next_round(m_gone, left, m_address.host, worker_port()));
   };
   std::vector<int> waiting;
   std::vector<std::string> left_keys;

@@ -1,6 +1,16 @@
 #include "rendezvous/store_host.hpp"
 
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <system_error>
 
 #include "ddplaunch/error.hpp"
@@ -18,50 +28,128 @@ namespace {
 // Every interface (as TCPStore), so that other hosts reach node 0 whatever its
 // own name resolves to there (Debian maps it to 127.0.1.1); loopback for a
 // loopback job; or what --store-bind says.
-std::string store_bind_address(const Config& c) {
+std::string store_bind_address(const Config& c, const std::string& master_addr) {
   if (!c.store_bind.empty()) {
     return c.store_bind;
   }
-  return posix::is_loopback(c.master_addr) ? c.master_addr : "";
+  return posix::is_loopback(master_addr) ? master_addr : "";
 }
 
 }  // namespace
 
-std::unique_ptr<StoreServer> host_store(const Config& config) {
+std::unique_ptr<StoreServer> host_store(const Config& config, const StoreAddress& address) {
   const bool explicit_host = config.node_rank == 0;
-  if (!explicit_host && (config.node_rank || !posix::is_local_address(config.master_addr))) {
+  if (!explicit_host && (config.node_rank || !posix::is_local_address(address.host))) {
     return nullptr;
   }
   try {
     StoreOptions options;
-    options.token = config.rdzv_token;
+    options.token = address.token;
     if (!options.token.empty()) {
       options.worker_token = auth::worker_token(options.token);  // the workers' (launch.cpp)
     }
     // One connection per agent: the job's own nodes are never refused.
     options.max_clients = std::max(config.rdzv_max_clients, config.nnodes + 64);
-    auto server = std::make_unique<StoreServer>(store_bind_address(config), config.master_port,
-                                                std::move(options));
-    log::debug("hosting the store on {}:{}", config.master_addr, config.master_port);
+    auto server = std::make_unique<StoreServer>(store_bind_address(config, address.host),
+                                                address.port, std::move(options));
+    log::debug("hosting the store on {}:{}", address.host, address.port);
     return server;
   } catch (const std::system_error& e) {
     if (explicit_host) {
       throw LaunchError(k_exit_rendezvous,
                         "node 0 cannot host the store: " + std::string(e.what()) +
-                            "; is another job using --master-port " +
-                            std::to_string(config.master_port) + "? choose a free port");
+                            "; is another job using --master-port " + std::to_string(address.port) +
+                            "? choose a free port");
     }
     return nullptr;  // another agent on this host got there first: it is node 0
   }
 }
 
-std::unique_ptr<StoreLink> make_store_link(const Config& config, StoreConnection& connection,
-                                           const Clock& clock, bool hosting) {
+std::unique_ptr<StoreLink> make_store_link(const Config& config, const StoreAddress& address,
+                                           StoreConnection& connection, const Clock& clock,
+                                           bool hosting) {
   if (hosting) {
-    return std::make_unique<HostLink>(config, connection, clock,
+    return std::make_unique<HostLink>(config, address, connection, clock,
                                       [] { return posix::pick_free_port(); });
   }
-  return std::make_unique<MemberLink>(config, connection, clock);
+  return std::make_unique<MemberLink>(config, address, connection, clock);
+}
+
+// The job's secret: --rdzv-token-file, else DDPLAUNCH_RDZV_TOKEN; trailing
+// whitespace (a file's newline) is not part of it. Empty: none.
+std::string load_token(const Config& config, const EnvMap& env) {
+  std::string token;
+  if (!config.rdzv_token_file.empty()) {
+    std::ifstream in(config.rdzv_token_file, std::ios::binary);
+    if (!in) {
+      throw UsageError("--rdzv-token-file " + config.rdzv_token_file + ": cannot read it (" +
+                       std::strerror(errno) + "); give a readable file holding the job's secret");
+    }
+    token.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    struct stat st = {};
+    if (::stat(config.rdzv_token_file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      log::warn("--rdzv-token-file {} can be read by other users: chmod 600 it",
+                config.rdzv_token_file);
+    }
+  } else if (auto it = env.find("DDPLAUNCH_RDZV_TOKEN"); it != env.end()) {
+    token = it->second;
+  }
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
+    token.pop_back();
+  }
+  if (token.empty() && (!config.rdzv_token_file.empty() || env.contains("DDPLAUNCH_RDZV_TOKEN"))) {
+    throw UsageError(
+        "the job token is empty: put a secret in --rdzv-token-file or DDPLAUNCH_RDZV_TOKEN "
+        "(for example: head -c 32 /dev/urandom | base64 > token; chmod 600 token)");
+  }
+  return token;
+}
+
+// Where every worker finds the job's store (`ddplaunch store`,
+// StoreClient::from_environment(), docs/ENVIRONMENT.md): node 0's in a
+// multi-node job, with the workers' credential if the job has a token; a one-node job's own on
+// loopback, with a fresh secret. Workers' keys live under the prefix.
+std::unique_ptr<StoreServer> give_workers_a_store(const Config& config, const StoreAddress& address,
+                                                  EnvMap& worker_env) {
+  std::unique_ptr<StoreServer> own;
+  // Never the job's token itself: a credential derived from it, which node
+  // 0's store admits as well.
+  std::string token = address.token.empty() ? "" : auth::worker_token(address.token);
+  if (config.nnodes == 1) {
+    StoreOptions options;
+    // From the kernel directly: OpenSSL's generator would cost the launcher
+    // ~2 MiB of memory at start for a secret nobody outside this host needs.
+    std::array<unsigned char, 32> secret{};
+    if (::getrandom(secret.data(), secret.size(), 0) != static_cast<ssize_t>(secret.size())) {
+      throw std::system_error(errno, std::generic_category(), "getrandom");
+    }
+    static constexpr char k_hex[] = "0123456789abcdef";
+    for (const unsigned char c : secret) {
+      options.token += k_hex[c >> 4];
+      options.token += k_hex[c & 15];
+    }
+    token = options.token;
+    own = std::make_unique<StoreServer>("127.0.0.1", 0, std::move(options));
+    worker_env["DDPLAUNCH_STORE_ADDR"] = "127.0.0.1";
+    worker_env["DDPLAUNCH_STORE_PORT"] = std::to_string(own->port());
+  } else {
+    worker_env["DDPLAUNCH_STORE_ADDR"] = address.host;
+    worker_env["DDPLAUNCH_STORE_PORT"] = std::to_string(address.port);
+  }
+  if (token.empty()) {
+    worker_env.erase("DDPLAUNCH_STORE_TOKEN");
+  } else {
+    worker_env["DDPLAUNCH_STORE_TOKEN"] = token;
+  }
+  worker_env["DDPLAUNCH_STORE_PREFIX"] = "user/";
+  // The launcher's own path, so that `"$DDPLAUNCH_EXE" store ...` works in a
+  // worker when ddplaunch was started by path and is not on PATH.
+  std::array<char, 4096> exe{};
+  const ssize_t n = ::readlink("/proc/self/exe", exe.data(), exe.size() - 1);
+  if (n > 0) {
+    worker_env["DDPLAUNCH_EXE"] = std::string(exe.data(), static_cast<size_t>(n));
+  }
+  return own;
 }
 
 }  // namespace ddplaunch

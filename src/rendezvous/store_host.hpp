@@ -1,11 +1,13 @@
-// Hosting the job's store, and building the link that fits: node 0 (the
-// agent that hosts the store) gets a HostLink, every other agent a
-// MemberLink, both over one connection to the store.
+// The job's store, as the launcher sets it up: the secret it checks (read
+// once), hosting it on node 0, the link that fits (node 0 gets a HostLink,
+// every other agent a MemberLink, both over one connection to the store),
+// and the store the workers are given. Reads files and binds sockets.
 #pragma once
 
 #include <memory>
 
 #include "config/config.hpp"
+#include "env/env_map.hpp"
 #include "posix/clock.hpp"
 #include "rendezvous/store_link.hpp"
 #include "store/connection.hpp"
@@ -18,10 +20,26 @@ namespace ddplaunch {
 // node 0 (another agent on this host got there first: null). Null on every
 // other node. Throws LaunchError (exit 3) when --node-rank 0 cannot bind the
 // port.
-std::unique_ptr<StoreServer> host_store(const Config& config);
+std::unique_ptr<StoreServer> host_store(const Config& config, const StoreAddress& address);
 
-// A HostLink when `hosting`, else a MemberLink. Each argument must outlive it.
-std::unique_ptr<StoreLink> make_store_link(const Config& config, StoreConnection& connection,
-                                           const Clock& clock, bool hosting);
+// A HostLink when `hosting`, else a MemberLink. `config`, `connection` and
+// `clock` must outlive it.
+std::unique_ptr<StoreLink> make_store_link(const Config& config, const StoreAddress& address,
+                                           StoreConnection& connection, const Clock& clock,
+                                           bool hosting);
+
+// The job's secret: --rdzv-token-file, else DDPLAUNCH_RDZV_TOKEN; trailing
+// whitespace (a file's newline) is not part of it. Empty: none. Throws
+// UsageError for a file that cannot be read or an empty secret.
+std::string load_token(const Config& config, const EnvMap& env);
+
+// Where every worker finds the job's store (`ddplaunch store`,
+// StoreClient::from_environment(), docs/ENVIRONMENT.md), written into
+// `worker_env`: node 0's in a multi-node job, with the workers' credential
+// (derived from the job's token, never the token itself); a one-node job's
+// own on loopback, with a fresh secret, which is returned (null otherwise).
+// Also DDPLAUNCH_EXE, the launcher's own path.
+std::unique_ptr<StoreServer> give_workers_a_store(const Config& config, const StoreAddress& address,
+                                                  EnvMap& worker_env);
 
 }  // namespace ddplaunch

@@ -19,11 +19,13 @@ constexpr auto k_result_ack_wait = Ms(1000);
 
 }  // namespace
 
-StoreLink::StoreLink(const Config& config, StoreConnection& connection, const Clock& clock)
+StoreLink::StoreLink(const Config& config, StoreAddress address, StoreConnection& connection,
+                     const Clock& clock)
     : m_config(config),
+      m_address(std::move(address)),
       m_store(connection),
       m_clock(clock),
-      m_where(config.master_addr + ":" + std::to_string(config.master_port)) {}
+      m_where(m_address.host + ":" + std::to_string(m_address.port)) {}
 
 std::string StoreLink::seconds_text(double s) {
   return std::to_string(static_cast<long long>(s));

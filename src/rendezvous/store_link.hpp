@@ -26,6 +26,15 @@
 
 namespace ddplaunch {
 
+// Where the job's store is and the secret it checks, resolved at run time
+// (the token read from its file, node 0's address through PMIx), so that
+// the Config stays as validated.
+struct StoreAddress {
+  std::string host;   // node 0's address as this node dials it
+  int port = 0;       // --master-port
+  std::string token;  // the job's secret; empty: none
+};
+
 class StoreLink : public JobLink {
  public:
   using TimePoint = Clock::TimePoint;
@@ -34,7 +43,8 @@ class StoreLink : public JobLink {
 
   // Each must outlive the link. `connection` is fresh: join() sets its
   // failure handler and sends the first requests.
-  StoreLink(const Config& config, StoreConnection& connection, const Clock& clock);
+  StoreLink(const Config& config, StoreAddress address, StoreConnection& connection,
+            const Clock& clock);
   ~StoreLink() override = default;
   // Who hears the link's answers; set before join().
   void set_listener(Listener& listener) { m_listener = &listener; }
@@ -91,6 +101,7 @@ class StoreLink : public JobLink {
   static std::string seconds_text(double s);
 
   const Config& m_config;
+  const StoreAddress m_address;
   StoreConnection& m_store;
   const Clock& m_clock;
   Listener* m_listener = nullptr;

@@ -4,7 +4,7 @@
 
 #include "cli/cli.hpp"
 #include "cluster/openmpi.hpp"
-#include "cluster/pmix_exchange.hpp"
+#include "rendezvous/pmix_exchange.hpp"
 #include "cluster/precedence.hpp"
 #include "cluster/slurm.hpp"
 #include "ddplaunch/error.hpp"

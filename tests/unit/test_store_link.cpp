@@ -157,10 +157,11 @@ struct Agent {
   Agent(FakeStore& store, const Config& config, FakeClock& clock, bool host, JoinRecord record)
       : conn(store), self(std::move(record)) {
     static int port = 40000;
+    const StoreAddress address{config.master_addr, config.master_port, ""};
     if (host) {
-      link = std::make_unique<HostLink>(config, conn, clock, [] { return ++port; });
+      link = std::make_unique<HostLink>(config, address, conn, clock, [] { return ++port; });
     } else {
-      link = std::make_unique<MemberLink>(config, conn, clock);
+      link = std::make_unique<MemberLink>(config, address, conn, clock);
     }
     link->set_listener(heard);
   }

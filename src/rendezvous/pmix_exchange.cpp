@@ -1,7 +1,6 @@
-#include "cluster/pmix_exchange.hpp"
+#include "rendezvous/pmix_exchange.hpp"
 
 #include <dlfcn.h>
-#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -16,7 +15,6 @@
 #include "log.hpp"
 #include "posix/fd.hpp"
 #include "posix/interfaces.hpp"
-#include "supervise/signal_policy.hpp"
 
 #if DDPLAUNCH_HAVE_PMIX
 #include <pmix.h>
@@ -169,7 +167,7 @@ std::string choose_master_addr(const std::vector<std::string>& master_addrs,
 }
 
 std::string pmix_exchange_master_addr(int node_rank, const std::vector<std::string>& own_addrs,
-                                      std::chrono::milliseconds timeout, posix::SignalFd& signals) {
+                                      std::chrono::milliseconds timeout, const WaitReadable& wait) {
 #if DDPLAUNCH_HAVE_PMIX
   PmixApi api;
   std::string why;
@@ -183,41 +181,26 @@ std::string pmix_exchange_master_addr(int node_rank, const std::vector<std::stri
   }
   const int timeout_s = static_cast<int>(std::max<int64_t>(1, timeout.count() / 1000));
   // The exchange blocks; it runs on its own thread (which inherits the
-  // blocked signals) so a stop signal still ends the wait.
+  // blocked signals) while the caller's wait watches the signals too.
   auto result = std::make_shared<Outcome>();
-  posix::Fd done(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  const int done_fd = done.get();
-  std::thread worker([api, node_rank, mine, timeout_s, result, done_fd] {
+  auto done = std::make_shared<posix::Fd>(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  std::thread worker([api, node_rank, mine, timeout_s, result, done] {
     *result = exchange(api, node_rank, mine, timeout_s);
     const uint64_t one = 1;
-    (void)!::write(done_fd, &one, sizeof(one));
+    (void)!::write(done->get(), &one, sizeof(one));
   });
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    std::array<pollfd, 2> fds = {pollfd{done_fd, POLLIN, 0}, pollfd{signals.fd(), POLLIN, 0}};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      worker.detach();
-      throw LaunchError(k_exit_rendezvous,
-                        "node 0's address did not arrive through PMIx within --rdzv-timeout; "
-                        "did mpirun start one ddplaunch per node?");
-    }
-    if (::poll(fds.data(), fds.size(), static_cast<int>(left.count())) < 0) {
-      continue;
-    }
-    if ((fds[1].revents & POLLIN) != 0) {
-      // One policy (supervise/signal_policy.hpp): SIGUSR1/2 have no worker
-      // to reach yet and are dropped; a stop signal ends the exchange.
-      if (auto sig = signals.read_one(); sig && is_stop_signal(*sig)) {
-        worker.detach();
-        throw LaunchError(128 + *sig, std::string("stopped by signal ") + strsignal(*sig) +
-                                          " while exchanging node 0's address through PMIx");
-      }
-    }
-    if ((fds[0].revents & POLLIN) != 0) {
-      break;
-    }
+  bool arrived = false;
+  try {
+    arrived = wait(done->get(), std::chrono::steady_clock::now() + timeout);
+  } catch (...) {
+    worker.detach();  // a stop signal: the process is leaving; the thread owns what it uses
+    throw;
+  }
+  if (!arrived) {
+    worker.detach();
+    throw LaunchError(k_exit_rendezvous,
+                      "node 0's address did not arrive through PMIx within --rdzv-timeout; "
+                      "did mpirun start one ddplaunch per node?");
   }
   worker.join();
   if (!result->error.empty()) {
@@ -235,7 +218,7 @@ std::string pmix_exchange_master_addr(int node_rank, const std::vector<std::stri
   (void)node_rank;
   (void)own_addrs;
   (void)timeout;
-  (void)signals;
+  (void)wait;
   throw LaunchError(k_exit_rendezvous,
                     "mpirun started ddplaunch on several hosts, and this ddplaunch was built "
                     "without PMIx: give node 0's address with --master-addr");

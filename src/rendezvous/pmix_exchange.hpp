@@ -3,29 +3,34 @@
 // puts the addresses of its interfaces, every agent commits and fences, and
 // the others get node 0's list and pick the address on a network they share.
 //
-// The only I/O in cluster/: run by agent/launch.cpp after the configuration
-// is resolved and before the event loop starts. libpmix is loaded at run time
-// (dlopen), only on this path, so the binary needs nothing but libc elsewhere.
+// Run by agent/launch.cpp after the configuration is resolved and before the
+// Agent exists; the exchange blocks, so it runs on a thread of its own while
+// the caller's wait (the Driver's, which reads the signals) waits for it.
+// libpmix is loaded at run time (dlopen), only on this path, so the binary
+// needs nothing but libc elsewhere.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
-
-#include "posix/signals.hpp"
 
 namespace ddplaunch {
 
 // True when this build can speak PMIx (pmix.h was found at configure time).
 bool pmix_built_in();
 
+// Waits until an fd is readable (true) or a deadline passes (false); may
+// throw (a stop signal: Driver::wait_readable).
+using WaitReadable = std::function<bool(int fd, std::chrono::steady_clock::time_point deadline)>;
+
 // Node 0's address as this node should dial it. `node_rank` is this agent's
 // node rank (OMPI_COMM_WORLD_RANK, which is also its PMIx rank); node 0 puts
-// `own_addrs`. Waits at most `timeout`; a signal from `signals` ends the wait.
-// Throws LaunchError: k_exit_rendezvous when the exchange fails or times out,
-// 128+N on a stop signal.
+// `own_addrs`. Waits at most `timeout`, through `wait`, whose exception
+// passes through. Throws LaunchError k_exit_rendezvous when the exchange
+// fails or times out.
 std::string pmix_exchange_master_addr(int node_rank, const std::vector<std::string>& own_addrs,
-                                      std::chrono::milliseconds timeout, posix::SignalFd& signals);
+                                      std::chrono::milliseconds timeout, const WaitReadable& wait);
 
 // Of node 0's addresses, the one to dial from a host with `own_networks`
 // ("addr/prefix" of each interface): the first on a network both share, else

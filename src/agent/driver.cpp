@@ -1,0 +1,309 @@
+#include "agent/driver.hpp"
+
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <stdexcept>
+
+#include "ddplaunch/error.hpp"
+#include "log.hpp"
+#include "proc/reap.hpp"
+#include "supervise/signal_policy.hpp"
+
+namespace ddplaunch {
+
+namespace {
+
+// epoll tags: streams are 2 * local rank + stream; the others sit above.
+constexpr uint64_t k_tag_signals = 1ULL << 62;
+constexpr uint64_t k_tag_store = 1ULL << 61;
+constexpr uint64_t k_tag_console = 1ULL << 60;
+constexpr uint64_t k_tag_progress = 1ULL << 59;  // | local rank: its DDPLAUNCH_PROGRESS_FD pipe
+constexpr uint64_t k_tag_waited = 1ULL << 58;    // wait_readable()'s fd
+constexpr int k_drain_rounds = 64;               // bounded: a grandchild may still be writing
+// How long an internal error's verdict may take to reach the store.
+constexpr auto k_failure_wait = std::chrono::seconds(1);
+
+}  // namespace
+
+Driver::Driver(posix::SignalFd& signals, ConsoleWriter& console)
+    : m_signals(signals), m_console(console) {
+  m_loop.set(signals.fd(), EPOLLIN, k_tag_signals);
+  m_loop.set(console.wake_fd(), EPOLLIN, k_tag_console);
+}
+
+bool Driver::wait_readable(int fd, TimePoint deadline, const std::string& doing) {
+  m_loop.set(fd, EPOLLIN, k_tag_waited);
+  struct Forget {
+    posix::EventLoop& loop;
+    int fd;
+    ~Forget() { loop.remove(fd); }
+  } forget{m_loop, fd};
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const auto& ready : m_loop.wait(deadline)) {
+      if (ready.tag == k_tag_waited) {
+        return true;
+      }
+      if (ready.tag == k_tag_console) {
+        m_console.read_wake();
+      }
+      if (ready.tag != k_tag_signals) {
+        continue;
+      }
+      // One policy (supervise/signal_policy.hpp): SIGUSR1/2 have no worker
+      // to reach yet and are dropped; a stop signal ends the wait.
+      while (auto sig = m_signals.read_one()) {
+        if (is_stop_signal(*sig)) {
+          throw LaunchError(
+              128 + *sig, std::string("stopped by signal ") + strsignal(*sig) + " while " + doing);
+        }
+      }
+    }
+  }
+  return false;
+}
+
+void Driver::run(Agent& agent, ProcessSpawner& spawner, StoreLink* link, AsyncClient* store,
+                 bool fault) {
+  m_agent = &agent;
+  m_spawner = &spawner;
+  m_link = link;
+  m_store = store;
+  m_fault = fault;
+  while (!m_agent->done()) {
+    sync_fds();
+    if (m_agent->workers_ended()) {
+      resume_streams(true);  // what is left in the pipes is bounded: read it now
+    }
+    for (const auto& ready : m_loop.wait(next_deadline())) {
+      dispatch(ready);
+      if (m_agent->done()) {
+        return;
+      }
+    }
+    if (m_link != nullptr) {
+      const auto now = std::chrono::steady_clock::now();
+      m_store->on_time(now);
+      m_link->on_time(now);
+    }
+    m_agent->on_time();
+  }
+}
+
+std::optional<Driver::TimePoint> Driver::next_deadline() const {
+  std::optional<TimePoint> deadline = m_agent->next_deadline();
+  auto consider = [&deadline](std::optional<TimePoint> t) {
+    if (t && (!deadline || *t < *deadline)) {
+      deadline = t;
+    }
+  };
+  if (m_link != nullptr) {
+    consider(m_link->deadline());
+    consider(m_store->deadline());
+  }
+  return deadline;
+}
+
+void Driver::publish_failure(const std::string& message) {
+  if (m_link == nullptr) {
+    return;
+  }
+  try {
+    m_link->publish_stop(JobVerdict{k_exit_internal, message, std::nullopt, -1});
+    m_link->abandon();
+    const auto until = std::chrono::steady_clock::now() + k_failure_wait;
+    while (!(m_link->stop_confirmed() && m_link->abandoned()) && !m_store->failed() &&
+           std::chrono::steady_clock::now() < until) {
+      sync_store_fd();
+      auto deadline = m_store->deadline().value_or(until);
+      for (const auto& ready : m_loop.wait(std::min(deadline, until))) {
+        if (ready.tag == k_tag_store) {
+          m_store->on_ready(ready.events, std::chrono::steady_clock::now());
+        } else if (ready.tag == k_tag_console) {
+          m_console.read_wake();
+        }
+        // signals and worker output wait: the launcher is leaving
+      }
+      const auto now = std::chrono::steady_clock::now();
+      m_store->on_time(now);
+      m_link->on_time(now);
+    }
+  } catch (const std::exception& e) {
+    log::debug("could not tell the other nodes: {}", e.what());
+  }
+}
+
+std::optional<int> Driver::drain() {
+  std::optional<int> stopped_by;
+  m_console.finish([this, &stopped_by] {
+    while (auto sig = m_signals.read_one()) {
+      if (is_stop_signal(*sig)) {
+        stopped_by = sig;
+        return true;
+      }
+    }
+    return false;
+  });
+  return stopped_by;
+}
+
+void Driver::sync_fds() {
+  sync_worker_fds();  // first: a new round's pipes may take numbers the store's socket then re-adds
+  sync_store_fd();
+}
+
+void Driver::sync_store_fd() {
+  if (m_store == nullptr) {
+    return;
+  }
+  // One socket; a new one for each connect attempt (the number may be reused).
+  const int fd = m_store->events() != 0 ? m_store->fd() : -1;
+  if (m_store_fd >= 0 && m_store_fd != fd) {
+    m_loop.remove(m_store_fd);
+  }
+  m_store_fd = fd;
+  if (fd >= 0) {
+    m_loop.set(fd, m_store->events(), k_tag_store);
+  }
+}
+
+void Driver::sync_worker_fds() {
+  if (m_spawner->generation() == m_generation_watched) {
+    return;  // workers start once a round; their pipes leave the loop as they close
+  }
+  // A new round's workers: the last round's pipes are closed, and their
+  // numbers may be the new ones'.
+  m_generation_watched = m_spawner->generation();
+  for (int fd : m_worker_fds) {
+    m_loop.remove(fd);
+  }
+  m_worker_fds.clear();
+  m_paused.clear();
+  auto& children = m_spawner->children();
+  for (size_t i = 0; i < children.size(); ++i) {
+    for (int s = 0; s < 2; ++s) {
+      posix::Fd& fd = s == 0 ? children[i].out() : children[i].err();
+      if (fd) {
+        m_loop.set(fd.get(), EPOLLIN, 2 * i + static_cast<uint64_t>(s));
+        m_worker_fds.insert(fd.get());
+      }
+    }
+    if (posix::Fd& fd = children[i].progress()) {
+      m_loop.set(fd.get(), EPOLLIN, k_tag_progress | i);
+      m_worker_fds.insert(fd.get());
+    }
+  }
+}
+
+void Driver::dispatch(const posix::EventLoop::Ready& ready) {
+  if (ready.tag == k_tag_signals) {
+    while (auto sig = m_signals.read_one()) {
+      if (*sig == SIGCHLD) {
+        reap();
+      } else {
+        m_agent->on_signal(*sig);
+      }
+    }
+  } else if (ready.tag == k_tag_console) {
+    m_console.read_wake();
+    resume_streams(false);
+  } else if ((ready.tag & k_tag_progress) != 0) {
+    read_progress(static_cast<int>(ready.tag & ~k_tag_progress));
+  } else if (ready.tag == k_tag_store) {
+    m_store->on_ready(ready.events, std::chrono::steady_clock::now());
+  } else {
+    read_stream(static_cast<int>(ready.tag / 2), static_cast<Stream>(ready.tag % 2));
+  }
+}
+
+// What a worker wrote to its progress pipe only says it is alive.
+void Driver::read_progress(int local_rank) {
+  posix::Fd& fd = m_spawner->children().at(static_cast<size_t>(local_rank)).progress();
+  if (!fd) {
+    return;
+  }
+  ssize_t n = ::read(fd.get(), m_buffer.data(), m_buffer.size());
+  if (n > 0) {
+    m_agent->on_progress(local_rank);
+  } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+    m_loop.remove(fd.get());
+    m_worker_fds.erase(fd.get());
+    fd.close();
+  }
+}
+
+// Reads one chunk; false when nothing more is there now.
+bool Driver::read_stream(int local_rank, Stream stream) {
+  auto& child = m_spawner->children().at(static_cast<size_t>(local_rank));
+  posix::Fd& fd = stream == Stream::k_out ? child.out() : child.err();
+  if (!fd) {
+    return false;
+  }
+  ssize_t n = ::read(fd.get(), m_buffer.data(), m_buffer.size());
+  if (n > 0) {
+    m_agent->on_output(local_rank, stream,
+                       std::string_view(m_buffer.data(), static_cast<size_t>(n)));
+    if (m_fault) {
+      throw std::runtime_error("the fault DDPLAUNCH_FAULT=output asked for");
+    }
+    const uint64_t tag = 2 * static_cast<uint64_t>(local_rank) + static_cast<uint64_t>(stream);
+    if (!m_agent->workers_ended() && m_console.backlogged(stream == Stream::k_out ? 1 : 2)) {
+      // The console is behind: this worker waits on its pipe, as it would
+      // writing to that console itself; the loop goes on.
+      m_loop.remove(fd.get());
+      m_paused.insert(tag);
+    }
+    return true;
+  }
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+    return false;
+  }
+  m_loop.remove(fd.get());
+  m_worker_fds.erase(fd.get());
+  fd.close();
+  m_agent->on_output_closed(local_rank, stream);
+  return false;
+}
+
+// Reads the paused streams again: those whose console has room, or all.
+void Driver::resume_streams(bool all) {
+  for (auto it = m_paused.begin(); it != m_paused.end();) {
+    const auto stream = static_cast<Stream>(*it % 2);
+    if (!all && m_console.backlogged(stream == Stream::k_out ? 1 : 2)) {
+      ++it;
+      continue;
+    }
+    auto& child = m_spawner->children().at(static_cast<size_t>(*it / 2));
+    posix::Fd& fd = stream == Stream::k_out ? child.out() : child.err();
+    if (fd) {
+      m_loop.set(fd.get(), EPOLLIN, *it);
+    }
+    it = m_paused.erase(it);
+  }
+}
+
+void Driver::reap() {
+  while (auto reaped = reap_any()) {
+    if (auto dumped = m_spawner->debugger_of(reaped->first)) {
+      m_agent->on_stacks_dumped(*dumped);
+      continue;
+    }
+    auto lr = m_spawner->local_rank_of(reaped->first);
+    if (!lr) {
+      continue;  // a reparented orphan (we are a subreaper)
+    }
+    m_spawner->children()[static_cast<size_t>(*lr)].mark_reaped();
+    // What is already in its pipes comes first, so its last stderr lines
+    // are known before the failure is reported.
+    for (Stream s : {Stream::k_out, Stream::k_err}) {
+      for (int round = 0; round < k_drain_rounds && read_stream(*lr, s); ++round) {
+      }
+    }
+    m_agent->on_worker_exit(*lr, reaped->second);
+  }
+}
+
+}  // namespace ddplaunch

@@ -1,0 +1,81 @@
+// Driver: the launcher's one event loop, and every wait it makes. Its epoll
+// always watches the signalfd, so a stop signal is read whatever the launcher
+// is waiting for: the PMIx exchange before the Agent exists
+// (wait_readable()), the run (run(): the workers' pipes, their exits, the
+// store connection, the console's room, every timer), an internal error's
+// last word to the other nodes (publish_failure()) and the exit drain
+// (drain()). Nothing it calls blocks. Not thread-safe: the main thread owns it.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "agent/agent.hpp"
+#include "output/console.hpp"
+#include "posix/event_loop.hpp"
+#include "posix/signals.hpp"
+#include "proc/spawner.hpp"
+#include "rendezvous/store_link.hpp"
+#include "store/async_client.hpp"
+
+namespace ddplaunch {
+
+class Driver {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  // Both must outlive the Driver; `signals` holds every signal the launcher handles.
+  Driver(posix::SignalFd& signals, ConsoleWriter& console);
+
+  // Waits until `fd` is readable (true) or `deadline` passes (false). A stop
+  // signal throws LaunchError 128+N, "stopped by SIG... while <doing>"; a
+  // forwarded signal (SIGUSR1/2) has no worker to reach yet and is dropped.
+  bool wait_readable(int fd, TimePoint deadline, const std::string& doing);
+
+  // Drives `agent` (and, on several nodes, its link and the link's
+  // connection) until it is done. `fault` (DDPLAUNCH_FAULT=output, for
+  // tests): an internal error at a worker's first output, as a node that
+  // breaks mid-run. Each argument must outlive the Driver.
+  void run(Agent& agent, ProcessSpawner& spawner, StoreLink* link, AsyncClient* store, bool fault);
+
+  // After run() threw: tells the other nodes at once (a verdict naming this
+  // node's error, and no results from it, so node 0 waits for none), waiting
+  // at most 1 s for the store to confirm. Best effort: the error itself is
+  // what this node reports.
+  void publish_failure(const std::string& message);
+
+  // The console's exit drain; a stop signal ends it at once and is returned.
+  std::optional<int> drain();
+
+ private:
+  using Stream = OutputRouter::Stream;
+  void sync_fds();
+  void sync_worker_fds();
+  void sync_store_fd();
+  std::optional<TimePoint> next_deadline() const;
+  void dispatch(const posix::EventLoop::Ready& ready);
+  void read_progress(int local_rank);
+  bool read_stream(int local_rank, Stream stream);  // false: nothing more there now
+  void resume_streams(bool all);
+  void reap();
+
+  posix::SignalFd& m_signals;
+  ConsoleWriter& m_console;
+  posix::EventLoop m_loop;
+  // Set by run().
+  Agent* m_agent = nullptr;
+  ProcessSpawner* m_spawner = nullptr;
+  StoreLink* m_link = nullptr;
+  AsyncClient* m_store = nullptr;  // the link's connection
+  bool m_fault = false;
+  int m_store_fd = -1;          // the store's socket as the loop holds it
+  std::set<uint64_t> m_paused;  // stream tags not read while the console is behind
+  uint64_t m_generation_watched = 0;
+  std::set<int> m_worker_fds;  // the pipes of this round's workers in the loop
+  std::array<char, 64 * 1024> m_buffer;
+};
+
+}  // namespace ddplaunch

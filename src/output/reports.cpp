@@ -1,0 +1,73 @@
+#include "output/reports.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "ddplaunch/error.hpp"
+#include "log.hpp"
+#include "rendezvous/records.hpp"
+
+namespace ddplaunch {
+
+// Refuses, before anything starts, a --summary-json path that cannot be
+// written (the summary would otherwise be lost at the very end).
+void check_summary_path(const std::string& path) {
+  if (path.empty()) {
+    return;
+  }
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const bool created = fd >= 0;
+  if (!created && errno == EEXIST) {
+    fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  }
+  if (fd < 0) {
+    throw UsageError("--summary-json " + path + ": cannot write it (" + std::strerror(errno) +
+                     "); check the directory exists and is writable");
+  }
+  ::close(fd);
+  if (created) {
+    ::unlink(path.c_str());
+  }
+}
+
+// An inherited TORCHELASTIC_ERROR_FILE (a scheduler's, or an outer torchrun's)
+// receives the root cause's error, as torchrun's own @record writes it; with
+// no error file from that rank, what ddplaunch knows of its end.
+void write_inherited_error_file(const EnvMap& env, const JobSummary& summary) {
+  auto it = env.find("TORCHELASTIC_ERROR_FILE");
+  if (it == env.end() || it->second.empty() || summary.exit_code == 0 || !summary.root_cause) {
+    return;
+  }
+  const RankOutcome& r = *summary.root_cause;
+  WorkerError error;
+  if (r.error) {
+    error = *r.error;
+  } else {
+    error.message = "ddplaunch: " + describe_outcome(r);
+    for (const auto& line : r.last_stderr) {
+      error.traceback += line + "\n";
+    }
+    error.timestamp = std::to_string(static_cast<long long>(r.end_time));
+  }
+  std::ofstream out(it->second, std::ios::trunc);
+  out << encode_error_file(error, summary.exit_code);
+  out.close();
+  if (!out) {
+    log::warn("cannot write the root cause's error to TORCHELASTIC_ERROR_FILE={}", it->second);
+  }
+}
+
+void write_summary_json(const std::string& path, const JobSummary& summary) {
+  std::ofstream out(path, std::ios::trunc);
+  out << encode_summary(summary);
+  out.close();
+  if (!out) {
+    log::error("--summary-json: cannot write {}; check the directory exists and is writable", path);
+  }
+}
+
+}  // namespace ddplaunch

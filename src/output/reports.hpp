@@ -1,0 +1,27 @@
+// The reports a run leaves behind it: the --summary-json document and the
+// root cause's error in an inherited TORCHELASTIC_ERROR_FILE (a scheduler's,
+// or an outer torchrun's). They write files; a file that cannot be written is
+// said once, never an error that changes the exit code, except
+// check_summary_path(), which refuses a path before anything starts.
+#pragma once
+
+#include <string>
+
+#include "env/env_map.hpp"
+#include "supervise/summary.hpp"
+
+namespace ddplaunch {
+
+// Throws UsageError for a --summary-json path that cannot be written (the
+// summary would otherwise be lost at the very end). Empty: nothing to check.
+void check_summary_path(const std::string& path);
+
+// Writes the job's summary as JSON (docs/PROTOCOL.md's summary document).
+void write_summary_json(const std::string& path, const JobSummary& summary);
+
+// An inherited TORCHELASTIC_ERROR_FILE (in `env`) receives the root cause's
+// error, as torchrun's own @record writes it; with no error file from that
+// rank, what ddplaunch knows of its end. Nothing for a success.
+void write_inherited_error_file(const EnvMap& env, const JobSummary& summary);
+
+}  // namespace ddplaunch
