@@ -15,7 +15,7 @@
 #include "cli/store_cli.hpp"
 #include "cluster/precedence.hpp"
 #include "ddplaunch/error.hpp"
-#include "env/env_map.hpp"
+#include "config/env_map.hpp"
 #include "log.hpp"
 #include "tool/store_tool.hpp"
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "config/config.hpp"
-#include "env/env_map.hpp"
+#include "config/env_map.hpp"
 #include "env/plan.hpp"
 #include "node/identity.hpp"
 #include "output/error_files.hpp"

@@ -6,7 +6,7 @@
 #pragma once
 
 #include "config/config.hpp"
-#include "env/env_map.hpp"
+#include "config/env_map.hpp"
 
 namespace ddplaunch {
 

@@ -8,16 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "config/command_line.hpp"
 #include "config/options.hpp"
 
 namespace ddplaunch {
-
-struct CommandLine {
-  Settings flags;                    // every option given, each with source "flag"
-  std::vector<std::string> command;  // the program and its arguments
-  // Set for --help and --version: print this to stdout and exit 0.
-  std::optional<std::string> print_and_exit;
-};
 
 // Parses `args` (argv without argv[0]). Options are checked for shape only
 // here; their values are parsed when the Config is built (cluster/precedence).

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "cluster/detection.hpp"
-#include "env/env_map.hpp"
+#include "config/env_map.hpp"
 
 namespace ddplaunch {
 

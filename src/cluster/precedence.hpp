@@ -7,10 +7,10 @@
 
 #include <vector>
 
-#include "cli/cli.hpp"
 #include "cluster/detection.hpp"
+#include "config/command_line.hpp"
 #include "config/config.hpp"
-#include "env/env_map.hpp"
+#include "config/env_map.hpp"
 
 namespace ddplaunch {
 

@@ -5,7 +5,7 @@
 // its rank; they do not make MPI_Init join one job. Pure.
 #pragma once
 
-#include "env/env_map.hpp"
+#include "config/env_map.hpp"
 #include "topology/topology.hpp"
 
 namespace ddplaunch {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "config/config.hpp"
-#include "env/env_map.hpp"
+#include "config/env_map.hpp"
 #include "node/binding.hpp"
 #include "topology/topology.hpp"
 

@@ -10,7 +10,7 @@
 // the outer job. Pure.
 #pragma once
 
-#include "env/env_map.hpp"
+#include "config/env_map.hpp"
 #include "topology/topology.hpp"
 
 namespace ddplaunch {

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "env/env_map.hpp"
+#include "config/env_map.hpp"
 #include "topology/topology.hpp"
 
 namespace ddplaunch {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "config/config.hpp"
-#include "env/env_map.hpp"
+#include "config/env_map.hpp"
 
 namespace ddplaunch {
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "env/env_map.hpp"
+#include "config/env_map.hpp"
 #include "supervise/summary.hpp"
 
 namespace ddplaunch {

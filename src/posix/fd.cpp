@@ -1,6 +1,7 @@
 #include "posix/fd.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,6 +76,19 @@ std::optional<std::string> read_small_file(const std::string& path, size_t max_b
     out.append(buf, static_cast<size_t>(n));
   }
   return out;
+}
+
+std::optional<uint64_t> raise_fd_limit() {
+  rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) {
+    return std::nullopt;
+  }
+  const uint64_t before = lim.rlim_cur;
+  lim.rlim_cur = lim.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &lim) != 0) {
+    return std::nullopt;
+  }
+  return before;
 }
 
 }  // namespace ddplaunch::posix

@@ -2,6 +2,7 @@
 // destruction. Not thread-safe; one owner at a time.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,6 +38,12 @@ struct Pipe {
 Pipe make_pipe();
 
 void set_nonblocking(int fd);
+
+// Raises this process's soft limit on open files to its hard limit. Returns
+// the soft limit it had, when it raised it (a child given back that limit
+// sees what its parent was given); nullopt when it was already at the hard
+// limit or could not be raised. The one place the limit is raised.
+std::optional<uint64_t> raise_fd_limit();
 
 // Writes all of `data`, retrying on EINTR and short writes. Returns false on
 // any other error (EPIPE, EBADF...), leaving errno set.

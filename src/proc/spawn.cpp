@@ -190,14 +190,12 @@ std::optional<std::string> find_program(const std::string& program, const EnvMap
 
 void raise_fd_limit_for_launcher() {
   rlimit lim;
-  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) {
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) {
     return;
   }
-  g_worker_nofile = lim;
-  rlimit raised = lim;
-  raised.rlim_cur = lim.rlim_max;
-  if (setrlimit(RLIMIT_NOFILE, &raised) != 0) {
-    g_worker_nofile.reset();
+  if (const auto before = posix::raise_fd_limit()) {
+    lim.rlim_cur = static_cast<rlim_t>(*before);
+    g_worker_nofile = lim;  // workers get back the limit the launcher was given
   }
 }
 

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "config/config.hpp"
-#include "env/env_map.hpp"
+#include "config/env_map.hpp"
 #include "posix/clock.hpp"
 #include "rendezvous/store_link.hpp"
 #include "store/connection.hpp"

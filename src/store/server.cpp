@@ -5,7 +5,6 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -85,14 +84,6 @@ void queue(Conn& c, const std::string& reply) {
 std::string host_of(const std::string& peer) {
   auto colon = peer.rfind(':');
   return colon == std::string::npos ? peer : peer.substr(0, colon);
-}
-
-void raise_fd_limit() {
-  rlimit lim;
-  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    lim.rlim_cur = lim.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &lim);
-  }
 }
 
 }  // namespace
@@ -448,7 +439,7 @@ void StoreServer::Impl::loop() {
 
 StoreServer::StoreServer(const std::string& host, int port, StoreOptions options)
     : m_impl(std::make_unique<Impl>()) {
-  raise_fd_limit();
+  posix::raise_fd_limit();  // one connection per node
   Impl& s = *m_impl;
   s.options = std::move(options);
   s.listener = posix::listen_tcp(host, port, 4096);

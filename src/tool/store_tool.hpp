@@ -4,7 +4,7 @@
 #pragma once
 
 #include "cli/store_cli.hpp"
-#include "env/env_map.hpp"
+#include "config/env_map.hpp"
 
 namespace ddplaunch {
 

@@ -1,4 +1,4 @@
-#include "env/env_map.hpp"
+#include "config/env_map.hpp"
 
 #include <stdexcept>
 #include <string_view>
