@@ -14,8 +14,8 @@
 #include "cli/completion.hpp"
 #include "cli/store_cli.hpp"
 #include "cluster/precedence.hpp"
-#include "ddplaunch/error.hpp"
 #include "config/env_map.hpp"
+#include "ddplaunch/error.hpp"
 #include "log.hpp"
 #include "tool/store_tool.hpp"
 

@@ -4,11 +4,11 @@
 
 #include "cli/cli.hpp"
 #include "cluster/openmpi.hpp"
-#include "rendezvous/pmix_exchange.hpp"
 #include "cluster/precedence.hpp"
 #include "cluster/slurm.hpp"
 #include "ddplaunch/error.hpp"
 #include "posix/interfaces.hpp"
+#include "rendezvous/pmix_exchange.hpp"
 
 namespace ddplaunch {
 namespace {

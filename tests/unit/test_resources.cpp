@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "ddplaunch/error.hpp"
 #include "config/env_map.hpp"
+#include "ddplaunch/error.hpp"
 #include "node/binding.hpp"
 #include "node/resources.hpp"
 
