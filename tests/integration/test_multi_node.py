@@ -120,14 +120,20 @@ def test_an_unrelated_job_on_the_same_port_is_refused_alone(jobs):
 
 
 @pytest.mark.parametrize("attempt", range(3))
-def test_more_agents_than_nodes_at_once_form_one_job_and_refuse_the_rest(jobs, attempt):
+def test_more_agents_than_nodes_at_once_form_one_job_and_refuse_the_rest(jobs, attempt, tmp_path):
     """Four agents of a 2-node job start at the same moment with automatic
-    ranks: whichever hosts the store, two form the job and two are refused."""
+    ranks: whichever hosts the store, two form the job and two are refused.
+    The job holds until two agents have ended (the refused ones), so a slow
+    agent cannot start a second job on the port once the first is over."""
     port = free_port()
     addrs = ["127.0.1.1", "127.0.1.2", "127.0.2.1", "127.0.2.2"]
+    go = tmp_path / "go"
     procs = [jobs.start(["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port,
-                         "--local-addr", a, "--rdzv-timeout", 30, *FAST, "--", *worker("env")])
+                         "--local-addr", a, "--rdzv-timeout", 30, *FAST, "--",
+                         *worker("env", f"waitfile={go}")])
              for a in addrs]
+    assert wait_until(lambda: sum(p.poll() is not None for p in procs) >= 2, timeout=120)
+    go.write_text("")
     results = finish(procs)
     codes = sorted(rc for rc, _, _ in results)
     assert codes == [0, 0, 3, 3], [(rc, err) for rc, _, err in results]
