@@ -1,6 +1,5 @@
 #include "node/identity.hpp"
 
-#include <fcntl.h>
 #include <netdb.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -108,13 +107,9 @@ void check_master_resolves(const Config& config) {
 // it: that also keeps the peak of the image before execve, which for a
 // launcher started by Python is Python's whole RSS, shared by the fork.
 long peak_rss_kib() {
-  char buf[4096];
-  posix::Fd fd(open("/proc/self/status", O_RDONLY | O_CLOEXEC));
-  ssize_t n = fd ? read(fd.get(), buf, sizeof(buf) - 1) : -1;
-  if (n > 0) {
-    buf[n] = '\0';
-    if (const char* hwm = std::strstr(buf, "VmHWM:")) {
-      return std::strtol(hwm + 6, nullptr, 10);
+  if (const auto status = posix::read_small_file("/proc/self/status", 64 * 1024)) {
+    if (const auto at = status->find("VmHWM:"); at != std::string::npos) {
+      return std::strtol(status->c_str() + at + 6, nullptr, 10);
     }
   }
   rusage usage = {};

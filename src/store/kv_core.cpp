@@ -99,15 +99,17 @@ void KvCore::unpark(uint64_t seq) {
   m_parked.erase(it);
 }
 
-void KvCore::park(Client client, const protocol::Request& r, bool is_get, TimePoint now,
+void KvCore::park(Client client, protocol::Request& r, bool is_get, TimePoint now,
                   std::vector<Out>& out) {
   ClientState& state = m_clients[client];
   if (state.parked.size() >= protocol::k_max_parked) {
     throw ProtocolError("more than " + std::to_string(protocol::k_max_parked) +
-                        " GET or WAIT requests wait at once on one connection");
+                        " GET or WAIT requests wait at once on one connection; wait for "
+                        "their answers first, or use another connection");
   }
   const uint64_t seq = m_next_seq++;
-  Parked p{client, r.id, is_get, is_get ? std::vector<std::string>{r.key} : r.keys, std::nullopt};
+  Parked p{client, r.id, is_get,
+           is_get ? std::vector<std::string>{std::move(r.key)} : std::move(r.keys), std::nullopt};
   if (r.timeout_ms != 0) {
     p.deadline = now + std::chrono::milliseconds(r.timeout_ms);
   }
@@ -139,7 +141,7 @@ std::string KvCore::add(const protocol::Request& r, std::vector<Out>& out) {
   return reply;
 }
 
-std::string KvCore::compare_set(const protocol::Request& r, std::vector<Out>& out) {
+std::string KvCore::compare_set(protocol::Request& r, std::vector<Out>& out) {
   const std::string* held = find(r.key);
   const bool swap = r.expected ? held != nullptr && *held == *r.expected : held == nullptr;
   if (!swap) {
@@ -147,7 +149,7 @@ std::string KvCore::compare_set(const protocol::Request& r, std::vector<Out>& ou
   }
   check_room(r.key, r.value.size());
   std::string reply = reply::ok_cas(r.id, true, r.value);
-  write(r.key, r.value, out);
+  write(r.key, std::move(r.value), out);
   return reply;
 }
 
@@ -186,7 +188,7 @@ std::string KvCore::keys_with_prefix(const protocol::Request& r) const {
   return reply::ok_keys(r.id, found);
 }
 
-std::vector<KvCore::Out> KvCore::apply(Client client, const protocol::Request& r, TimePoint now) {
+std::vector<KvCore::Out> KvCore::apply(Client client, protocol::Request r, TimePoint now) {
   std::vector<Out> out;
   // The request's own reply comes before those its write answers.
   auto answer = [&out, client](std::string frame) {
@@ -198,7 +200,7 @@ std::vector<KvCore::Out> KvCore::apply(Client client, const protocol::Request& r
       throw ProtocolError("HELLO or AUTH out of turn");
     case Op::k_set: {
       check_room(r.key, r.value.size());
-      write(r.key, r.value, out);
+      write(r.key, std::move(r.value), out);
       answer(reply::ok(r.id));
       break;
     }
@@ -247,7 +249,7 @@ std::vector<KvCore::Out> KvCore::apply(Client client, const protocol::Request& r
       if (r.key.empty()) {
         state.on_close.reset();
       } else {
-        state.on_close.emplace(r.key, r.value);
+        state.on_close.emplace(std::move(r.key), std::move(r.value));
       }
       answer(reply::ok(r.id));
       break;

@@ -35,7 +35,8 @@ class KvCore {
   // a limit (the store is full, ADD on a value that is not a number or past
   // 64 bits, a reply over the limit, too many parked requests): the caller
   // answers with that error and closes the client.
-  std::vector<Out> apply(Client client, const protocol::Request& request, TimePoint now);
+  // The request's values are moved into the store.
+  std::vector<Out> apply(Client client, protocol::Request request, TimePoint now);
   // The client went away: its parked requests are dropped, and its ON_CLOSE
   // word is written if that key is absent (which may answer others).
   std::vector<Out> close(Client client);
@@ -64,14 +65,13 @@ class KvCore {
 
   void check_room(const std::string& key, size_t value_size) const;
   // Stores the value and answers the parked requests it completes.
-  void write(const std::string& key, std::string value, std::vector<Out>& out);
-  void park(Client client, const protocol::Request& r, bool is_get, TimePoint now,
-            std::vector<Out>& out);
+  void write(const std::string& key, std::string value, std::vector<Out>& out);  // moved in
+  void park(Client client, protocol::Request& r, bool is_get, TimePoint now, std::vector<Out>& out);
   // Answers `seq` if every key it waits for exists; true when answered.
   bool try_answer(uint64_t seq, std::vector<Out>& out);
   void unpark(uint64_t seq);
   std::string add(const protocol::Request& r, std::vector<Out>& out);
-  std::string compare_set(const protocol::Request& r, std::vector<Out>& out);
+  std::string compare_set(protocol::Request& r, std::vector<Out>& out);
   std::string multi_get(const protocol::Request& r) const;
   std::string keys_with_prefix(const protocol::Request& r) const;
 

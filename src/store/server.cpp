@@ -109,7 +109,7 @@ struct StoreServer::Impl {
   void accept_all();
   void on_readable(int fd);
   void process(int fd);
-  void handle(int fd, Conn& c, const protocol::Request& r);
+  void handle(int fd, Conn& c, protocol::Request r);
   void hello(Conn& c, const protocol::Request& r);
   void authenticate(Conn& c, const protocol::Request& r);
   void deliver(std::vector<KvCore::Out> out);
@@ -306,7 +306,7 @@ void StoreServer::Impl::authenticate(Conn& c, const protocol::Request& r) {
 }
 
 // One request: the handshake's own steps here, every other operation in the core.
-void StoreServer::Impl::handle(int fd, Conn& c, const protocol::Request& r) {
+void StoreServer::Impl::handle(int fd, Conn& c, protocol::Request r) {
   if (!c.hello) {
     if (r.op != protocol::Op::k_hello) {
       throw protocol::ProtocolError("the first message must be HELLO");
@@ -324,7 +324,7 @@ void StoreServer::Impl::handle(int fd, Conn& c, const protocol::Request& r) {
     authenticate(c, r);
     return;
   }
-  deliver(core.apply(fd, r, Clock::now()));
+  deliver(core.apply(fd, std::move(r), Clock::now()));
 }
 
 void StoreServer::Impl::process(int fd) {
@@ -345,7 +345,7 @@ void StoreServer::Impl::process(int fd) {
         throw protocol::ProtocolError("the first message must be HELLO");
       }
       request = protocol::decode_request(body);
-      handle(fd, c, *request);
+      handle(fd, c, std::move(*request));  // its id stays readable for an error
     }
   } catch (const protocol::ProtocolError& e) {
     error(c, request ? request->id : 0, e.what());
