@@ -78,14 +78,14 @@ std::optional<std::string> read_small_file(const std::string& path, size_t max_b
   return out;
 }
 
-std::optional<uint64_t> raise_fd_limit() {
-  rlimit lim;
-  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) {
+std::optional<rlimit> raise_fd_limit() {
+  rlimit before;
+  if (getrlimit(RLIMIT_NOFILE, &before) != 0 || before.rlim_cur >= before.rlim_max) {
     return std::nullopt;
   }
-  const uint64_t before = lim.rlim_cur;
-  lim.rlim_cur = lim.rlim_max;
-  if (setrlimit(RLIMIT_NOFILE, &lim) != 0) {
+  rlimit raised = before;
+  raised.rlim_cur = before.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &raised) != 0) {
     return std::nullopt;
   }
   return before;

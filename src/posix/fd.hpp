@@ -2,6 +2,8 @@
 // destruction. Not thread-safe; one owner at a time.
 #pragma once
 
+#include <sys/resource.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -40,10 +42,10 @@ Pipe make_pipe();
 void set_nonblocking(int fd);
 
 // Raises this process's soft limit on open files to its hard limit. Returns
-// the soft limit it had, when it raised it (a child given back that limit
-// sees what its parent was given); nullopt when it was already at the hard
-// limit or could not be raised. The one place the limit is raised.
-std::optional<uint64_t> raise_fd_limit();
+// the limits it had, when it raised them (a child given them back sees what
+// its parent was given); nullopt when it was already at the hard limit or
+// could not be raised. The one place the limit is raised.
+std::optional<rlimit> raise_fd_limit();
 
 // Writes all of `data`, retrying on EINTR and short writes. Returns false on
 // any other error (EPIPE, EBADF...), leaving errno set.

@@ -189,14 +189,7 @@ std::optional<std::string> find_program(const std::string& program, const EnvMap
 }
 
 void raise_fd_limit_for_launcher() {
-  rlimit lim;
-  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) {
-    return;
-  }
-  if (const auto before = posix::raise_fd_limit()) {
-    lim.rlim_cur = static_cast<rlim_t>(*before);
-    g_worker_nofile = lim;  // workers get back the limit the launcher was given
-  }
+  g_worker_nofile = posix::raise_fd_limit();  // workers get back the limit the launcher was given
 }
 
 std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
