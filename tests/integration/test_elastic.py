@@ -72,13 +72,15 @@ def test_a_late_node_without_restarts_waits_and_is_told_when_the_job_ends(jobs, 
     first = [elastic(jobs, port, "2:4", program, ["--rdzv-last-call", 0]) for _ in range(2)]
     read_until(first[0].stdout, "start")
     late = elastic(jobs, port, "2:4", program, ["--rdzv-last-call", 0])
-    read_until(late.stderr, "waits to be admitted")
+    seen = read_until(late.stderr, "waits to be admitted")
+    assert seen and "waits to be admitted" in seen[-1], seen
     # Ctrl-C on a node that waits ends that node alone.
     leaving = elastic(jobs, port, "2:4", program, ["--rdzv-last-call", 0])
-    read_until(leaving.stderr, "waits to be admitted")
+    seen = read_until(leaving.stderr, "waits to be admitted")
+    assert seen and "waits to be admitted" in seen[-1], (seen, leaving.poll())
     leaving.send_signal(signal.SIGINT)
     _, err = leaving.communicate(timeout=60)
-    assert leaving.returncode == 130, err
+    assert leaving.returncode == 130, (seen, err)
     assert "goes on without this node" in err, err
     # A spare node waits --rdzv-timeout at most, as torchrun's join timeout.
     spare = jobs.start(["--nnodes", "2:4", "--nproc-per-node", 2, "--master-port", port,
