@@ -8,8 +8,8 @@
 
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
+#include "output/report_json.hpp"
 #include "proc/spawn.hpp"
-#include "rendezvous/records.hpp"
 #include "supervise/signal_policy.hpp"
 
 namespace ddplaunch {
@@ -71,7 +71,7 @@ void Agent::begin(const Topology& topology, int node_rank) {
   layout.restart_count = m_restarts;
   layout.round = m_round;
   layout.socket_ifname = m_self.ifname;
-  m_plan = make_plan(m_config, layout, m_env, m_self.bindings);
+  m_plan = make_launch_spec(m_config, layout, m_env, m_self.bindings);
   for (const auto& notice : m_plan->notices) {
     if (m_round == 0) {  // the same each round
       log::info("{}", notice);
@@ -265,98 +265,6 @@ void Agent::on_output(int local_rank, Stream stream, std::string_view data) {
   }
 }
 
-void Agent::on_progress(int local_rank) {
-  if (static_cast<size_t>(local_rank) < m_last_progress.size()) {
-    m_last_progress[static_cast<size_t>(local_rank)] = m_clock.now();
-  }
-}
-
-std::optional<Agent::TimePoint> Agent::hang_deadline() const {
-  if (m_config.hang_timeout_s <= 0 || m_phase != Phase::k_running || !m_supervisor) {
-    return std::nullopt;
-  }
-  if (m_hung) {
-    return m_hung->kill_at;
-  }
-  if (m_supervisor->stopping()) {
-    return std::nullopt;
-  }
-  std::optional<TimePoint> first;
-  for (size_t i = 0; i < m_last_progress.size(); ++i) {
-    if (!m_supervisor->exit_of(static_cast<int>(i)) && (!first || m_last_progress[i] < *first)) {
-      first = m_last_progress[i];
-    }
-  }
-  if (first) {
-    *first += millis(m_config.hang_timeout_s);
-  }
-  return first;
-}
-
-// A rank without progress for --hang-timeout is hung: SIGABRT makes Python's
-// faulthandler (PYTHONFAULTHANDLER, set for the workers) print every thread's
-// stack to its stderr, which lands in its log and the report, and ends it; it
-// then fails as any rank does (and is restarted, if restarts remain). One
-// that survives SIGABRT is killed after --term-timeout.
-void Agent::check_hangs(TimePoint now) {
-  auto due = hang_deadline();
-  if (!due || now < *due) {
-    return;
-  }
-  if (m_hung && m_hung->dumping) {
-    log::warn("the debugger did not print rank {}'s stacks within {} s: going on",
-              m_plan->workers.at(static_cast<size_t>(m_hung->local_rank)).rank,
-              k_stack_dump_wait.count());
-    abort_hung(now);
-    return;
-  }
-  if (m_hung) {
-    if (!m_supervisor->exit_of(m_hung->local_rank)) {
-      log::warn("rank {} is still running {} s after SIGABRT: sending SIGKILL",
-                m_plan->workers.at(static_cast<size_t>(m_hung->local_rank)).rank,
-                m_config.term_timeout_s);
-      m_spawner.signal(m_hung->local_rank, SIGKILL);
-    }
-    m_hung->kill_at = TimePoint::max();
-    return;
-  }
-  for (size_t i = 0; i < m_last_progress.size(); ++i) {
-    const int lr = static_cast<int>(i);
-    if (m_supervisor->exit_of(lr) || now - m_last_progress[i] < millis(m_config.hang_timeout_s)) {
-      continue;
-    }
-    const double seconds = std::chrono::duration<double>(now - m_last_progress[i]).count();
-    m_hung = Hung{lr, seconds, now + k_stack_dump_wait};
-    const auto& w = m_plan->workers.at(i);
-    // A native program's stacks come from a debugger, where one is
-    // installed; Python prints its own on SIGABRT (faulthandler).
-    const std::string program = std::filesystem::path(w.argv.at(0)).filename().string();
-    m_hung->dumping = !program.starts_with("python") && m_spawner.dump_stacks(lr);
-    log::error("rank {} on {} shows no progress for {:.1f} s: hung; {} and stopping the job",
-               w.rank, node_name(), seconds,
-               m_hung->dumping ? "printing its threads' native stacks, then SIGABRT"
-                               : "asking it for its stacks (SIGABRT)");
-    if (!m_hung->dumping) {
-      abort_hung(now);
-    }
-    return;
-  }
-}
-
-void Agent::abort_hung(TimePoint now) {
-  m_hung->dumping = false;
-  m_hung->kill_at = now + millis(m_config.term_timeout_s);
-  m_spawner.signal(m_hung->local_rank, SIGABRT);
-}
-
-void Agent::on_stacks_dumped(int local_rank) {
-  if (m_phase == Phase::k_running && m_hung && m_hung->local_rank == local_rank &&
-      m_hung->dumping) {
-    abort_hung(m_clock.now());
-    advance();
-  }
-}
-
 void Agent::on_output_closed(int local_rank, Stream stream) {
   m_router.on_close(local_rank, stream);
   advance();
@@ -539,163 +447,6 @@ void Agent::step() {
     case Phase::k_done:
       return;
   }
-}
-
-void Agent::start_finishing() {
-  log::debug("every local worker has ended: finishing");
-  m_phase = Phase::k_finishing;
-  m_spawner.kill_all();
-  m_drain_deadline = m_clock.now() + k_drain_timeout;
-}
-
-void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
-  if (m_phase == Phase::k_done) {
-    return;
-  }
-  for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
-    m_router.on_close(lr, Stream::k_out);
-    m_router.on_close(lr, Stream::k_err);
-  }
-  const int node_rank = m_plan->layout.node_rank;
-  const Decision d =
-      merge_verdict(local_end(), m_link != nullptr ? m_verdict : std::nullopt, node_rank);
-  m_summary.rounds = rounds(d);
-  m_summary.restarts = m_restarts;
-  m_summary.max_restarts = m_config.max_restarts;
-  m_summary.run_id = m_config.rdzv_id;
-  m_summary.exit_code = d.exit_code;
-  m_summary.reason = d.reason;
-  m_summary.stop_signal = d.stop_signal;
-  m_summary.root_cause = d.root_cause;
-  m_summary.message = d.message;
-  m_summary.start_time = m_start_time;
-  m_summary.end_time = m_clock.wall_now();
-  m_summary.topology = m_topology;
-  if (ranks) {
-    m_summary.ranks = std::move(*ranks);
-  } else {
-    m_summary.ranks.clear();
-    for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
-      m_summary.ranks.push_back(outcome(lr));
-    }
-  }
-  m_phase = Phase::k_done;
-}
-
-LocalEnd Agent::local_end() const {
-  LocalEnd local;
-  local.reason = m_supervisor->reason();
-  local.exit_code = m_supervisor->exit_code();
-  local.stop_signal = m_supervisor->stop_signal();
-  local.late_signal = m_late_signal;
-  if (auto root = m_supervisor->root_cause()) {
-    local.root_cause = root_outcome(*root);
-  }
-  return local;
-}
-
-bool Agent::try_restart() {
-  // Whether the job restarts is the job's verdict's to say (the same on every
-  // node), not a late signal's: a node that received one goes to the next
-  // round only to stop it everywhere. One node alone just stops.
-  LocalEnd quiet = local_end();
-  quiet.late_signal.reset();
-  const Decision d =
-      merge_verdict(quiet, m_link != nullptr ? m_verdict : std::nullopt, m_plan->layout.node_rank);
-  const bool known = m_link == nullptr || m_verdict;
-  const bool stopping_here = m_late_signal && m_link == nullptr;
-  if (!known || stopping_here) {
-    return false;
-  }
-  const NextRound next =
-      next_round_after(d, m_link != nullptr ? m_verdict : std::nullopt, m_config.elastic(),
-                       m_plan->layout.node_rank, m_restarts, m_config.max_restarts);
-  if (next == NextRound::k_none) {
-    return false;
-  }
-  std::vector<RankOutcome> local;
-  for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
-    local.push_back(outcome(lr));
-  }
-  restart(local, d, next);
-  return true;
-}
-
-std::vector<RoundSummary> Agent::rounds(const Decision& last) const {
-  std::vector<RoundSummary> all = m_rounds;
-  if (m_supervisor) {
-    all.push_back(RoundSummary{m_round, m_plan->layout.nnodes, false, last.exit_code,
-                               last.root_cause, last.message, m_start_time, m_clock.wall_now()});
-  }
-  return all;
-}
-
-void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, NextRound next) {
-  const bool regroup = next == NextRound::k_regroup;
-  m_rounds.push_back(RoundSummary{m_round, m_plan->layout.nnodes, regroup, d.exit_code,
-                                  d.root_cause, d.message, m_start_time, m_clock.wall_now()});
-  ++m_round;
-  if (regroup) {
-    log::info("{}: restarting every worker to admit it (no restart used)",
-              describe_round_end(m_rounds.back()));
-  } else {
-    ++m_restarts;
-    log::warn("{}: restarting every worker (restart {} of {})", describe_round_end(m_rounds.back()),
-              m_restarts, m_config.max_restarts);
-  }
-  for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
-    m_router.on_close(lr, Stream::k_out);  // a last unfinished line is shown now
-    m_router.on_close(lr, Stream::k_err);
-  }
-  m_supervisor.reset();
-  m_pids.clear();
-  m_end_times.clear();
-  m_verdict.reset();
-  m_publish_deadline.reset();
-  m_published_stop = false;
-  m_published_success = false;
-  m_drain_deadline.reset();
-  m_gathered.reset();
-  if (m_link != nullptr) {
-    m_phase = Phase::k_joining;
-    m_link->next_round(local, RoundStart{m_round, m_restarts});
-    if (m_late_signal) {
-      // Received while this round ended: the next one is stopped on every node.
-      m_join_signal = std::exchange(m_late_signal, std::nullopt);
-      publish(JobVerdict{
-          128 + *m_join_signal,
-          node_name() + " received " + signal_name(*m_join_signal) + " while the job restarted",
-          std::nullopt, m_plan->layout.node_rank});
-    }
-    return;
-  }
-  Topology again = *m_topology;
-  if (!m_config.worker_port && m_self.pick_port) {
-    again.master_port = m_self.pick_port();  // the last one may be in TIME_WAIT
-  }
-  begin(again, 0);
-}
-
-void Agent::end_early(int exit_code, StopReason reason, const std::string& message, bool is_error) {
-  m_summary.run_id = m_config.rdzv_id;
-  m_summary.max_restarts = m_config.max_restarts;
-  m_summary.restarts = m_restarts;
-  m_summary.rounds = m_rounds;
-  m_summary.exit_code = exit_code;
-  m_summary.reason = reason;
-  m_summary.message = message;
-  if (reason == StopReason::k_signal && m_join_signal) {
-    m_summary.stop_signal = m_join_signal;
-    m_summary.message =
-        "ddplaunch received " + signal_name(*m_join_signal) + " while waiting for the other nodes";
-  }
-  m_summary.start_time = m_start_time;
-  m_summary.end_time = m_clock.wall_now();
-  m_summary.topology = m_topology;
-  if (is_error) {
-    m_error = message;
-  }
-  m_phase = Phase::k_done;
 }
 
 }  // namespace ddplaunch

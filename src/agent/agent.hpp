@@ -20,7 +20,7 @@
 
 #include "config/config.hpp"
 #include "config/env_map.hpp"
-#include "env/plan.hpp"
+#include "env/launch_spec.hpp"
 #include "node/identity.hpp"
 #include "output/error_files.hpp"
 #include "output/router.hpp"
@@ -124,7 +124,7 @@ class Agent : public JobLink::Listener {
   Phase m_phase = Phase::k_joining;
 
   std::optional<Topology> m_topology;
-  std::optional<Plan> m_plan;
+  std::optional<LaunchSpec> m_plan;
   std::optional<Supervisor> m_supervisor;
   std::vector<pid_t> m_pids;
   std::vector<double> m_end_times;

@@ -11,6 +11,7 @@
 #include "node/identity.hpp"
 #include "node/resources.hpp"
 #include "output/console.hpp"
+#include "output/report_json.hpp"
 #include "output/reports.hpp"
 #include "posix/interfaces.hpp"
 #include "posix/net.hpp"
@@ -19,7 +20,6 @@
 #include "proc/reap.hpp"
 #include "proc/spawn.hpp"
 #include "rendezvous/pmix_exchange.hpp"
-#include "rendezvous/records.hpp"
 #include "rendezvous/store_host.hpp"
 #include "rendezvous/store_link.hpp"
 #include "store/async_client.hpp"
@@ -40,7 +40,7 @@ int dry_run(const Config& config, const EnvMap& env, const NodeIdentity& self,
   for (size_t i = 0; i < self.worker_ports.size() && i < mine.size(); ++i) {
     mine[i].port = self.worker_ports[i];
   }
-  Plan plan = make_plan(
+  LaunchSpec plan = make_launch_spec(
       config, layout_of(topology, node_rank, config.rdzv_id, config.role, config.max_restarts), env,
       self.bindings);
   console.write_own(1, encode_dry_run(config, plan, topology));
@@ -99,6 +99,26 @@ NodeIdentity identify_node(const Config& config, const EnvMap& env,
     }
   }
   return self;
+}
+
+// The reports a finished run leaves: the summary file, an inherited error
+// file, the failure report on stderr. Returns the job's exit code; an
+// internal error is thrown as the LaunchError it is.
+int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleWriter& console) {
+  JobSummary summary = agent.summary();
+  summary.launcher_max_rss_kib = peak_rss_kib();
+  if (!config.summary_json.empty()) {
+    write_summary_json(config.summary_json, summary);
+  }
+  write_inherited_error_file(env, summary);
+  if (agent.error()) {
+    throw LaunchError(summary.exit_code, *agent.error());
+  }
+  std::string text = format_failure_report(summary);
+  if (!text.empty()) {
+    console.write_own(2, text);
+  }
+  return summary.exit_code;
 }
 
 }  // namespace
@@ -176,23 +196,11 @@ int run_launch(const Config& config, const EnvMap& env) {
   store.reset();
   store_server.reset();
 
-  JobSummary summary = agent.summary();
-  summary.launcher_max_rss_kib = peak_rss_kib();
-  if (!config.summary_json.empty()) {
-    write_summary_json(config.summary_json, summary);
-  }
-  write_inherited_error_file(env, summary);
-  if (agent.error()) {
-    throw LaunchError(summary.exit_code, *agent.error());
-  }
-  std::string report = format_failure_report(summary);
-  if (!report.empty()) {
-    console.write_own(2, report);
-  }
+  const int exit_code = report(config, env, agent, console);
   // The exit drain, still watching the signals: a stop signal ends it at
   // once (128+N), instead of waiting out a console nobody reads.
   const std::optional<int> drain_signal = driver.drain();
-  return drain_signal ? 128 + *drain_signal : summary.exit_code;
+  return drain_signal ? 128 + *drain_signal : exit_code;
 }
 
 }  // namespace ddplaunch

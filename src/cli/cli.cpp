@@ -70,6 +70,48 @@ std::optional<std::string> closest_option(const std::string& given) {
   return best;
 }
 
+namespace {
+
+constexpr const char* k_help_footer =
+    "Examples:\n"
+    "  One node, 4 workers:\n"
+    "    ddplaunch --nproc-per-node 4 -- train.py --epochs 3\n"
+    "  Two nodes (the same command on each; node 0 hosts the store):\n"
+    "    ddplaunch --nnodes 2 --nproc-per-node 4 --master-addr node0 -- train.py\n"
+    "  Under Slurm (one task per node; the job's shape comes from srun):\n"
+    "    srun -N 2 --ntasks-per-node=1 ddplaunch --nproc-per-node gpu -- train.py\n"
+    "  Under mpirun (one launcher per host):\n"
+    "    mpirun -N 1 ddplaunch --nproc-per-node 4 -- train.py\n"
+    "  The job's store from a worker's shell (see ddplaunch store --help):\n"
+    "    ddplaunch store set KEY VALUE; ddplaunch store get KEY\n"
+    "\n"
+    "Every option also reads torchrun's PET_<NAME> variable where torchrun has one;\n"
+    "a flag wins. --dry-run shows where each value came from.\n"
+    "Exit status: 0 when every rank succeeds; else the first failing rank's exit code\n"
+    "(128+N if it died of signal N). 2 bad usage, 3 rendezvous failed, 4 node or store\n"
+    "lost, 127 program cannot be executed, 1 internal error. See README.md.";
+
+// What follows the options: the program and its arguments, after an
+// optional "--". An unknown option before it is a usage error.
+std::vector<std::string> program_of(std::vector<std::string> rest) {
+  if (!rest.empty() && rest.front() == "--") {
+    rest.erase(rest.begin());
+  } else if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
+    if (auto near = closest_option(rest.front())) {
+      throw UsageError("unknown option '" + rest.front() + "'; did you mean " + *near + "?");
+    }
+    throw UsageError("unknown option '" + rest.front() +
+                     "'; see 'ddplaunch --help' (put the program after '--' if it starts "
+                     "with '-')");
+  }
+  if (rest.empty()) {
+    throw UsageError("no program given; usage: ddplaunch [options] [--] program [args...]");
+  }
+  return rest;
+}
+
+}  // namespace
+
 CommandLine parse_command_line(const std::vector<std::string>& args) {
   CommandLine result;
   CLI::App app{
@@ -77,24 +119,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       "(torchrun-compatible flags)",
       "ddplaunch"};
   app.formatter(std::make_shared<Usage>());
-  app.footer(
-      "Examples:\n"
-      "  One node, 4 workers:\n"
-      "    ddplaunch --nproc-per-node 4 -- train.py --epochs 3\n"
-      "  Two nodes (the same command on each; node 0 hosts the store):\n"
-      "    ddplaunch --nnodes 2 --nproc-per-node 4 --master-addr node0 -- train.py\n"
-      "  Under Slurm (one task per node; the job's shape comes from srun):\n"
-      "    srun -N 2 --ntasks-per-node=1 ddplaunch --nproc-per-node gpu -- train.py\n"
-      "  Under mpirun (one launcher per host):\n"
-      "    mpirun -N 1 ddplaunch --nproc-per-node 4 -- train.py\n"
-      "  The job's store from a worker's shell (see ddplaunch store --help):\n"
-      "    ddplaunch store set KEY VALUE; ddplaunch store get KEY\n"
-      "\n"
-      "Every option also reads torchrun's PET_<NAME> variable where torchrun has one;\n"
-      "a flag wins. --dry-run shows where each value came from.\n"
-      "Exit status: 0 when every rank succeeds; else the first failing rank's exit code\n"
-      "(128+N if it died of signal N). 2 bad usage, 3 rendezvous failed, 4 node or store\n"
-      "lost, 127 program cannot be executed, 1 internal error. See README.md.");
+  app.footer(k_help_footer);
   app.prefix_command();
   app.set_version_flag("--version", std::string("ddplaunch ") + DDPLAUNCH_VERSION);
 
@@ -142,21 +167,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     }
   }
 
-  std::vector<std::string> rest = app.remaining();
-  if (!rest.empty() && rest.front() == "--") {
-    rest.erase(rest.begin());
-  } else if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
-    if (auto near = closest_option(rest.front())) {
-      throw UsageError("unknown option '" + rest.front() + "'; did you mean " + *near + "?");
-    }
-    throw UsageError("unknown option '" + rest.front() +
-                     "'; see 'ddplaunch --help' (put the program after '--' if it starts "
-                     "with '-')");
-  }
-  if (rest.empty()) {
-    throw UsageError("no program given; usage: ddplaunch [options] [--] program [args...]");
-  }
-  result.command = std::move(rest);
+  result.command = program_of(app.remaining());
   return result;
 }
 

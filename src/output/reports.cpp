@@ -9,7 +9,7 @@
 
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
-#include "rendezvous/records.hpp"
+#include "output/report_json.hpp"
 
 namespace ddplaunch {
 

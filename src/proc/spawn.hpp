@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "ddplaunch/error.hpp"
-#include "env/plan.hpp"
+#include "env/launch_spec.hpp"
 #include "proc/child.hpp"
 
 namespace ddplaunch {

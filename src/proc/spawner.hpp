@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "env/plan.hpp"
+#include "env/launch_spec.hpp"
 #include "proc/child.hpp"
 
 namespace ddplaunch {

@@ -119,7 +119,7 @@ void HostLink::start_first_round() {
 // a connection's writes in order, so a node that reads its answer finds the
 // plan next. Each node reads a constant number of bytes, whatever the job's
 // size.
-void HostLink::publish_plan(JobPlan plan) {
+void HostLink::publish_plan(RoundAssignment plan) {
   for (size_t arrival = 0; arrival < plan.node_rank_of_arrival.size(); ++arrival) {
     const int rank = plan.node_rank_of_arrival[arrival];
     if (rank >= 0 && static_cast<int>(arrival) != m_self.arrival) {
@@ -134,7 +134,7 @@ void HostLink::publish_plan(JobPlan plan) {
   }
   const int node_rank = plan.node_rank_of_arrival[self];
   // Lent to the record and taken back: a plan of 16,384 nodes is not copied.
-  PlanRecord record{std::move(plan.topology), ""};
+  TopologyRecord record{std::move(plan.topology), ""};
   const std::string text = encode_plan(record);
   m_store.set(keys::k_plan, text, [this, topology = std::move(*record.topology), node_rank] {
     start_job(topology, node_rank);
@@ -144,7 +144,7 @@ void HostLink::publish_plan(JobPlan plan) {
 // Node 0 publishes why rendezvous failed, and keeps the store up until every
 // node that joined has read it (bounded).
 void HostLink::fail(const std::string& error) {
-  m_store.set(keys::k_plan, encode_plan(PlanRecord{std::nullopt, error}), [this, error] {
+  m_store.set(keys::k_plan, encode_plan(TopologyRecord{std::nullopt, error}), [this, error] {
     m_store.add(keys::k_arrivals, 0, [this, error](int64_t joined) {
       std::vector<std::string> acks;
       for (int a = 0; a < joined; ++a) {

@@ -42,7 +42,7 @@ class HostLink : public StoreLink {
   void start_first_round();
   void fail(const std::string& error);
   void refuse(int arrival, const std::string& why);  // that node alone
-  void publish_plan(JobPlan plan);
+  void publish_plan(RoundAssignment plan);
   int worker_port();
   // while the job runs (host_link.cpp)
   void watch_arrivals();  // the next node to join the running job
@@ -53,7 +53,7 @@ class HostLink : public StoreLink {
   void collect_results();
   void missing_at_restart(int ended, const std::vector<std::optional<std::string>>& results);
   void form_next_round();
-  void publish_round(JobPlan plan);
+  void publish_round(RoundAssignment plan);
   void tell_waiting(std::function<void()> then);  // the job ends without them
 
   PortPicker m_pick_port;

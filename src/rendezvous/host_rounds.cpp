@@ -232,7 +232,7 @@ void HostLink::form_next_round() {
 
 // Each member's node rank and each admitted node's admission, then the plan
 // they wait for (the store carries out a connection's writes in order).
-void HostLink::publish_round(JobPlan plan) {
+void HostLink::publish_round(RoundAssignment plan) {
   const int round = m_round.round;
   for (size_t arrival = 0; arrival < plan.node_rank_of_arrival.size(); ++arrival) {
     if (const int rank = plan.node_rank_of_arrival[arrival]; rank >= 0) {
@@ -248,7 +248,7 @@ void HostLink::publish_round(JobPlan plan) {
               plan.topology.nnodes() == 1 ? "" : "s", m_gone.size(), plan.admitted.size());
   }
   const int node_rank = plan.node_rank_of_arrival.at(static_cast<size_t>(m_self.arrival));
-  PlanRecord record{std::move(plan.topology), "", m_round.restarts};
+  TopologyRecord record{std::move(plan.topology), "", m_round.restarts};
   const std::string text = encode_plan(record);
   m_store.set(keys::round_plan(round), text,
               [this, topology = std::move(*record.topology), node_rank] {

@@ -36,7 +36,7 @@ inline std::string stop(int round) {
 inline std::string succeeded(int round) {
   return round_prefix(round) + "succeeded";
 }
-// Round `round` (>= 1) may start: its topology (a PlanRecord).
+// Round `round` (>= 1) may start: its topology (a TopologyRecord).
 inline std::string round_plan(int round) {
   return round_prefix(round) + "plan";
 }

@@ -94,7 +94,7 @@ void MemberLink::take_plan(const std::optional<std::string>& text, int node_rank
   if (m_phase != Phase::k_joining) {
     return;
   }
-  PlanRecord record;
+  TopologyRecord record;
   try {
     if (!text) {
       throw RecordError("node 0 answered this node but published no plan in time");
@@ -242,7 +242,7 @@ void MemberLink::take_round_plan(const std::optional<std::string>& text) {
                                       " in time (is it frozen or gone?)");
     return;
   }
-  PlanRecord record;
+  TopologyRecord record;
   try {
     record = decode_plan(*text);
   } catch (const RecordError& e) {

@@ -135,7 +135,7 @@ std::string RendezvousPlanner::missing() const {
   return names;
 }
 
-JobPlan RendezvousPlanner::plan(const std::string& worker_addr, int worker_port) {
+RoundAssignment RendezvousPlanner::plan(const std::string& worker_addr, int worker_port) {
   std::vector<JoinRecord> records = m_joined;
   std::set<int> taken;
   for (const auto& r : records) {
@@ -174,8 +174,8 @@ int RendezvousPlanner::remaining(const std::set<int>& gone) const {
   return count;
 }
 
-JobPlan RendezvousPlanner::next_round(const std::set<int>& gone, const std::set<int>& left,
-                                      const std::string& worker_addr, int worker_port) {
+RoundAssignment RendezvousPlanner::next_round(const std::set<int>& gone, const std::set<int>& left,
+                                              const std::string& worker_addr, int worker_port) {
   std::vector<JoinRecord> next;
   for (int n = 0; n < members(); ++n) {
     if (!gone.contains(n)) {
@@ -196,7 +196,7 @@ JobPlan RendezvousPlanner::next_round(const std::set<int>& gone, const std::set<
     }
   }
   m_waiting = std::move(still_waiting);
-  JobPlan plan = plan_of(std::move(next), worker_addr, worker_port);
+  RoundAssignment plan = plan_of(std::move(next), worker_addr, worker_port);
   plan.admitted = std::move(admitted);
   return plan;
 }
@@ -211,9 +211,9 @@ std::vector<int> RendezvousPlanner::drop_waiting() {
 }
 
 // `members` in node rank order; their ranks become 0, 1, 2, ...
-JobPlan RendezvousPlanner::plan_of(std::vector<JoinRecord> members, const std::string& worker_addr,
-                                   int worker_port) {
-  JobPlan plan;
+RoundAssignment RendezvousPlanner::plan_of(std::vector<JoinRecord> members,
+                                           const std::string& worker_addr, int worker_port) {
+  RoundAssignment plan;
   Topology& t = plan.topology;
   t.master_addr = worker_addr;
   t.master_port = worker_port;

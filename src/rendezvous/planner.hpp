@@ -42,13 +42,14 @@ struct JoinRecord {
 // automatic ranks are assigned.
 std::string describe_node(const JoinRecord& record);
 
-// What the store host publishes once every node has joined.
-struct JobPlan {
+// A round's membership, as node 0 decides it once every node has joined (or
+// when it regroups): the topology, and the node rank each arrival got.
+struct RoundAssignment {
   Topology topology;
   // [arrival] -> the node rank it got; -1: not part of this round.
   std::vector<int> node_rank_of_arrival;
   std::vector<int> admitted;  // the arrivals that waited and join with this round
-  bool operator==(const JobPlan&) const = default;
+  bool operator==(const RoundAssignment&) const = default;
 };
 
 // Why a join record is refused, and whom the refusal ends.
@@ -88,7 +89,7 @@ class RendezvousPlanner {
   // is node 0 unless another node claimed 0; other automatic ranks are the
   // lowest free ones, in arrival order; then ranks are made contiguous, in
   // that order (a fixed-size job's are already).
-  JobPlan plan(const std::string& worker_addr, int worker_port);
+  RoundAssignment plan(const std::string& worker_addr, int worker_port);
 
   // --- elastic rounds, after plan() ---------------------------------------------
   int members() const { return static_cast<int>(m_members.size()); }
@@ -101,15 +102,16 @@ class RendezvousPlanner {
   // The next round: the members but `gone`, in their order, then waiting
   // nodes in arrival order (but those in `left`, arrivals that went away) up
   // to MAX; node ranks contiguous again.
-  JobPlan next_round(const std::set<int>& gone, const std::set<int>& left,
-                     const std::string& worker_addr, int worker_port);
+  RoundAssignment next_round(const std::set<int>& gone, const std::set<int>& left,
+                             const std::string& worker_addr, int worker_port);
   // The arrivals still waiting, forgotten: the job ends without them.
   std::vector<int> drop_waiting();
 
  private:
   // Any disagreement between `record` and the job.
   std::optional<Refusal> check(const JoinRecord& record) const;
-  JobPlan plan_of(std::vector<JoinRecord> members, const std::string& worker_addr, int worker_port);
+  RoundAssignment plan_of(std::vector<JoinRecord> members, const std::string& worker_addr,
+                          int worker_port);
 
   JoinRecord m_expected;
   std::vector<JoinRecord> m_joined;  // before plan()

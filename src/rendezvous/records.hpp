@@ -1,31 +1,22 @@
-// The JSON documents ddplaunch writes or reads, but TF_CONFIG (env/tf_env.cpp):
-// the records agents exchange through the store (docs/PROTOCOL.md),
-// --summary-json and --dry-run (README.md). A rank's outcome has one encoding everywhere.
-// Strings are made valid UTF-8 before encoding (invalid bytes become U+FFFD),
-// so no byte a worker wrote can stop a record from being written. Reading a
-// record checks every field; a malformed one is a RecordError, never a crash.
-// Pure.
+// The records agents exchange through the store (docs/PROTOCOL.md): a join,
+// the round's topology, each agent's answer and admission, the verdict and
+// each node's results. A rank's outcome inside them is encoded by
+// output/report_json.hpp, as in the reports. Strings are made valid UTF-8
+// before encoding (invalid bytes become U+FFFD), so no byte a worker wrote can
+// stop a record from being written. Reading a record checks every field; a
+// malformed one is a RecordError, never a crash. Pure.
 #pragma once
 
-#include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "config/config.hpp"
-#include "env/plan.hpp"
+#include "output/report_json.hpp"
 #include "rendezvous/planner.hpp"
-#include "supervise/summary.hpp"
 #include "supervise/verdict.hpp"
 #include "topology/topology.hpp"
 
 namespace ddplaunch {
-
-class RecordError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 // rdzv/node/<arrival>
 std::string encode_join(const JoinRecord& record);
@@ -37,13 +28,13 @@ JoinRecord decode_join(std::string_view text);
 // reserve ports.
 // job/<round>/plan (round >= 1) is the same record with the restarts the
 // job has used so far (elastic rounds that admit a node use none).
-struct PlanRecord {
+struct TopologyRecord {
   std::optional<Topology> topology;
   std::string error;  // set when topology is not
   int restarts = 0;
 };
-std::string encode_plan(const PlanRecord& record);
-PlanRecord decode_plan(std::string_view text);
+std::string encode_plan(const TopologyRecord& record);
+TopologyRecord decode_plan(std::string_view text);
 
 // rdzv/plan/<arrival>: node 0's answer to the agent that joined `arrival`th,
 // the one key that agent waits for: its node rank in the first round, or why
@@ -75,25 +66,7 @@ Admission decode_admission(std::string_view text);
 std::string encode_verdict(const JobVerdict& verdict);
 JobVerdict decode_verdict(std::string_view text);
 
-// job/result/<node>: a node's ranks' outcomes.
-std::string encode_outcomes(const std::vector<RankOutcome>& outcomes);
-std::vector<RankOutcome> decode_outcomes(std::string_view text);
-
-// A TORCHELASTIC_ERROR_FILE as PyTorch's @record writes it:
-// {"message": {"message": M, "extraInfo": {"py_callstack": T, "timestamp": S}}}
-// (or "message" as a plain string). nullopt when it is not one; the message
-// and traceback are cut to bounded sizes on character boundaries.
-std::optional<WorkerError> decode_error_file(std::string_view text);
-// The root cause's error as torchrun writes it to its own inherited
-// TORCHELASTIC_ERROR_FILE: the rank's record with "errorCode" set.
-std::string encode_error_file(const WorkerError& error, int error_code);
-
-// --summary-json (ends with a newline).
-std::string encode_summary(const JobSummary& summary);
-
-// --dry-run (ends with a newline): the configuration with each value's source,
-// the values that are placeholders until rendezvous, the topology as far as
-// it is known, and every local rank's argv and environment.
-std::string encode_dry_run(const Config& config, const Plan& plan, const Topology& topology);
+// job/result/<node>: a node's ranks' outcomes, encode_outcomes() and
+// decode_outcomes() of output/report_json.hpp.
 
 }  // namespace ddplaunch

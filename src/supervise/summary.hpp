@@ -1,6 +1,6 @@
 // The outcome of a run: every rank's end, the root cause, the job's topology,
 // and the failure report printed for humans on stderr. Plain values and pure
-// formatting; the JSON forms live in rendezvous/records.hpp.
+// formatting; the JSON forms live in output/report_json.hpp.
 #pragma once
 
 #include <sys/types.h>

@@ -105,17 +105,17 @@ int main(int argc, char** argv) {
   join.addr = "10.0.0.1";
   join.ports = {29500, 29501};
   put(records, "join", encode_join(join));
-  put(records, "plan_failed", encode_plan(PlanRecord{std::nullopt, "timed out"}));
+  put(records, "plan_failed", encode_plan(TopologyRecord{std::nullopt, "timed out"}));
   Topology topology = uniform_topology(3, 4, 1, "gpu-1", "10.0.0.1", "10.0.0.1", 29500);
   topology.nodes[1].nproc = 2;  // mixed sizes: three runs
   assign_ranks(topology);
-  put(records, "plan", encode_plan(PlanRecord{topology, ""}));
+  put(records, "plan", encode_plan(TopologyRecord{topology, ""}));
   for (auto& n : topology.nodes) {  // --env-style tf: every node, with ports
     for (auto& w : n.workers) {
       w.port = 29600 + w.rank;
     }
   }
-  put(records, "plan_tf", encode_plan(PlanRecord{topology, ""}));
+  put(records, "plan_tf", encode_plan(TopologyRecord{topology, ""}));
   put(records, "assignment", encode_assignment(2));
   put(records, "answer_refused", encode_answer(JoinAnswer{-1, "more agents joined", false}));
   put(records, "answer_wait", encode_answer(JoinAnswer{-1, "", true}));

@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "env/plan.hpp"
+#include "env/launch_spec.hpp"
 #include "env/scheduler_env.hpp"
 #include "env/tf_env.hpp"
 #include "env/torch_env.hpp"
@@ -76,20 +76,20 @@ TEST(EnvBuilders, GlooAndNcclUseTheAdvertisedInterfaceUnlessSet) {
   EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "eth1");
 }
 
-TEST(Plan, BindingsGiveCpusGpusAndThreads) {
+TEST(LaunchSpec, BindingsGiveCpusGpusAndThreads) {
   Config c;
   c.program = "train";
   std::vector<Binding> b(3);
   b[0] = Binding{{0, 1}, {"GPU-a"}, 2, true};
   b[1] = Binding{{2, 3}, {"GPU-b"}, 2, true};
   b[2] = Binding{{4, 5}, {}, 2, false};
-  Plan plan = make_plan(c, two_nodes(), {{"CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b"}}, b);
+  LaunchSpec plan = make_launch_spec(c, two_nodes(), {{"CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b"}}, b);
   EXPECT_EQ(plan.workers[1].cpus, (std::vector<int>{2, 3}));
   EXPECT_EQ(plan.workers[1].env.at("CUDA_VISIBLE_DEVICES"), "GPU-b");
   EXPECT_EQ(plan.workers[2].env.at("CUDA_VISIBLE_DEVICES"), "GPU-a,GPU-b")
       << "not bound: inherited";
   EXPECT_EQ(plan.workers[0].env.at("OMP_NUM_THREADS"), "2") << "the share, not 1";
-  plan = make_plan(c, two_nodes(), {{"OMP_NUM_THREADS", "7"}}, b);
+  plan = make_launch_spec(c, two_nodes(), {{"OMP_NUM_THREADS", "7"}}, b);
   EXPECT_EQ(plan.workers[0].env.at("OMP_NUM_THREADS"), "7") << "the user's own wins";
 }
 
@@ -101,7 +101,7 @@ TEST(EnvBuilders, OmpOnlyForSeveralWorkers) {
   EXPECT_TRUE(sets_omp_num_threads({}, two_nodes()));
 }
 
-TEST(Plan, ArgvForScriptsModulesAndPrograms) {
+TEST(LaunchSpec, ArgvForScriptsModulesAndPrograms) {
   struct Case {
     Config config;
     EnvMap env;
@@ -133,10 +133,10 @@ TEST(Plan, ArgvForScriptsModulesAndPrograms) {
   }
 }
 
-TEST(Plan, OneSpecPerLocalRankAndStdinOnlyForRankZero) {
+TEST(LaunchSpec, OneSpecPerLocalRankAndStdinOnlyForRankZero) {
   Config c;
   c.program = "p";
-  Plan plan = make_plan(c, two_nodes(), {});
+  LaunchSpec plan = make_launch_spec(c, two_nodes(), {});
   ASSERT_EQ(plan.workers.size(), 3u);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(plan.workers[i].local_rank, i);
@@ -169,7 +169,7 @@ TEST(SchedulerEnv, SlurmIdentityAgreesWithTheRanks) {
                  {"SLURM_LOCALID", "0"},         {"SLURM_NODEID", "1"},
                  {"SLURM_NTASKS", "3"},          {"SLURM_TASKS_PER_NODE", "1(x3)"},
                  {"SLURM_NTASKS_PER_NODE", "1"}, {"SLURM_JOB_NODELIST", "n[1-3]"}};
-  Plan plan = make_plan(
+  LaunchSpec plan = make_launch_spec(
       [] {
         Config c;
         c.program = "train";
@@ -232,26 +232,26 @@ Config script(std::vector<std::string> args) {
   return c;
 }
 
-TEST(Plan, LocalRankMacroAndLegacyArgument) {
+TEST(LaunchSpec, LocalRankMacroAndLegacyArgument) {
   Config c = script({"--out", "run${local_rank}/x${local_rank}"});
   c.local_rank_arg = "underscore";
-  Plan plan = make_plan(c, second_node_of_three(), {});
+  LaunchSpec plan = make_launch_spec(c, second_node_of_three(), {});
   EXPECT_EQ(plan.workers[1].argv, (std::vector<std::string>{"python3", "-u", "train.py",
                                                             "--local_rank=1", "--out", "run1/x1"}));
   c.local_rank_arg = "dash";
-  EXPECT_EQ(make_plan(c, second_node_of_three(), {}).workers[0].argv[3], "--local-rank=0");
+  EXPECT_EQ(make_launch_spec(c, second_node_of_three(), {}).workers[0].argv[3], "--local-rank=0");
   c.local_rank_arg.clear();
-  EXPECT_EQ(make_plan(c, second_node_of_three(), {}).workers[0].argv.size(), 5u);
+  EXPECT_EQ(make_launch_spec(c, second_node_of_three(), {}).workers[0].argv.size(), 5u);
 }
 
-TEST(Plan, MpiStyleAgreesWithTheTorchVariables) {
+TEST(LaunchSpec, MpiStyleAgreesWithTheTorchVariables) {
   Config c = script({});
   c.env_mpi = true;
   JobLayout l = second_node_of_three();
   l.master_addr = "10.0.0.1";
   l.master_port = 6000;
   // The outer mpirun's own identity is replaced, not kept.
-  Plan plan = make_plan(c, l, {{"OMPI_COMM_WORLD_RANK", "9"}, {"PMIX_RANK", "9"}});
+  LaunchSpec plan = make_launch_spec(c, l, {{"OMPI_COMM_WORLD_RANK", "9"}, {"PMIX_RANK", "9"}});
   for (const auto& w : plan.workers) {
     EXPECT_EQ(w.env.at("OMPI_COMM_WORLD_RANK"), w.env.at("RANK"));
     EXPECT_EQ(w.env.at("OMPI_COMM_WORLD_SIZE"), "5");

@@ -111,7 +111,7 @@ TEST(Planner, AssignsRanksAndBuildsTheTopology) {
       ASSERT_FALSE(p.add(r));
     }
     ASSERT_TRUE(p.complete());
-    JobPlan plan = p.plan("10.0.0.1", 555);
+    RoundAssignment plan = p.plan("10.0.0.1", 555);
     EXPECT_EQ(plan.node_rank_of_arrival, c.rank_of_arrival);
     ASSERT_EQ(plan.topology.nodes.size(), 3u);
     int total = 0;
@@ -149,7 +149,7 @@ TEST(Planner, AnElasticJobStartsWithMinNodesAndMakesClaimedRanksContiguous) {
   ASSERT_TRUE(p.add(other));
   EXPECT_NE(p.add(other)->message.find("has --nnodes 2:5 but node 0 has --nnodes 2:4"),
             std::string::npos);
-  JobPlan plan = p.plan("10.0.0.0", 1);
+  RoundAssignment plan = p.plan("10.0.0.0", 1);
   EXPECT_EQ(plan.node_rank_of_arrival, (std::vector<int>{0, 1}));
   EXPECT_EQ(plan.topology.nnodes(), 2);
   EXPECT_EQ(plan.topology.world_size, 4);
@@ -175,7 +175,7 @@ TEST(Planner, ElasticRoundsDropLostNodesAndAdmitWaitingOnesUpToMax) {
   EXPECT_TRUE(p.can_grow());
   // Node 1 was lost; arrival 3 went away while it waited.
   EXPECT_EQ(p.remaining({1}), 2);
-  JobPlan next = p.next_round({1}, {3}, "10.0.0.0", 2);
+  RoundAssignment next = p.next_round({1}, {3}, "10.0.0.0", 2);
   EXPECT_EQ(next.topology.nnodes(), 4) << "MAX";
   EXPECT_EQ(next.admitted, (std::vector<int>{4, 5}));
   // The survivors keep their order (arrival 0 and 2 -> ranks 0, 1), the
@@ -190,8 +190,8 @@ TEST(Planner, ElasticRoundsDropLostNodesAndAdmitWaitingOnesUpToMax) {
   for (int a = 0; a < 3; ++a) {
     ASSERT_FALSE(fixed.add(node(a, -1, 2, a == 0)));
   }
-  JobPlan first = fixed.plan("10.0.0.0", 1);
-  JobPlan again = fixed.next_round({}, {}, "10.0.0.0", 7);
+  RoundAssignment first = fixed.plan("10.0.0.0", 1);
+  RoundAssignment again = fixed.next_round({}, {}, "10.0.0.0", 7);
   EXPECT_EQ(again.node_rank_of_arrival, first.node_rank_of_arrival);
   EXPECT_EQ(again.topology.nodes, first.topology.nodes);
 }
@@ -223,7 +223,7 @@ TEST(Planner, MoreArrivalsThanNodesInEveryOrder) {
     }
     ASSERT_TRUE(p.complete());
     EXPECT_EQ(refused.size(), 2u);
-    JobPlan plan = p.plan("10.0.0.0", 1);
+    RoundAssignment plan = p.plan("10.0.0.0", 1);
     const int other = host == 0 ? 1 : 0;
     ASSERT_GT(plan.node_rank_of_arrival.size(), static_cast<size_t>(std::max(host, other)));
     EXPECT_EQ(plan.node_rank_of_arrival[static_cast<size_t>(host)], 0);

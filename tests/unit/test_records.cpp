@@ -87,7 +87,7 @@ TEST(Records, EveryStoreRecordRoundTrips) {
   EXPECT_EQ(decode_join(encode_join(join)), join);
 
   Topology t = uniform_topology(2, 3, 1, "b", "10.0.0.2", "10.0.0.1", 999);
-  auto back = decode_plan(encode_plan(PlanRecord{t, ""}));
+  auto back = decode_plan(encode_plan(TopologyRecord{t, ""}));
   ASSERT_TRUE(back.topology);
   EXPECT_EQ(back.topology->world_size, 6);
   EXPECT_EQ(back.topology->master_addr, "10.0.0.1");
@@ -102,12 +102,12 @@ TEST(Records, EveryStoreRecordRoundTrips) {
       w.port = 7000 + w.rank;
     }
   }
-  EXPECT_EQ(*decode_plan(encode_plan(PlanRecord{with_ports, ""})).topology, with_ports);
-  auto failed = decode_plan(encode_plan(PlanRecord{std::nullopt, "timed out"}));
+  EXPECT_EQ(*decode_plan(encode_plan(TopologyRecord{with_ports, ""})).topology, with_ports);
+  auto failed = decode_plan(encode_plan(TopologyRecord{std::nullopt, "timed out"}));
   EXPECT_FALSE(failed.topology);
   EXPECT_EQ(failed.error, "timed out");
   EXPECT_EQ(decode_assignment(encode_assignment(4095)), 4095);
-  auto round_plan = decode_plan(encode_plan(PlanRecord{t, "", 2}));
+  auto round_plan = decode_plan(encode_plan(TopologyRecord{t, "", 2}));
   EXPECT_EQ(round_plan.restarts, 2) << "a node admitted late learns the restarts used";
   EXPECT_EQ(decode_admission(encode_admission(Admission{3, ""})).round, 3);
   EXPECT_EQ(decode_admission(encode_admission(Admission{0, "ended"})).error, "ended");
@@ -226,14 +226,14 @@ TEST(Records, WhatEveryNodeReadsDoesNotGrowWithTheJob) {
   // 16,384 nodes x 8: every node reads the plan, so the store host would
   // serve N times its size; it holds the node sizes, run-length.
   Topology t = uniform_topology(16384, 8, 0, "gpu-0001", "10.0.0.1", "10.0.0.1", 29500);
-  const std::string text = encode_plan(PlanRecord{t, ""});
+  const std::string text = encode_plan(TopologyRecord{t, ""});
   EXPECT_LT(text.size(), 200u) << text;
   Topology mixed;  // nodes of 8 workers but one of 4: three runs
   for (int n = 0; n < 16384; ++n) {
     mixed.nodes.push_back(NodeEntry{n, "h", "a", n == 100 ? 4 : 8, 0, {}});
   }
   assign_ranks(mixed);
-  auto back = decode_plan(encode_plan(PlanRecord{mixed, ""}));
+  auto back = decode_plan(encode_plan(TopologyRecord{mixed, ""}));
   EXPECT_EQ(back.topology->sizes, (std::vector<SizeRun>{{8, 100}, {4, 1}, {8, 16283}}));
   EXPECT_EQ(entry_from_sizes(back.topology->sizes, 101).first_rank, 804);
 }

@@ -514,7 +514,7 @@ TEST_F(MemberAlone, AVerdictHeardBeforeItsAnswerIsReadAfterTheAnswer) {
   settle();
   EXPECT_TRUE(member(0).heard.verdicts.empty()) << "deferred: its answer comes first";
   answer(encode_answer(JoinAnswer{1, "", false}));
-  write(keys::k_plan, encode_plan(PlanRecord{plan(), ""}));
+  write(keys::k_plan, encode_plan(TopologyRecord{plan(), ""}));
   settle();
   ASSERT_TRUE(member(0).heard.joined());
   EXPECT_EQ(member(0).heard.verdicts, (std::vector<JobVerdict>{failure(0)}))
@@ -533,7 +533,7 @@ TEST_F(MemberAlone, ARefusedAgentHearingTheJobsSuccessEndsWithItsRefusal) {
 
 TEST_F(MemberAlone, ARankOutsideTheJobIsRefusedBeforeAnyIndexing) {
   answer(encode_answer(JoinAnswer{5, "", false}));
-  write(keys::k_plan, encode_plan(PlanRecord{plan(), ""}));
+  write(keys::k_plan, encode_plan(TopologyRecord{plan(), ""}));
   settle();
   ASSERT_TRUE(member(0).heard.failed);
   EXPECT_NE(member(0).heard.failed->second.find("node rank 5 is outside the job's 2 nodes"),
@@ -543,7 +543,7 @@ TEST_F(MemberAlone, ARankOutsideTheJobIsRefusedBeforeAnyIndexing) {
 
 TEST_F(MemberAlone, AForgedPlanWithTheWrongWorkerCountIsNamed) {
   answer(encode_answer(JoinAnswer{1, "", false}));
-  write(keys::k_plan, encode_plan(PlanRecord{plan(5), ""}));
+  write(keys::k_plan, encode_plan(TopologyRecord{plan(5), ""}));
   settle();
   ASSERT_TRUE(member(0).heard.failed);
   EXPECT_NE(member(0).heard.failed->second.find("5 workers, this node starts 1"),

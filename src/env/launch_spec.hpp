@@ -1,4 +1,4 @@
-// Plan: what to start on this node, one WorkerSpec per local rank, each with
+// LaunchSpec: what to start on this node, one WorkerSpec per local rank, each with
 // its complete argv and environment. A pure function of the Config, the
 // layout rendezvous produced and the inherited environment.
 #pragma once
@@ -26,7 +26,7 @@ struct WorkerSpec {
 // The fd a worker reports progress on with --hang-timeout (DDPLAUNCH_PROGRESS_FD).
 inline constexpr int k_progress_fd = 3;
 
-struct Plan {
+struct LaunchSpec {
   JobLayout layout;
   std::vector<WorkerSpec> workers;
   std::vector<std::string> notices;  // things to tell the user once
@@ -38,7 +38,7 @@ struct Plan {
 std::vector<std::string> worker_argv(const Config& config, const EnvMap& env);
 
 // `bindings` (one per local rank, or none) come from node/binding.hpp.
-Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base_env,
-               const std::vector<Binding>& bindings = {});
+LaunchSpec make_launch_spec(const Config& config, const JobLayout& layout, const EnvMap& base_env,
+                            const std::vector<Binding>& bindings = {});
 
 }  // namespace ddplaunch

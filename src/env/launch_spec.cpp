@@ -1,4 +1,4 @@
-#include "env/plan.hpp"
+#include "env/launch_spec.hpp"
 
 #include <memory>
 
@@ -28,9 +28,9 @@ std::vector<std::string> worker_argv(const Config& config, const EnvMap& env) {
   return argv;
 }
 
-Plan make_plan(const Config& config, const JobLayout& layout, const EnvMap& base_env,
-               const std::vector<Binding>& bindings) {
-  Plan plan;
+LaunchSpec make_launch_spec(const Config& config, const JobLayout& layout, const EnvMap& base_env,
+                            const std::vector<Binding>& bindings) {
+  LaunchSpec plan;
   plan.layout = layout;
   const auto argv = worker_argv(config, base_env);
   const auto inherited = std::make_shared<const EnvMap>(base_env);

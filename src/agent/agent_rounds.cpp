@@ -1,0 +1,169 @@
+// How the Agent ends a round: finishing, gathering every node's results, a
+// restart (same nodes, or a new membership), or an early end. Part of
+// agent.hpp's Agent.
+#include <utility>
+
+#include "agent/agent.hpp"
+#include "ddplaunch/error.hpp"
+#include "log.hpp"
+
+namespace ddplaunch {
+
+void Agent::start_finishing() {
+  log::debug("every local worker has ended: finishing");
+  m_phase = Phase::k_finishing;
+  m_spawner.kill_all();
+  m_drain_deadline = m_clock.now() + k_drain_timeout;
+}
+
+void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
+  if (m_phase == Phase::k_done) {
+    return;
+  }
+  for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
+    m_router.on_close(lr, Stream::k_out);
+    m_router.on_close(lr, Stream::k_err);
+  }
+  const int node_rank = m_plan->layout.node_rank;
+  const Decision d =
+      merge_verdict(local_end(), m_link != nullptr ? m_verdict : std::nullopt, node_rank);
+  m_summary.rounds = rounds(d);
+  m_summary.restarts = m_restarts;
+  m_summary.max_restarts = m_config.max_restarts;
+  m_summary.run_id = m_config.rdzv_id;
+  m_summary.exit_code = d.exit_code;
+  m_summary.reason = d.reason;
+  m_summary.stop_signal = d.stop_signal;
+  m_summary.root_cause = d.root_cause;
+  m_summary.message = d.message;
+  m_summary.start_time = m_start_time;
+  m_summary.end_time = m_clock.wall_now();
+  m_summary.topology = m_topology;
+  if (ranks) {
+    m_summary.ranks = std::move(*ranks);
+  } else {
+    m_summary.ranks.clear();
+    for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
+      m_summary.ranks.push_back(outcome(lr));
+    }
+  }
+  m_phase = Phase::k_done;
+}
+
+LocalEnd Agent::local_end() const {
+  LocalEnd local;
+  local.reason = m_supervisor->reason();
+  local.exit_code = m_supervisor->exit_code();
+  local.stop_signal = m_supervisor->stop_signal();
+  local.late_signal = m_late_signal;
+  if (auto root = m_supervisor->root_cause()) {
+    local.root_cause = root_outcome(*root);
+  }
+  return local;
+}
+
+bool Agent::try_restart() {
+  // Whether the job restarts is the job's verdict's to say (the same on every
+  // node), not a late signal's: a node that received one goes to the next
+  // round only to stop it everywhere. One node alone just stops.
+  LocalEnd quiet = local_end();
+  quiet.late_signal.reset();
+  const Decision d =
+      merge_verdict(quiet, m_link != nullptr ? m_verdict : std::nullopt, m_plan->layout.node_rank);
+  const bool known = m_link == nullptr || m_verdict;
+  const bool stopping_here = m_late_signal && m_link == nullptr;
+  if (!known || stopping_here) {
+    return false;
+  }
+  const NextRound next =
+      next_round_after(d, m_link != nullptr ? m_verdict : std::nullopt, m_config.elastic(),
+                       m_plan->layout.node_rank, m_restarts, m_config.max_restarts);
+  if (next == NextRound::k_none) {
+    return false;
+  }
+  std::vector<RankOutcome> local;
+  for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
+    local.push_back(outcome(lr));
+  }
+  restart(local, d, next);
+  return true;
+}
+
+std::vector<RoundSummary> Agent::rounds(const Decision& last) const {
+  std::vector<RoundSummary> all = m_rounds;
+  if (m_supervisor) {
+    all.push_back(RoundSummary{m_round, m_plan->layout.nnodes, false, last.exit_code,
+                               last.root_cause, last.message, m_start_time, m_clock.wall_now()});
+  }
+  return all;
+}
+
+void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, NextRound next) {
+  const bool regroup = next == NextRound::k_regroup;
+  m_rounds.push_back(RoundSummary{m_round, m_plan->layout.nnodes, regroup, d.exit_code,
+                                  d.root_cause, d.message, m_start_time, m_clock.wall_now()});
+  ++m_round;
+  if (regroup) {
+    log::info("{}: restarting every worker to admit it (no restart used)",
+              describe_round_end(m_rounds.back()));
+  } else {
+    ++m_restarts;
+    log::warn("{}: restarting every worker (restart {} of {})", describe_round_end(m_rounds.back()),
+              m_restarts, m_config.max_restarts);
+  }
+  for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
+    m_router.on_close(lr, Stream::k_out);  // a last unfinished line is shown now
+    m_router.on_close(lr, Stream::k_err);
+  }
+  m_supervisor.reset();
+  m_pids.clear();
+  m_end_times.clear();
+  m_verdict.reset();
+  m_publish_deadline.reset();
+  m_published_stop = false;
+  m_published_success = false;
+  m_drain_deadline.reset();
+  m_gathered.reset();
+  if (m_link != nullptr) {
+    m_phase = Phase::k_joining;
+    m_link->next_round(local, RoundStart{m_round, m_restarts});
+    if (m_late_signal) {
+      // Received while this round ended: the next one is stopped on every node.
+      m_join_signal = std::exchange(m_late_signal, std::nullopt);
+      publish(JobVerdict{
+          128 + *m_join_signal,
+          node_name() + " received " + signal_name(*m_join_signal) + " while the job restarted",
+          std::nullopt, m_plan->layout.node_rank});
+    }
+    return;
+  }
+  Topology again = *m_topology;
+  if (!m_config.worker_port && m_self.pick_port) {
+    again.master_port = m_self.pick_port();  // the last one may be in TIME_WAIT
+  }
+  begin(again, 0);
+}
+
+void Agent::end_early(int exit_code, StopReason reason, const std::string& message, bool is_error) {
+  m_summary.run_id = m_config.rdzv_id;
+  m_summary.max_restarts = m_config.max_restarts;
+  m_summary.restarts = m_restarts;
+  m_summary.rounds = m_rounds;
+  m_summary.exit_code = exit_code;
+  m_summary.reason = reason;
+  m_summary.message = message;
+  if (reason == StopReason::k_signal && m_join_signal) {
+    m_summary.stop_signal = m_join_signal;
+    m_summary.message =
+        "ddplaunch received " + signal_name(*m_join_signal) + " while waiting for the other nodes";
+  }
+  m_summary.start_time = m_start_time;
+  m_summary.end_time = m_clock.wall_now();
+  m_summary.topology = m_topology;
+  if (is_error) {
+    m_error = message;
+  }
+  m_phase = Phase::k_done;
+}
+
+}  // namespace ddplaunch
