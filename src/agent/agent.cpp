@@ -22,7 +22,8 @@ Agent::Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner
       m_spawner(spawner),
       m_clock(clock),
       m_link(link),
-      m_router(config, console) {}
+      m_router(config, console),
+      m_error_files(m_self.job_dir) {}
 
 std::string Agent::node_name() const {
   if (m_plan) {

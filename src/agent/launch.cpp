@@ -155,7 +155,10 @@ int run_launch(const Config& config, const EnvMap& env) {
   check_summary_path(config.summary_json);
   check_master_resolves(config);
   const StoreAddress address = resolve_store_address(config, env, driver);
-  const NodeIdentity self = identify_node(config, env, address.host);
+  NodeIdentity self = identify_node(config, env, address.host);
+  if (guard) {
+    self.job_dir = guard->job_dir();
+  }
   if (config.dry_run) {
     return dry_run(config, env, self, console);
   }
@@ -184,6 +187,9 @@ int run_launch(const Config& config, const EnvMap& env) {
   auto fault = env.find("DDPLAUNCH_FAULT");
   try {
     agent.start();
+    if (workers_store) {
+      workers_store->serve();  // not before: it costs the first spawn nothing
+    }
     driver.run(agent, spawner, link.get(), store.get(),
                fault != env.end() && fault->second == "output");
   } catch (const std::exception& e) {

@@ -26,6 +26,19 @@ class WorkerEnv {
   WorkerEnv(std::shared_ptr<const EnvMap> inherited, const EnvMap& full);
 
   EnvMap full() const;
+  // Calls fn(name, value) for every variable the worker gets, without
+  // building full() (the spawn path's: one call per variable, no copies).
+  template <typename F>
+  void for_each(F&& fn) const {
+    for (const auto& [name, value] : m_own) {
+      fn(name, value);
+    }
+    for (const auto& [name, value] : *m_inherited) {
+      if (!m_own.contains(name) && !removed(name)) {
+        fn(name, value);
+      }
+    }
+  }
   bool contains(const std::string& name) const;
   // Throws std::out_of_range for a name the worker does not get.
   const std::string& at(const std::string& name) const;

@@ -65,6 +65,10 @@ void find_own_address(const Config& config, const std::string& master_addr, Node
       // 127.0.1.1 self entry): advertise what other hosts reach instead.
       self.addr = outward_addr().value_or(self.addr);
     }
+  } else if (config.nnodes == 1) {
+    // One node: its workers meet on loopback, and the host name need not be
+    // resolved (no resolver on the launch path).
+    self.addr = "127.0.0.1";
   } else {
     self.addr = posix::resolve_numeric(self.host);
   }

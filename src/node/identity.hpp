@@ -24,9 +24,13 @@ struct NodeIdentity {
   std::vector<Binding> bindings;  // CPUs and GPUs per local rank; empty: inherited
   // A fresh MASTER_PORT for a one-node job's next round; unset: the same again.
   std::function<int()> pick_port;
+  // The job's private directory on this node, for the workers' error files
+  // (made and removed by the JobGuard); empty: the Agent makes its own.
+  std::string job_dir;
 };
 
-// Fills `self`'s host name, advertised address (--local-addr, else the one its
+// Fills `self`'s host name, advertised address (--local-addr; one node:
+// 127.0.0.1, with no resolver call; else the one its
 // packets to node 0 at `master_addr` leave from, else its host name's) and
 // the interface holding it. Warns when a job across hosts would advertise a
 // loopback address.

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 
 #include "log.hpp"
@@ -13,41 +12,44 @@
 namespace ddplaunch {
 
 ErrorFiles::~ErrorFiles() {
-  if (!m_private_dir.empty()) {
+  if (m_owns_job_dir) {
     std::error_code ec;
-    std::filesystem::remove_all(m_private_dir, ec);
+    std::filesystem::remove_all(m_job_dir, ec);
   }
 }
 
 void ErrorFiles::start(const std::string& log_dir, const JobLayout& layout) {
   m_rank_offset = layout.rank_offset;
   m_round = layout.round;
-  m_dir = log_dir;
-  if (m_dir.empty() && m_private_dir.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string tmpl =
-        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ddplaunch-errors-XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) {
-      log::debug("no TORCHELASTIC_ERROR_FILE for the workers: cannot create {}", tmpl);
-      return;
+  m_log_dir = log_dir;
+  if (!m_log_dir.empty()) {
+    for (int lr = 0; lr < layout.local_world_size; ++lr) {
+      std::error_code ec;
+      std::filesystem::create_directories(std::filesystem::path(path(lr)).parent_path(), ec);
+      keep_earlier(path(lr));  // an earlier job's error is not this one's, and it is kept
     }
-    m_private_dir = tmpl;
+    return;
   }
-  if (m_dir.empty()) {
-    m_dir = m_private_dir;
-  }
-  for (int lr = 0; lr < layout.local_world_size; ++lr) {
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(path(lr)).parent_path(), ec);
-    keep_earlier(path(lr));  // an earlier job's error is not this one's, and it is kept
+  if (m_job_dir.empty()) {
+    m_job_dir = posix::make_job_dir();
+    m_owns_job_dir = !m_job_dir.empty();
+    if (m_job_dir.empty()) {
+      log::debug("no TORCHELASTIC_ERROR_FILE for the workers: cannot create a directory in {}",
+                 posix::temp_dir());
+    }
   }
 }
 
 std::string ErrorFiles::path(int local_rank) const {
-  if (m_dir.empty()) {
+  const int rank = m_rank_offset + local_rank;
+  if (!m_log_dir.empty()) {
+    return (rank_log_dir(m_log_dir, rank, m_round) / "error.json").string();
+  }
+  if (m_job_dir.empty()) {
     return {};
   }
-  return (rank_log_dir(m_dir, m_rank_offset + local_rank, m_round) / "error.json").string();
+  return m_job_dir + "/" + std::to_string(rank) +
+         (m_round > 0 ? ".attempt_" + std::to_string(m_round) : std::string()) + ".json";
 }
 
 std::optional<std::string> ErrorFiles::read(int local_rank) const {

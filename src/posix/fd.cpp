@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 
 #include "posix/error.hpp"
 
@@ -76,6 +77,16 @@ std::optional<std::string> read_small_file(const std::string& path, size_t max_b
     out.append(buf, static_cast<size_t>(n));
   }
   return out;
+}
+
+std::string temp_dir() {
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+}
+
+std::string make_job_dir() {
+  std::string tmpl = temp_dir() + "/ddplaunch-job-XXXXXX";
+  return mkdtemp(tmpl.data()) != nullptr ? tmpl : std::string();
 }
 
 std::optional<rlimit> raise_fd_limit() {

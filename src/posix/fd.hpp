@@ -56,4 +56,11 @@ bool write_all(int fd, std::string_view data);
 // cannot be opened or read.
 std::optional<std::string> read_small_file(const std::string& path, size_t max_bytes = 1 << 20);
 
+// $TMPDIR, else /tmp.
+std::string temp_dir();
+
+// A new private (0700) directory temp_dir()/ddplaunch-job-XXXXXX; empty when
+// none can be made.
+std::string make_job_dir();
+
 }  // namespace ddplaunch::posix

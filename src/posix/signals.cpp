@@ -48,7 +48,17 @@ std::optional<int> SignalFd::read_one() {
   }
 }
 
-void reset_signals_for_child() {
+SignalReset signals_to_reset() {
+  SignalReset reset;
+  for (int sig : {SIGPIPE, SIGXFSZ, SIGINT, SIGQUIT}) {
+    if (inherited_ignore(sig)) {
+      reset.signals[reset.count++] = sig;
+    }
+  }
+  return reset;
+}
+
+void reset_signals_for_child(const SignalReset& reset) {
   // Async-signal-safe. Caught signals are reset by exec itself; ignored ones
   // stay ignored (SIGHUP under nohup), except those the launcher ignores for
   // itself: SIGPIPE, and SIGXFSZ for symmetry with Python's subprocess, which
@@ -60,8 +70,8 @@ void reset_signals_for_child() {
   // blocked anything.
   struct sigaction dfl = {};
   dfl.sa_handler = SIG_DFL;
-  for (int sig : {SIGPIPE, SIGXFSZ, SIGINT, SIGQUIT}) {
-    sigaction(sig, &dfl, nullptr);
+  for (int i = 0; i < reset.count; ++i) {
+    sigaction(reset.signals[i], &dfl, nullptr);
   }
   sigset_t empty;
   sigemptyset(&empty);

@@ -31,10 +31,20 @@ class SignalFd {
 // Whether `sig` is ignored (SIG_IGN) now: at start, what the launcher inherited.
 bool inherited_ignore(int sig);
 
-// For a child between fork and exec: an empty signal mask, and SIGPIPE,
-// SIGXFSZ, SIGINT and SIGQUIT back to their default actions (the launcher
-// ignores SIGPIPE; it forwards SIGINT and SIGQUIT to stop the job). Other
-// dispositions are inherited, as exec would have them: SIGHUP under nohup.
-void reset_signals_for_child();
+// Which of SIGPIPE, SIGXFSZ, SIGINT and SIGQUIT are ignored here now, and so
+// must be set back to their default action in a child (the launcher ignores
+// SIGPIPE; it forwards SIGINT and SIGQUIT to stop the job). Asked once per
+// batch of children, in the parent: a child then makes one call per signal
+// that needs it, usually one (SIGPIPE), not four.
+struct SignalReset {
+  int signals[4] = {};
+  int count = 0;
+};
+SignalReset signals_to_reset();
+
+// For a child between fork and exec: an empty signal mask, and the signals
+// of `reset` back to their default actions. Other dispositions are
+// inherited, as exec would have them: SIGHUP under nohup.
+void reset_signals_for_child(const SignalReset& reset);
 
 }  // namespace ddplaunch::posix

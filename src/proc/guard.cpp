@@ -11,6 +11,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -20,6 +21,7 @@
 #include "config/integer.hpp"
 #include "log.hpp"
 #include "posix/fd.hpp"
+#include "proc/spawn.hpp"
 
 namespace ddplaunch {
 
@@ -111,7 +113,8 @@ bool environ_has(const std::string& pid, const std::string& needle) {
   return false;
 }
 
-[[noreturn]] void run_guard(int read_fd, const std::string& marker, const std::string& cgroup) {
+[[noreturn]] void run_guard(int read_fd, const std::string& marker, const std::string& cgroup,
+                            const std::string& job_dir) {
   // Out of the terminal's way: Ctrl-C and job control are for the launcher.
   setpgid(0, 0);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU}) {
@@ -134,6 +137,10 @@ bool environ_has(const std::string& pid, const std::string& needle) {
   if (said.find("done") == std::string::npos) {
     // The launcher died without ending the job: end what escaped the cgroup too.
     kill_marked_processes(marker);
+  }
+  if (!job_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(job_dir, ec);  // gone already after a normal end
   }
   _exit(0);
 }
@@ -182,17 +189,15 @@ JobGuard::JobGuard(bool use_cgroup) {
     std::string dir = parent + "/ddplaunch-" + std::to_string(getpid());
     struct stat st = {};
     if ((::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST) &&
-        ::stat((dir + "/cgroup.kill").c_str(), &st) == 0) {
-      m_procs_fd = ::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
-      if (m_procs_fd >= 0) {
-        m_cgroup = dir;
-      } else {
-        ::rmdir(dir.c_str());
-      }
+        ::stat((dir + "/cgroup.kill").c_str(), &st) == 0 &&
+        (m_cgroup_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+      m_cgroup = dir;
     } else {
       ::rmdir(dir.c_str());
     }
   }
+
+  m_job_dir = posix::make_job_dir();
 
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
@@ -213,7 +218,7 @@ JobGuard::JobGuard(bool use_cgroup) {
       ::dup2(devnull, fd);
     }
     syscall(SYS_close_range, 4U, ~0U, 0U);
-    run_guard(3, m_marker, m_cgroup);
+    run_guard(3, m_marker, m_cgroup, m_job_dir);
   }
   ::close(fds[0]);
   if (pid < 0) {
@@ -223,21 +228,18 @@ JobGuard::JobGuard(bool use_cgroup) {
   m_guard_pid = pid;
   m_pipe_fd = fds[1];
   if (!m_cgroup.empty()) {
-    // The launcher moves in (once), so every worker and everything they
-    // start is born in the job's cgroup: no migration per worker. The guard,
-    // forked before, stays outside to kill and remove it afterwards.
-    const std::string self = std::to_string(getpid());
-    if (::write(m_procs_fd, self.data(), self.size()) < 0) {
-      log::debug("cannot move into {}: {}", m_cgroup, std::strerror(errno));
-      m_cgroup.clear();
-    }
-    ::close(m_procs_fd);
-    m_procs_fd = -1;
+    // Every worker, and everything they start, is born in the job's cgroup.
+    // The guard, forked before, stays outside to kill and remove it afterwards.
+    spawn_into_cgroup(m_cgroup_fd, m_cgroup + "/cgroup.procs");
   }
   log::debug("workers are guarded by {}", mechanism());
 }
 
 JobGuard::~JobGuard() {
+  if (!m_job_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(m_job_dir, ec);
+  }
   // "done", and the pipe stays open until this process is gone: then the
   // guard kills whatever is left in the cgroup and removes it.
   if (m_pipe_fd >= 0) {

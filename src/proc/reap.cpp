@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "posix/fd.hpp"
 
@@ -33,17 +34,54 @@ void become_subreaper() {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
 }
 
-int kill_stray_children(pid_t spare) {
-  // No child at all (the usual case): skip the /proc scan.
-  siginfo_t info = {};
-  if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD) {
-    return 0;
+namespace {
+
+// This process's living children, from /proc/self/task/<tid>/children (one
+// small file per thread: a reparented orphan may be listed under any of
+// them); nullopt where the kernel has no such file (CONFIG_PROC_CHILDREN).
+std::optional<std::vector<pid_t>> children_from_task_files() {
+  DIR* tasks = opendir("/proc/self/task");
+  if (tasks == nullptr) {
+    return std::nullopt;
   }
+  std::vector<pid_t> out;
+  bool any = false;
+  while (dirent* ent = readdir(tasks)) {
+    if (ent->d_name[0] == '.') {
+      continue;
+    }
+    auto text = posix::read_small_file(std::string("/proc/self/task/") + ent->d_name + "/children",
+                                       1 << 20);
+    if (!text) {
+      continue;  // a thread that ended meanwhile, or no such file at all
+    }
+    any = true;
+    for (const char* at = text->c_str(); *at != '\0';) {
+      char* end = nullptr;
+      const long pid = std::strtol(at, &end, 10);
+      if (end == at) {
+        break;
+      }
+      if (pid > 0) {
+        out.push_back(static_cast<pid_t>(pid));
+      }
+      at = end;
+    }
+  }
+  closedir(tasks);
+  if (!any) {
+    return std::nullopt;
+  }
+  return out;
+}
+
+// The slow way: every process's parent, from /proc/<pid>/stat.
+std::vector<pid_t> children_from_proc_scan() {
+  std::vector<pid_t> out;
   const pid_t self = getpid();
-  int killed = 0;
   DIR* dir = opendir("/proc");
   if (dir == nullptr) {
-    return 0;
+    return out;
   }
   while (dirent* ent = readdir(dir)) {
     char* end = nullptr;
@@ -59,13 +97,33 @@ int kill_stray_children(pid_t spare) {
       continue;
     }
     // After "pid (comm) " come: state, ppid.
-    long ppid = std::strtol(content.c_str() + rparen + 4, nullptr, 10);
-    if (ppid == self && pid != spare) {
-      kill(static_cast<pid_t>(pid), SIGKILL);
-      ++killed;
+    if (std::strtol(content.c_str() + rparen + 4, nullptr, 10) == self) {
+      out.push_back(static_cast<pid_t>(pid));
     }
   }
   closedir(dir);
+  return out;
+}
+
+}  // namespace
+
+int kill_stray_children(pid_t spare) {
+  // No child at all: nothing to read.
+  siginfo_t info = {};
+  if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD) {
+    return 0;
+  }
+  auto children = children_from_task_files();
+  if (!children) {
+    children = children_from_proc_scan();
+  }
+  int killed = 0;
+  for (pid_t pid : *children) {
+    if (pid != spare) {
+      kill(pid, SIGKILL);
+      ++killed;
+    }
+  }
   return killed;
 }
 

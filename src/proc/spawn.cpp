@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <linux/sched.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -17,6 +18,7 @@
 #include <fstream>
 #include <optional>
 
+#include "log.hpp"
 #include "posix/error.hpp"
 #include "posix/fd.hpp"
 #include "posix/signals.hpp"
@@ -36,23 +38,48 @@ struct Prepared {
   std::vector<cpu_set_t> cpus;  // the affinity to set before exec; empty: inherited
 };
 
-Prepared prepare(const WorkerSpec& spec) {
+// The PATH a worker's program is looked up in (execvp's default without one).
+std::string path_of(const WorkerEnv& env) {
+  return env.contains("PATH") ? env.at("PATH") : "/usr/local/bin:/usr/bin:/bin";
+}
+
+// find_program(), remembered: the workers of a node mostly run one program
+// with one PATH, so it is looked up once, not once per worker.
+class ProgramCache {
+ public:
+  std::optional<std::string> find(const std::string& program, const WorkerEnv& env) {
+    std::string path = path_of(env);
+    if (!m_found || program != m_program || path != m_path) {
+      m_program = program;
+      m_path = std::move(path);
+      m_found = find_program(program, EnvMap{{"PATH", m_path}});
+    }
+    return *m_found;
+  }
+
+ private:
+  std::string m_program, m_path;
+  std::optional<std::optional<std::string>> m_found;
+};
+
+Prepared prepare(const WorkerSpec& spec, ProgramCache& programs) {
   Prepared p;
-  const EnvMap env = spec.env.full();
-  auto path = find_program(spec.argv.at(0), env);
+  auto path = programs.find(spec.argv.at(0), spec.env);
   if (!path) {
     throw SpawnError("cannot execute '" + spec.argv[0] +
                      "': not found (no such file, or not in PATH); check the program name");
   }
   p.path = *path;
-  p.env_strings.reserve(env.size());
-  for (const auto& [k, v] : env) {
-    p.env_strings.push_back(k + "=" + v);
-  }
+  spec.env.for_each([&p](const std::string& k, const std::string& v) {
+    std::string& e = p.env_strings.emplace_back();
+    e.reserve(k.size() + 1 + v.size());
+    e.append(k).append(1, '=').append(v);
+  });
   for (const auto& a : spec.argv) {
     p.argv.push_back(const_cast<char*>(a.c_str()));
   }
   p.argv.push_back(nullptr);
+  p.envp.reserve(p.env_strings.size() + 1);
   for (auto& e : p.env_strings) {
     p.envp.push_back(e.data());
   }
@@ -71,39 +98,52 @@ Prepared prepare(const WorkerSpec& spec) {
   return p;
 }
 
-// What the vfork()ed child tells the parent through the memory they share.
+// What the child tells the parent through the memory they share.
 struct ChildReport {
   volatile int shared = 0;  // set first thing: the memory really is shared
   volatile int error = 0;   // errno of the failed step
 };
 
-// Runs in the vfork()ed child, which shares the launcher's memory and stack
-// until it calls execve or _exit: only async-signal-safe calls, no
-// allocation, and no writes to memory except *report.
-[[noreturn]] void exec_child(const Prepared& p, pid_t parent, int stdin_fd, int out_fd, int err_fd,
-                             int progress_fd, int report_fd, ChildReport* report, bool own_group) {
-  report->shared = 1;
-  if (own_group) {
+// Everything the child needs, prepared by the parent: the child allocates nothing.
+struct ChildArgs {
+  const Prepared* prepared = nullptr;
+  pid_t parent = 0;
+  int stdin_fd = 0, out_fd = 1, err_fd = 2;
+  int progress_fd = -1;  // -1: none
+  int report_fd = -1;    // -1: the report is read from shared memory only
+  ChildReport* report = nullptr;
+  bool own_group = true;
+  posix::SignalReset signals;
+};
+
+// Runs in the child, which shares the launcher's memory (and, after vfork,
+// its stack) until it calls execve or _exit: only async-signal-safe calls,
+// no allocation, and no writes to memory except *report.
+[[noreturn]] void exec_child(const ChildArgs& a) {
+  a.report->shared = 1;
+  if (a.own_group) {
     setpgid(0, 0);
   }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) {
+  if (getppid() != a.parent) {
     _exit(127);  // the launcher died before prctl took effect
   }
   // The progress pipe becomes fd 3 (dup2 onto itself would keep close-on-exec).
+  const int progress_fd = a.progress_fd;
   const bool progress_ok =
       progress_fd < 0 || (progress_fd == k_progress_fd ? fcntl(progress_fd, F_SETFD, 0) == 0
                                                        : dup2(progress_fd, k_progress_fd) >= 0);
-  if ((stdin_fd == 0 || dup2(stdin_fd, 0) >= 0) && dup2(out_fd, 1) >= 0 && dup2(err_fd, 2) >= 0 &&
-      progress_ok) {
+  if ((a.stdin_fd == 0 || dup2(a.stdin_fd, 0) >= 0) && dup2(a.out_fd, 1) >= 0 &&
+      dup2(a.err_fd, 2) >= 0 && progress_ok) {
     // Everything above 2 (or the progress fd) closes on exec, including fds
     // the launcher inherited.
     syscall(SYS_close_range, progress_fd < 0 ? 3U : static_cast<unsigned>(k_progress_fd) + 1, ~0U,
             CLOSE_RANGE_CLOEXEC);
-    posix::reset_signals_for_child();
+    posix::reset_signals_for_child(a.signals);
     if (g_worker_nofile) {
       (void)setrlimit(RLIMIT_NOFILE, &*g_worker_nofile);
     }
+    const Prepared& p = *a.prepared;
     if (!p.cpus.empty()) {
       // A CPU that went offline since the probe: run unbound rather than not at all.
       (void)sched_setaffinity(0, p.cpus.size() * sizeof(cpu_set_t), p.cpus.data());
@@ -111,37 +151,122 @@ struct ChildReport {
     execve(p.path.c_str(), p.argv.data(), p.envp.data());
   }
   const int err = errno;
-  report->error = err;
-  ssize_t ignored = write(report_fd, &err, sizeof(err));
-  (void)ignored;
+  a.report->error = err;
+  if (a.report_fd >= 0) {
+    ssize_t ignored = write(a.report_fd, &err, sizeof(err));
+    (void)ignored;
+  }
   _exit(127);
 }
 
-// vfork(): the parent sleeps until the child has exec'd (or failed to), and no
-// page tables are copied, so launching costs what posix_spawn costs (which
-// cannot set PR_SET_PDEATHSIG). The child reports an exec error in shared
-// memory. Where vfork is really a fork (ThreadSanitizer makes it one) nothing
-// is shared, and the error comes through a close-on-exec pipe instead; only
-// then does the parent wait on that pipe. Returns the pid, or -1 with the
-// child's errno in *exec_errno (the child is reaped).
-pid_t vfork_exec(const Prepared& p, pid_t parent, int stdin_fd, int out_fd, int err_fd,
-                 int progress_fd, int* exec_errno, bool own_group) {
-  auto pipe = posix::make_pipe();
-  const int report_fd = pipe.write.get();
-  ChildReport report;
-  pid_t pid = vfork();
-  if (pid == 0) {
-    exec_child(p, parent, stdin_fd, out_fd, err_fd, progress_fd, report_fd, &report, own_group);
+// Whether vfork() really shares memory with the child: unknown until the
+// first spawn, which then also uses the report pipe. Where it does (always,
+// but under ThreadSanitizer or valgrind, which make it a fork), no later
+// spawn needs a pipe: two system calls and two closes fewer per worker.
+std::optional<bool> g_vfork_shares;
+
+// The job's cgroup (JobGuard), which workers are cloned straight into
+// (clone3's CLONE_INTO_CGROUP), so that the launcher never migrates itself:
+// a migration waits for an RCU grace period, about 12 ms here. -1: none, or
+// the launcher moved into it instead (spawn_into_cgroup()'s fallback).
+int g_cgroup_fd = -1;
+std::string g_cgroup_procs;
+
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define DDPLAUNCH_CLONE_INTO_CGROUP 1
+
+[[noreturn]] void clone_child_main(ChildArgs* a) {
+  exec_child(*a);
+}
+
+// clone3(CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP): vfork's cost, into the
+// cgroup. The child starts on `stack` (the parent's own stack is in use by
+// the parent's frames), calls clone_child_main(a) and never returns. Returns
+// the child's pid, or -errno.
+long clone3_vfork(clone_args* args, ChildArgs* a) {
+  long ret;
+  register ChildArgs* child_args asm("r12") = a;
+  register void (*child_main)(ChildArgs*) asm("r13") = clone_child_main;
+  asm volatile(
+      "syscall\n\t"
+      "testq %%rax, %%rax\n\t"
+      "jnz 1f\n\t"
+      // The child, on its own stack; r12 and r13 survived the syscall.
+      "xorl %%ebp, %%ebp\n\t"
+      "movq %%r12, %%rdi\n\t"
+      "callq *%%r13\n\t"
+      "ud2\n\t"
+      "1:\n\t"
+      : "=a"(ret)
+      : "0"(static_cast<long>(SYS_clone3)), "D"(args), "S"(sizeof(clone_args)), "r"(child_args),
+        "r"(child_main)
+      : "rcx", "r11", "memory");
+  return ret;
+}
+
+// The child's stack: in use only while the parent sleeps (CLONE_VFORK).
+alignas(64) char g_child_stack[64 * 1024];
+#endif
+
+// Starts a child for `a` that shares the launcher's memory until it execs:
+// into the job's cgroup when there is one, else with vfork(). Returns the
+// pid, or -1 with errno.
+pid_t start_child(ChildArgs& a) {
+#ifdef DDPLAUNCH_CLONE_INTO_CGROUP
+  if (g_cgroup_fd >= 0) {
+    clone_args args = {};
+    args.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP;
+    args.exit_signal = SIGCHLD;
+    args.stack = reinterpret_cast<uintptr_t>(g_child_stack);
+    args.stack_size = sizeof(g_child_stack);
+    args.cgroup = static_cast<uint64_t>(g_cgroup_fd);
+    const long pid = clone3_vfork(&args, &a);
+    if (pid >= 0) {
+      return static_cast<pid_t>(pid);
+    }
+    // An older kernel (ENOSYS, E2BIG, EINVAL) or no right to clone into it:
+    // the launcher moves into the cgroup once, and workers are born there.
+    spawn_into_cgroup(-1, {});
   }
+#endif
+  asm volatile("" : : "r"(&a) : "memory");
+  pid_t pid = vfork();
+  asm volatile("" : : : "memory");
+  if (pid == 0) {
+    exec_child(a);
+  }
+  return pid;
+}
+
+// Starts a child and waits until it has exec'd (or failed to): no page
+// tables are copied, so launching costs what posix_spawn costs (which cannot
+// set PR_SET_PDEATHSIG). The child reports an exec error in shared memory.
+// Where vfork is really a fork nothing is shared, and the error comes
+// through a close-on-exec pipe instead; only then does the parent wait on
+// that pipe. Returns the pid, or -1 with the child's errno in *exec_errno
+// (the child is reaped).
+pid_t vfork_exec(ChildArgs a, int* exec_errno) {
+  std::optional<posix::Pipe> pipe;
+  if (g_vfork_shares != true) {
+    pipe = posix::make_pipe();
+    a.report_fd = pipe->write.get();
+  }
+  ChildReport report;
+  a.report = &report;
+  // The child writes `report` in memory the compiler cannot see it share:
+  // without start_child()'s barriers GCC folds the reads below to the
+  // initial zeros.
+  const pid_t pid = start_child(a);
   if (pid < 0) {
     posix::throw_errno("vfork");
   }
-  pipe.write.close();
+  g_vfork_shares = report.shared != 0;
   int child_errno = report.error;
-  if (report.shared == 0) {
+  if (report.shared == 0 && pipe) {
+    pipe->write.close();
     ssize_t n;
     do {
-      n = read(pipe.read.get(), &child_errno, sizeof(child_errno));
+      n = read(pipe->read.get(), &child_errno, sizeof(child_errno));
     } while (n < 0 && errno == EINTR);
     if (n != static_cast<ssize_t>(sizeof(child_errno))) {
       child_errno = 0;  // EOF: exec succeeded
@@ -188,6 +313,30 @@ std::optional<std::string> find_program(const std::string& program, const EnvMap
   return first_existing;
 }
 
+void spawn_into_cgroup(int cgroup_fd, const std::string& procs_path) {
+  if (cgroup_fd >= 0) {
+#ifdef DDPLAUNCH_CLONE_INTO_CGROUP
+    g_cgroup_fd = cgroup_fd;
+    g_cgroup_procs = procs_path;
+    return;
+#else
+    g_cgroup_procs = procs_path;
+#endif
+  }
+  // Without clone3 here: the launcher moves in, once.
+  g_cgroup_fd = -1;
+  if (g_cgroup_procs.empty()) {
+    return;
+  }
+  const std::string self = std::to_string(getpid());
+  posix::Fd procs(::open(g_cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!procs || ::write(procs.get(), self.data(), self.size()) < 0) {
+    log::debug("workers are not in the job's cgroup: cannot move into {}: {}", g_cgroup_procs,
+               std::strerror(errno));
+  }
+  g_cgroup_procs.clear();
+}
+
 void raise_fd_limit_for_launcher() {
   g_worker_nofile = posix::raise_fd_limit();  // workers get back the limit the launcher was given
 }
@@ -208,7 +357,10 @@ std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
   const bool foreground = isatty(0) != 0 && tcgetpgrp(0) == getpgrp();
   std::vector<Child> started;
   started.reserve(workers.size());
+  ProgramCache programs;
+  const posix::SignalReset signals = posix::signals_to_reset();
   for (size_t i = 0; i < workers.size(); ++i) {
+    const Prepared prepared = prepare(workers[i], programs);
     auto out = posix::make_pipe();
     auto err = posix::make_pipe();
     std::optional<posix::Pipe> progress;
@@ -218,18 +370,26 @@ std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
     int stdin_fd = workers[i].inherit_stdin ? 0 : devnull.get();
     const bool own_group = !(workers[i].inherit_stdin && foreground);
     int exec_errno = 0;
-    const Prepared prepared = prepare(workers[i]);
-    pid_t pid = vfork_exec(prepared, self, stdin_fd, out.write.get(), err.write.get(),
-                           progress ? progress->write.get() : -1, &exec_errno, own_group);
+    ChildArgs args;
+    args.prepared = &prepared;
+    args.parent = self;
+    args.stdin_fd = stdin_fd;
+    args.out_fd = out.write.get();
+    args.err_fd = err.write.get();
+    args.progress_fd = progress ? progress->write.get() : -1;
+    args.own_group = own_group;
+    args.signals = signals;
+    pid_t pid = vfork_exec(args, &exec_errno);
     if (pid < 0) {
       throw SpawnError("cannot execute '" + workers[i].argv.at(0) +
                        "': " + std::strerror(exec_errno));
     }
-    posix::set_nonblocking(out.read.get());
-    posix::set_nonblocking(err.read.get());
+    // A fresh pipe's read end has no other status flag: one fcntl, not two.
+    ::fcntl(out.read.get(), F_SETFL, O_NONBLOCK);
+    ::fcntl(err.read.get(), F_SETFL, O_NONBLOCK);
     started.emplace_back(pid, std::move(out.read), std::move(err.read), own_group);
     if (progress) {
-      posix::set_nonblocking(progress->read.get());
+      ::fcntl(progress->read.get(), F_SETFL, O_NONBLOCK);
       started.back().progress() = std::move(progress->read);
     }
   }

@@ -35,6 +35,14 @@ std::optional<std::string> find_program(const std::string& program, const EnvMap
 // Child owners) and SpawnError is thrown.
 std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers);
 
+// Workers start in the cgroup `cgroup_fd` (a directory fd; the JobGuard's),
+// cloned straight into it with clone3(CLONE_INTO_CGROUP) where the kernel and
+// architecture allow, so the launcher never migrates. Where they do not (or
+// with cgroup_fd -1), the launcher moves itself in through `procs_path`
+// (cgroup.procs) once, so that every worker is born there. Call once, before
+// any thread.
+void spawn_into_cgroup(int cgroup_fd, const std::string& procs_path);
+
 // Raises this process's soft RLIMIT_NOFILE to its hard limit (a launcher
 // holds two pipes per worker and, on node 0, a connection per agent), and
 // remembers the soft limit the user had: every worker started afterwards gets

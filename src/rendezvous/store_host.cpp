@@ -129,6 +129,7 @@ std::unique_ptr<StoreServer> give_workers_a_store(const Config& config, const St
       options.token += k_hex[c & 15];
     }
     token = options.token;
+    options.serve_later = true;  // launch.cpp serves it once the workers have started
     own = std::make_unique<StoreServer>("127.0.0.1", 0, std::move(options));
     worker_env["DDPLAUNCH_STORE_ADDR"] = "127.0.0.1";
     worker_env["DDPLAUNCH_STORE_PORT"] = std::to_string(own->port());

@@ -37,7 +37,8 @@ std::string load_token(const Config& config, const EnvMap& env);
 // StoreClient::from_environment(), docs/ENVIRONMENT.md), written into
 // `worker_env`: node 0's in a multi-node job, with the workers' credential
 // (derived from the job's token, never the token itself); a one-node job's
-// own on loopback, with a fresh secret, which is returned (null otherwise).
+// own on loopback, with a fresh secret, which is returned (null otherwise)
+// listening but not yet served: the caller serve()s it after the first spawn.
 // Also DDPLAUNCH_EXE, the launcher's own path.
 std::unique_ptr<StoreServer> give_workers_a_store(const Config& config, const StoreAddress& address,
                                                   EnvMap& worker_env);

@@ -455,7 +455,15 @@ StoreServer::StoreServer(const std::string& host, int port, StoreOptions options
     ev.data.fd = fd;
     epoll_ctl(s.epoll.get(), EPOLL_CTL_ADD, fd, &ev);
   }
-  s.thread = std::thread([this] { m_impl->loop(); });
+  if (!s.options.serve_later) {
+    serve();
+  }
+}
+
+void StoreServer::serve() {
+  if (!m_impl->thread.joinable() && !m_impl->stopped) {
+    m_impl->thread = std::thread([this] { m_impl->loop(); });
+  }
 }
 
 StoreServer::~StoreServer() {
@@ -474,7 +482,9 @@ void StoreServer::stop() {
   uint64_t one = 1;
   ssize_t ignored = ::write(m_impl->wake.get(), &one, sizeof(one));
   (void)ignored;
-  m_impl->thread.join();
+  if (m_impl->thread.joinable()) {
+    m_impl->thread.join();
+  }
   m_impl->conns.clear();
   m_impl->listener.close();
 }

@@ -29,11 +29,16 @@ struct StoreOptions {
   std::chrono::milliseconds handshake_timeout{10'000};
   // A client whose replies pile up unread this long is cut off.
   std::chrono::milliseconds stall_timeout{30'000};
+  // Listen at once, but start the thread only at serve(): a client that
+  // connects before waits in the listen backlog. For a store that must cost
+  // nothing before the workers start.
+  bool serve_later = false;
 };
 
 class StoreServer {
  public:
-  // Listens on host:port (port 0 = any free port) and starts serving.
+  // Listens on host:port (port 0 = any free port) and starts serving
+  // (unless options.serve_later).
   // Throws std::system_error when the address cannot be bound.
   StoreServer(const std::string& host, int port, StoreOptions options = {});
   ~StoreServer();  // stop()s
@@ -41,6 +46,8 @@ class StoreServer {
   StoreServer& operator=(const StoreServer&) = delete;
 
   int port() const;
+  // Starts the thread (with serve_later). Idempotent.
+  void serve();
   // Closes every connection and joins the thread. Idempotent.
   void stop();
 

@@ -107,7 +107,7 @@ class AgentTest : public ::testing::Test {
       config.nnodes = 2;
     }
     agent = std::make_unique<Agent>(config, env,
-                                    NodeIdentity{"b", "10.0.0.2", nproc, 4321, {}, "", {}, {}},
+                                    NodeIdentity{"b", "10.0.0.2", nproc, 4321, {}, "", {}, {}, ""},
                                     spawner, clock, multi_node ? &link : nullptr, console);
     agent->start();
   }
@@ -618,9 +618,9 @@ TEST_F(AgentTest, APythonRankPrintsItsOwnStacks) {
   config.hang_timeout_s = 5;
   config.program = "python3";
   spawner.debugger = true;
-  agent =
-      std::make_unique<Agent>(config, env, NodeIdentity{"b", "10.0.0.2", 1, 4321, {}, "", {}, {}},
-                              spawner, clock, nullptr, console);
+  agent = std::make_unique<Agent>(config, env,
+                                  NodeIdentity{"b", "10.0.0.2", 1, 4321, {}, "", {}, {}, ""},
+                                  spawner, clock, nullptr, console);
   agent->start();
   pass(5s);
   EXPECT_TRUE(spawner.dumps.empty()) << "faulthandler prints them on SIGABRT";
