@@ -3,8 +3,11 @@
 
     /usr/bin/python3 bench/run.py [--build build] [--repeat 7] [--quick]
 
-1. Launch: N workers of /bin/true: spawn floor (posix_spawn + wait), ddplaunch,
-   mpirun --oversubscribe, torchrun (via torchrun_fixed.py).
+1. Launch: ddplaunch against the posix_spawn floor at 1, 32 and 1,024 workers,
+   paired and alternating, with the floor's own time, the absolute overhead
+   (ms fixed, us per worker) and a warning when the floor is slow; then N
+   workers of /bin/true beside mpirun --oversubscribe and torchrun (via
+   torchrun_fixed.py).
 2. Peak RSS of each launcher for that launch (bench/peak_rss), and ddplaunch's
    own VmHWM from --summary-json.
 3. Output throughput: 4 workers each writing BYTES of lines, straight to
@@ -20,6 +23,7 @@
 import argparse
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -84,12 +88,58 @@ def peak_rss_mib(args, cmd, tries=3):
     return None
 
 
+def bench_launch_vs_floor(args, ddp, floor):
+    """ddplaunch against the posix_spawn floor, paired: the two alternate run
+    by run, so a VM that slows down slows both. Each ratio is printed beside
+    the floor's own time and the absolute overhead, which does not move with
+    the floor's speed."""
+    sizes = args.launch_sizes
+    print(f"\n### Launch against the posix_spawn floor: N x /bin/true, paired, "
+          f"median of {args.repeat} (wall and CPU of the whole tree)\n")
+    print("| workers | floor | ddplaunch | wall ratio | overhead | floor CPU | ddplaunch CPU | CPU ratio |\n"
+          "|---|---|---|---|---|---|---|---|")
+    cmds = {"floor": lambda n: [floor, str(n), "/bin/true"],
+            "ddp": lambda n: [ddp, "--nproc-per-node", str(n), "--no-prefix", "--", "/bin/true"]}
+    overhead, slow = {}, []
+    for n in sizes:
+        runs = {"floor": [], "ddp": []}
+        repeat = args.repeat if n <= 64 else max(3, args.repeat // 2)
+        for i in range(repeat):
+            for name in (("floor", "ddp") if i % 2 == 0 else ("ddp", "floor")):
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t = time.perf_counter()
+                subprocess.run(cmds[name](n), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, check=True, timeout=120)
+                wall = time.perf_counter() - t
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+                runs[name].append((wall, cpu))
+        med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
+               for k, v in runs.items()}
+        (fw, fc), (dw, dc) = med["floor"], med["ddp"]
+        overhead[n] = dw - fw
+        if n > 1 and fw / n > 0.001:
+            slow.append(n)
+        print(f"| {n} | {fw * 1e3:.1f} ms | {dw * 1e3:.1f} ms | {dw / fw:.2f}x | "
+              f"+{(dw - fw) * 1e3:.1f} ms | {fc * 1e3:.1f} ms | {dc * 1e3:.1f} ms | {dc / fc:.2f}x |")
+    if len(sizes) >= 2 and sizes[0] == 1:
+        big = sizes[-1]
+        per = (overhead[big] - overhead[1]) / (big - 1)
+        print(f"\nAbsolute overhead beyond the floor: {overhead[1] * 1e3:.2f} ms fixed, "
+              f"{per * 1e6:.0f} us per worker (from {big} workers).")
+    if slow:
+        print(f"\nWARNING: the floor is slow on this machine (over 1 ms per worker at "
+              f"{', '.join(map(str, slow))} workers): a slow floor hides a launcher's fixed costs; "
+              f"read the absolute overhead, or measure again when the floor is fast.")
+
+
 def bench_launch(args, ddp, floor):
+    bench_launch_vs_floor(args, ddp, floor)
     n = args.nproc
-    print(f"\n### Launch {n} x /bin/true (median of {args.repeat})\n")
+    print(f"\n### Launch {n} x /bin/true beside the other launchers (median of {args.repeat})\n")
     print("| launcher | wall time | vs floor |\n|---|---|---|")
     base, _ = timed([floor, str(n), "/bin/true"], args.repeat)
-    row("posix_spawn floor", (base, 0), base)
+    print(f"| posix_spawn floor | {base:.4f} s | 1.00x |")
     launchers = {
         "ddplaunch": [ddp, "--nproc-per-node", str(n), "--", "/bin/true"],
         "mpirun --oversubscribe": ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n),
@@ -277,6 +327,8 @@ def main():
     ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--nproc", type=int, default=32)
+    ap.add_argument("--launch-sizes", type=int, nargs="*", default=[1, 32, 1024],
+                    help="worker counts for the paired comparison with the floor")
     ap.add_argument("--bytes", type=int, default=200_000_000)
     ap.add_argument("--agents", type=int, nargs="*", default=[2, 16, 64])
     ap.add_argument("--torch-max-agents", type=int, default=16)

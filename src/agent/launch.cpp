@@ -133,6 +133,7 @@ int run_launch(const Config& config, const EnvMap& env) {
   ::signal(SIGPIPE, SIG_IGN);
   become_subreaper();
   raise_fd_limit_for_launcher();
+  reserve_spawn_slots();
   // Before any thread (PMIx's, the store's) exists: the guard is a fork.
   std::optional<JobGuard> guard;
   EnvMap worker_env = env;

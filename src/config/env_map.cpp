@@ -20,15 +20,23 @@ EnvMap capture_environment(char** envp) {
 
 WorkerEnv::WorkerEnv(std::shared_ptr<const EnvMap> inherited, const EnvMap& full)
     : m_inherited(std::move(inherited)) {
-  for (const auto& [name, value] : full) {
-    auto it = m_inherited->find(name);
-    if (it == m_inherited->end() || it->second != value) {
-      m_own.emplace(name, value);
-    }
-  }
-  for (const auto& entry : *m_inherited) {
-    if (!full.contains(entry.first)) {
-      m_removed.push_back(entry.first);  // in order: the map is sorted
+  // Both maps are sorted by name: one merge, no lookups (it runs once per
+  // worker on the launch path).
+  auto a = full.begin();
+  auto b = m_inherited->begin();
+  while (a != full.end() || b != m_inherited->end()) {
+    if (b == m_inherited->end() || (a != full.end() && a->first < b->first)) {
+      m_own.emplace_hint(m_own.end(), a->first, a->second);  // new to this worker
+      ++a;
+    } else if (a == full.end() || b->first < a->first) {
+      m_removed.push_back(b->first);  // in order: the map is sorted
+      ++b;
+    } else {
+      if (a->second != b->second) {
+        m_own.emplace_hint(m_own.end(), a->first, a->second);
+      }
+      ++a;
+      ++b;
     }
   }
 }

@@ -32,7 +32,7 @@ std::optional<rlimit> g_worker_nofile;
 
 struct Prepared {
   std::string path;
-  std::vector<std::string> env_strings;
+  std::string env_text;  // every "NAME=value\0", one after the other
   std::vector<char*> argv;
   std::vector<char*> envp;
   std::vector<cpu_set_t> cpus;  // the affinity to set before exec; empty: inherited
@@ -70,18 +70,24 @@ Prepared prepare(const WorkerSpec& spec, ProgramCache& programs) {
                      "': not found (no such file, or not in PATH); check the program name");
   }
   p.path = *path;
+  // One buffer for the whole environment: one allocation per worker, not
+  // one per variable.
+  size_t env_bytes = 0, count = 0;
+  spec.env.for_each([&](const std::string& k, const std::string& v) {
+    env_bytes += k.size() + v.size() + 2;
+    ++count;
+  });
+  p.env_text.reserve(env_bytes);
   spec.env.for_each([&p](const std::string& k, const std::string& v) {
-    std::string& e = p.env_strings.emplace_back();
-    e.reserve(k.size() + 1 + v.size());
-    e.append(k).append(1, '=').append(v);
+    p.env_text.append(k).append(1, '=').append(v).append(1, '\0');
   });
   for (const auto& a : spec.argv) {
     p.argv.push_back(const_cast<char*>(a.c_str()));
   }
   p.argv.push_back(nullptr);
-  p.envp.reserve(p.env_strings.size() + 1);
-  for (auto& e : p.env_strings) {
-    p.envp.push_back(e.data());
+  p.envp.reserve(count + 1);
+  for (size_t at = 0; at < p.env_text.size(); at = p.env_text.find('\0', at) + 1) {
+    p.envp.push_back(p.env_text.data() + at);
   }
   p.envp.push_back(nullptr);
   if (!spec.cpus.empty()) {
@@ -114,6 +120,11 @@ struct ChildArgs {
   ChildReport* report = nullptr;
   bool own_group = true;
   posix::SignalReset signals;
+  // >= 0: the child shares the launcher's fd table (CLONE_FILES) until it
+  // unshares every fd from this one up (close_range's CLOSE_RANGE_UNSHARE):
+  // the kernel then copies a handful of fds instead of all of them.
+  int unshare_from = -1;
+  volatile int* unshare_failed = nullptr;
 };
 
 // Runs in the child, which shares the launcher's memory (and, after vfork,
@@ -127,6 +138,13 @@ struct ChildArgs {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != a.parent) {
     _exit(127);  // the launcher died before prctl took effect
+  }
+  if (a.unshare_from >= 0 && syscall(SYS_close_range, static_cast<unsigned>(a.unshare_from), ~0U,
+                                     CLOSE_RANGE_UNSHARE) != 0) {
+    // Still the launcher's table: touch nothing in it.
+    *a.unshare_failed = 1;
+    a.report->error = errno;
+    _exit(127);
   }
   // The progress pipe becomes fd 3 (dup2 onto itself would keep close-on-exec).
   const int progress_fd = a.progress_fd;
@@ -208,27 +226,57 @@ long clone3_vfork(clone_args* args, ChildArgs* a) {
 alignas(64) char g_child_stack[64 * 1024];
 #endif
 
+// Whether clone3() may be tried; false once it failed here (an old kernel).
+bool g_clone3 = true;
+// Whether a child may share the fd table until it unshares (false once
+// CLOSE_RANGE_UNSHARE failed here).
+bool g_share_files = true;
+
+// Low fd numbers reserved at start (reserve_spawn_slots()). What a worker
+// gets as stdin, stdout, stderr and progress fd is dup3()ed there just before
+// it starts, so that a child sharing the launcher's fd table needs only the
+// fds below slots.top(): with thousands of workers the launcher holds
+// thousands of pipes, which every child would otherwise copy and close again
+// at exec (110 ms for 1,024 workers here).
+struct SpawnSlots {
+  int devnull = -1, out = -1, err = -1, progress = -1;
+  int top() const { return std::max({devnull, out, err, progress}); }
+};
+SpawnSlots g_slots;
+
 // Starts a child for `a` that shares the launcher's memory until it execs:
-// into the job's cgroup when there is one, else with vfork(). Returns the
-// pid, or -1 with errno.
+// with clone3 where it can (into the job's cgroup; sharing the fd table
+// when a.unshare_from says so), else with vfork(). Returns the pid, or -1
+// with errno.
 pid_t start_child(ChildArgs& a) {
 #ifdef DDPLAUNCH_CLONE_INTO_CGROUP
-  if (g_cgroup_fd >= 0) {
+  if (g_clone3 && (g_cgroup_fd >= 0 || a.unshare_from >= 0)) {
     clone_args args = {};
-    args.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP;
+    args.flags = CLONE_VM | CLONE_VFORK;
+    if (g_cgroup_fd >= 0) {
+      args.flags |= CLONE_INTO_CGROUP;
+      args.cgroup = static_cast<uint64_t>(g_cgroup_fd);
+    }
+    if (a.unshare_from >= 0) {
+      args.flags |= CLONE_FILES;
+    }
     args.exit_signal = SIGCHLD;
     args.stack = reinterpret_cast<uintptr_t>(g_child_stack);
     args.stack_size = sizeof(g_child_stack);
-    args.cgroup = static_cast<uint64_t>(g_cgroup_fd);
     const long pid = clone3_vfork(&args, &a);
     if (pid >= 0) {
       return static_cast<pid_t>(pid);
     }
-    // An older kernel (ENOSYS, E2BIG, EINVAL) or no right to clone into it:
-    // the launcher moves into the cgroup once, and workers are born there.
-    spawn_into_cgroup(-1, {});
+    // An older kernel (ENOSYS, E2BIG, EINVAL) or no right to clone into the
+    // cgroup: vfork from now on, and the launcher moves into the cgroup once
+    // so that workers are still born there.
+    g_clone3 = false;
+    if (g_cgroup_fd >= 0) {
+      spawn_into_cgroup(-1, {});
+    }
   }
 #endif
+  a.unshare_from = -1;  // vfork copies the table: nothing to unshare
   asm volatile("" : : "r"(&a) : "memory");
   pid_t pid = vfork();
   asm volatile("" : : : "memory");
@@ -253,10 +301,23 @@ pid_t vfork_exec(ChildArgs a, int* exec_errno) {
   }
   ChildReport report;
   a.report = &report;
+  volatile int unshare_failed = 0;
+  a.unshare_failed = &unshare_failed;
   // The child writes `report` in memory the compiler cannot see it share:
   // without start_child()'s barriers GCC folds the reads below to the
   // initial zeros.
-  const pid_t pid = start_child(a);
+  pid_t pid = start_child(a);
+  if (pid > 0 && unshare_failed != 0) {
+    // A kernel without CLOSE_RANGE_UNSHARE (before 5.9): reap the child and
+    // start it again with a copied table, as every later one.
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    g_share_files = false;
+    a.unshare_from = -1;
+    report = ChildReport{};
+    pid = start_child(a);
+  }
   if (pid < 0) {
     posix::throw_errno("vfork");
   }
@@ -313,6 +374,23 @@ std::optional<std::string> find_program(const std::string& program, const EnvMap
   return first_existing;
 }
 
+void reserve_spawn_slots() {
+  if (g_slots.devnull >= 0) {
+    return;
+  }
+  // Inherited fds (a parent's leak) must not reach workers: marked once
+  // here, as every fd the launcher opens itself is close-on-exec.
+  syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+  SpawnSlots slots;
+  for (int* slot : {&slots.devnull, &slots.out, &slots.err, &slots.progress}) {
+    *slot = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (*slot < 0) {
+      return;  // (leaks what was opened: the launcher runs without slots)
+    }
+  }
+  g_slots = slots;
+}
+
 void spawn_into_cgroup(int cgroup_fd, const std::string& procs_path) {
   if (cgroup_fd >= 0) {
 #ifdef DDPLAUNCH_CLONE_INTO_CGROUP
@@ -346,10 +424,26 @@ std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
   // after: with thousands of workers, holding them all would cost kilobytes
   // per worker at the launcher's peak. A missing program still fails at the
   // first worker, before any other starts.
-  posix::Fd devnull(open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!devnull) {
-    posix::throw_errno("open /dev/null");
+  const bool slots = g_slots.devnull >= 0;
+  posix::Fd devnull;
+  if (!slots) {
+    devnull = posix::Fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!devnull) {
+      posix::throw_errno("open /dev/null");
+    }
   }
+  // The slots hold the last worker's pipe ends until parked on /dev/null
+  // again: otherwise its output would never reach EOF.
+  struct Park {
+    bool on;
+    ~Park() {
+      if (on) {
+        for (int slot : {g_slots.out, g_slots.err, g_slots.progress}) {
+          ::dup3(g_slots.devnull, slot, O_CLOEXEC);
+        }
+      }
+    }
+  } park{slots};
   const pid_t self = getpid();
   // Rank 0 reading the launcher's terminal (input(), pdb) must be in the
   // terminal's foreground process group, or it is stopped by SIGTTIN: when
@@ -367,18 +461,28 @@ std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
     if (workers[i].progress_pipe) {
       progress = posix::make_pipe();
     }
-    int stdin_fd = workers[i].inherit_stdin ? 0 : devnull.get();
-    const bool own_group = !(workers[i].inherit_stdin && foreground);
-    int exec_errno = 0;
     ChildArgs args;
     args.prepared = &prepared;
     args.parent = self;
-    args.stdin_fd = stdin_fd;
+    args.stdin_fd = workers[i].inherit_stdin ? 0 : (slots ? g_slots.devnull : devnull.get());
     args.out_fd = out.write.get();
     args.err_fd = err.write.get();
     args.progress_fd = progress ? progress->write.get() : -1;
-    args.own_group = own_group;
+    if (slots) {
+      // dup3 onto a slot closes the previous worker's end there.
+      if (::dup3(out.write.get(), g_slots.out, O_CLOEXEC) < 0 ||
+          ::dup3(err.write.get(), g_slots.err, O_CLOEXEC) < 0 ||
+          (progress && ::dup3(progress->write.get(), g_slots.progress, O_CLOEXEC) < 0)) {
+        posix::throw_errno("dup3");
+      }
+      args.out_fd = g_slots.out;
+      args.err_fd = g_slots.err;
+      args.progress_fd = progress ? g_slots.progress : -1;
+      args.unshare_from = g_share_files ? g_slots.top() + 1 : -1;
+    }
+    args.own_group = !(workers[i].inherit_stdin && foreground);
     args.signals = signals;
+    int exec_errno = 0;
     pid_t pid = vfork_exec(args, &exec_errno);
     if (pid < 0) {
       throw SpawnError("cannot execute '" + workers[i].argv.at(0) +
@@ -387,7 +491,7 @@ std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
     // A fresh pipe's read end has no other status flag: one fcntl, not two.
     ::fcntl(out.read.get(), F_SETFL, O_NONBLOCK);
     ::fcntl(err.read.get(), F_SETFL, O_NONBLOCK);
-    started.emplace_back(pid, std::move(out.read), std::move(err.read), own_group);
+    started.emplace_back(pid, std::move(out.read), std::move(err.read), args.own_group);
     if (progress) {
       ::fcntl(progress->read.get(), F_SETFL, O_NONBLOCK);
       started.back().progress() = std::move(progress->read);

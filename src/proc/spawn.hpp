@@ -35,6 +35,13 @@ std::optional<std::string> find_program(const std::string& program, const EnvMap
 // Child owners) and SpawnError is thrown.
 std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers);
 
+// Reserves four low fd numbers that every worker's stdin, stdout, stderr and
+// progress fd pass through as it starts, so that a child copies only the
+// fds below them instead of the launcher's whole table (thousands of pipes
+// with thousands of workers). Also marks every inherited fd close-on-exec.
+// Call once at start, before the fds that grow with the workers.
+void reserve_spawn_slots();
+
 // Workers start in the cgroup `cgroup_fd` (a directory fd; the JobGuard's),
 // cloned straight into it with clone3(CLONE_INTO_CGROUP) where the kernel and
 // architecture allow, so the launcher never migrates. Where they do not (or

@@ -3,6 +3,7 @@ the fd limit on every node, durations that cannot be represented, paths and
 hosts that cannot work, told before anything starts."""
 import json
 import os
+import pathlib
 import pty
 import resource
 import select
@@ -105,8 +106,9 @@ def test_bracketed_ipv6_endpoint(jobs):
 
 
 CHAIN = """#!/bin/sh
-# Each level records its pid and starts the next in a new session.
+# Each level records its pid (and its error file) and starts the next in a new session.
 echo $$ >> "$2"
+echo "$TORCHELASTIC_ERROR_FILE" >> "$2.errfiles"
 if [ "$1" -gt 0 ]; then setsid "$0" $(( $1 - 1 )) "$2" & fi
 exec sleep 300
 """
@@ -128,6 +130,32 @@ def test_nothing_survives_a_sigkilled_launcher(jobs, tmp_path, guard):
     recorded = [int(x) for x in pids.read_text().split()]
     assert wait_until(lambda: not any(alive(pid) for pid in recorded), timeout=15), \
         [pid for pid in recorded if alive(pid)]
+    # Nothing on disk either: the job's private directory (the workers' error
+    # files, one per rank in it, no directory per rank) goes with the job.
+    errfiles = set(pathlib.Path(tmp_path / "pids.errfiles").read_text().split())
+    assert len(errfiles) == 2, errfiles
+    job_dirs = {os.path.dirname(f) for f in errfiles}
+    assert len(job_dirs) == 1, errfiles
+    assert {os.path.basename(f) for f in errfiles} == {"0.json", "1.json"}
+    assert wait_until(lambda: not any(os.path.exists(d) for d in job_dirs), timeout=15), job_dirs
+
+
+def test_a_finished_job_leaves_no_directory_behind(jobs, tmp_path):
+    """The workers' error files live in one private directory, removed when
+    the launcher ends, whether the job succeeded or a rank failed and wrote
+    its error file."""
+    for program in (["sh", "-c", "echo $TORCHELASTIC_ERROR_FILE"],
+                    ["sh", "-c", 'echo $TORCHELASTIC_ERROR_FILE; '
+                     'echo \'{"message": "boom"}\' > "$TORCHELASTIC_ERROR_FILE"; exit 3']):
+        r = jobs.run(["--nproc-per-node", 2, "--", *program])
+        assert r.returncode == (0 if program[-1].endswith("ERROR_FILE") else 3), r.stderr
+        paths = {line.split(": ", 1)[1] for line in r.stdout.splitlines() if ": " in line}
+        # (when rank 0 fails first, rank 1 may be stopped before it prints)
+        assert len(paths) == 2 or (r.returncode == 3 and paths), r.stdout
+        assert len({os.path.dirname(p) for p in paths}) == 1, paths
+        assert all(not os.path.exists(os.path.dirname(p)) for p in paths), paths
+        if r.returncode == 3:
+            assert "boom" in r.stderr, r.stderr  # the error file was read before it went
 
 
 def _two_nodes(jobs, program, node1_args=(), node0_kwargs=None, node1_kwargs=None):

@@ -1,0 +1,64 @@
+"""What a launch costs, as counts (never times): the system calls the
+launcher makes for each worker it starts, in itself and in the child before
+exec, counted with strace. A change that adds a call per worker fails here;
+the times are in docs/PERFORMANCE.md (bench/run.py)."""
+import collections
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+from conftest import BIN
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed"),
+    # Under ThreadSanitizer vfork is a fork: every spawn then needs the report pipe.
+    pytest.mark.skipif(bool(os.environ.get("DDPLAUNCH_SANITIZE")),
+                       reason="a sanitizer build starts workers its own way"),
+]
+
+PROGRAM = "/bin/true"
+
+
+def launcher_calls(tmp_path, nproc, extra=()):
+    """System calls by the launcher (every thread) and by each worker before it
+    became PROGRAM, by name."""
+    trace = tmp_path / f"trace-{nproc}"
+    subprocess.run(["strace", "-f", "-qq", "-o", trace, BIN, "--nproc-per-node", str(nproc),
+                    "--no-prefix", *extra, "--", PROGRAM],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=120)
+    execed, calls = set(), collections.Counter()
+    for line in trace.read_text().splitlines():
+        m = re.match(r"(\d+)\s+([a-z0-9_]+)\(", line)
+        if not m or m.group(1) in execed:
+            continue  # a resumed call was counted where it began; a worker after exec is not ours
+        pid, name = m.groups()
+        if name == "execve" and line.startswith(f'{pid} execve("{PROGRAM}"'):
+            execed.add(pid)
+        calls[name] += 1
+    return calls
+
+
+def per_worker(tmp_path, extra=()):
+    small, large = launcher_calls(tmp_path, 4, extra), launcher_calls(tmp_path, 36, extra)
+    return {name: (large[name] - small[name]) / 32 for name in set(small) | set(large)}
+
+
+def test_a_worker_costs_a_bounded_number_of_system_calls(tmp_path):
+    calls = per_worker(tmp_path)
+    total = sum(calls.values())
+    # 29 today: two pipes, two dup3 into the spawn slots, clone3, the child's
+    # dozen calls to exec, the pipes' epoll registration, their EOF, the reap.
+    assert total <= 31, sorted(calls.items(), key=lambda kv: -kv[1])
+    # What issue 18 took off the path, per worker: no directory per rank for
+    # its error file, no file-system lookups, no third pipe, one fcntl per pipe.
+    for name in ("mkdir", "unlinkat", "rmdir", "getdents64", "newfstatat", "access", "openat"):
+        assert calls.get(name, 0) < 0.5, (name, calls)
+    assert round(calls.get("pipe2", 0)) == 2, calls
+    assert round(calls.get("fcntl", 0)) == 2, calls
+    assert round(calls.get("rt_sigaction", 0)) <= 1, calls
+
+
+def test_the_progress_pipe_is_made_only_with_a_hang_timeout(tmp_path):
+    assert round(per_worker(tmp_path, ["--hang-timeout", "60"]).get("pipe2", 0)) == 3
