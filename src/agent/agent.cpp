@@ -426,6 +426,7 @@ void Agent::step() {
           return;
         }
         std::vector<RankOutcome> local;
+        local.reserve(m_pids.size());
         for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
           local.push_back(outcome(lr));
         }

@@ -43,6 +43,7 @@ void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
     m_summary.ranks = std::move(*ranks);
   } else {
     m_summary.ranks.clear();
+    m_summary.ranks.reserve(m_pids.size());
     for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
       m_summary.ranks.push_back(outcome(lr));
     }
@@ -82,6 +83,7 @@ bool Agent::try_restart() {
     return false;
   }
   std::vector<RankOutcome> local;
+  local.reserve(m_pids.size());
   for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
     local.push_back(outcome(lr));
   }

@@ -33,7 +33,10 @@ LaunchSpec make_launch_spec(const Config& config, const JobLayout& layout, const
   LaunchSpec plan;
   plan.layout = layout;
   const auto argv = worker_argv(config, base_env);
-  const auto inherited = std::make_shared<const EnvMap>(base_env);
+  // Every worker's environment is kept as its difference from the first
+  // worker's: only the per-rank variables (RANK, LOCAL_RANK, ...) are stored
+  // per worker, not the ~20 the job's workers share (2 MiB at 1,024).
+  std::shared_ptr<const EnvMap> first;
   for (int local_rank = 0; local_rank < layout.local_world_size; ++local_rank) {
     WorkerSpec spec;
     spec.local_rank = local_rank;
@@ -51,7 +54,7 @@ LaunchSpec make_launch_spec(const Config& config, const JobLayout& layout, const
       spec.argv.insert(spec.argv.begin() + static_cast<std::ptrdiff_t>(first_arg),
                        name + std::to_string(local_rank));
     }
-    // Built whole, kept as its difference from what every worker inherits.
+    // Built whole, kept as its difference from the first worker's.
     EnvMap env = build_torch_env(base_env, layout, local_rank);
     if (config.virtual_local_rank) {
       env["LOCAL_RANK"] = "0";  // its one GPU is device 0 (CUDA_VISIBLE_DEVICES, bindings)
@@ -89,7 +92,10 @@ LaunchSpec make_launch_spec(const Config& config, const JobLayout& layout, const
         env["PYTHONFAULTHANDLER"] = "1";
       }
     }
-    spec.env = WorkerEnv(inherited, env);
+    if (!first) {
+      first = std::make_shared<const EnvMap>(env);
+    }
+    spec.env = WorkerEnv(first, env);
     spec.inherit_stdin = local_rank == 0;
     plan.workers.push_back(std::move(spec));
   }

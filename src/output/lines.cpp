@@ -81,15 +81,22 @@ void TailBuffer::push(std::string_view line) {
     return;
   }
   line = line.substr(0, m_max_line_bytes);
-  if (m_lines.size() == m_max_lines) {
-    // Reuse the oldest line's storage: no allocation per line of a stderr flood.
-    std::string oldest = std::move(m_lines.front());
-    m_lines.pop_front();
-    oldest.assign(line);
-    m_lines.push_back(std::move(oldest));
-  } else {
-    m_lines.emplace_back(line);
+  if (m_ring.size() < m_max_lines) {
+    m_ring.emplace_back(line);
+    return;
   }
+  // Reuse the oldest line's storage: no allocation per line of a stderr flood.
+  m_ring[m_next].assign(line);
+  m_next = (m_next + 1) % m_max_lines;
+}
+
+std::vector<std::string> TailBuffer::lines() const {
+  std::vector<std::string> out;
+  out.reserve(m_ring.size());
+  for (size_t i = 0; i < m_ring.size(); ++i) {
+    out.push_back(m_ring[(m_next + i) % m_ring.size()]);
+  }
+  return out;
 }
 
 }  // namespace ddplaunch

@@ -7,10 +7,10 @@
 #include <cstddef>
 #include <cstring>
 #include <ctime>
-#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ddplaunch {
 
@@ -71,7 +71,7 @@ class LinePrefix {
 
  private:
   // Fixed text between {time} fields: text, time, text, time, ..., text.
-  std::deque<std::string> m_parts;
+  std::vector<std::string> m_parts;
 };
 
 // Prefixed lines gathered for one write: the console gets one write() per
@@ -101,12 +101,15 @@ class TailBuffer {
   explicit TailBuffer(size_t max_lines = 10, size_t max_line_bytes = 512)
       : m_max_lines(max_lines), m_max_line_bytes(max_line_bytes) {}
   void push(std::string_view line);
-  const std::deque<std::string>& lines() const { return m_lines; }
+  // Oldest first.
+  std::vector<std::string> lines() const;
 
  private:
   size_t m_max_lines;
   size_t m_max_line_bytes;
-  std::deque<std::string> m_lines;
+  // A ring, empty (no allocation: one per rank) until the first line.
+  std::vector<std::string> m_ring;
+  size_t m_next = 0;  // where the next line goes once the ring is full
 };
 
 template <typename OnLine>

@@ -122,8 +122,7 @@ bool OutputRouter::all_closed() const {
 }
 
 std::vector<std::string> OutputRouter::stderr_tail(int local_rank) const {
-  const auto& lines = m_workers.at(static_cast<size_t>(local_rank)).stderr_tail.lines();
-  return {lines.begin(), lines.end()};
+  return m_workers.at(static_cast<size_t>(local_rank)).stderr_tail.lines();
 }
 
 void OutputRouter::flush(int fd) {
