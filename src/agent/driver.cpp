@@ -1,5 +1,6 @@
 #include "agent/driver.hpp"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -23,7 +24,10 @@ constexpr uint64_t k_tag_store = 1ULL << 61;
 constexpr uint64_t k_tag_console = 1ULL << 60;
 constexpr uint64_t k_tag_progress = 1ULL << 59;  // | local rank: its DDPLAUNCH_PROGRESS_FD pipe
 constexpr uint64_t k_tag_waited = 1ULL << 58;    // wait_readable()'s fd
-constexpr int k_drain_rounds = 64;               // bounded: a grandchild may still be writing
+// A read this large means the worker filled its pipe; then it gets this size.
+constexpr size_t k_pipe_size_at = 64 * 1024;
+constexpr int k_flood_pipe_size = 1 << 20;
+constexpr int k_drain_rounds = 64;  // bounded: a grandchild may still be writing
 // How long an internal error's verdict may take to reach the store.
 constexpr auto k_failure_wait = std::chrono::seconds(1);
 
@@ -250,6 +254,12 @@ bool Driver::read_stream(int local_rank, Stream stream) {
       throw std::runtime_error("the fault DDPLAUNCH_FAULT=output asked for");
     }
     const uint64_t tag = 2 * static_cast<uint64_t>(local_rank) + static_cast<uint64_t>(stream);
+    if (n >= static_cast<ssize_t>(k_pipe_size_at) && m_grown.insert(tag).second) {
+      // A worker that fills its pipe (64 KiB) gets a larger one: a flood then
+      // costs the worker and the launcher a wake-up per 1 MiB, not per 64 KiB.
+      // Only such a stream pays the call; best effort (pipe-max-size).
+      (void)::fcntl(fd.get(), F_SETPIPE_SZ, k_flood_pipe_size);
+    }
     if (!m_agent->workers_ended() && m_console.backlogged(stream == Stream::k_out ? 1 : 2)) {
       // The console is behind: this worker waits on its pipe, as it would
       // writing to that console itself; the loop goes on.

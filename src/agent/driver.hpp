@@ -75,7 +75,8 @@ class Driver {
   std::set<uint64_t> m_paused;  // stream tags not read while the console is behind
   uint64_t m_generation_watched = 0;
   std::set<int> m_worker_fds;  // the pipes of this round's workers in the loop
-  std::array<char, 64 * 1024> m_buffer;
+  std::set<uint64_t> m_grown;  // stream tags whose pipe was enlarged (a flood)
+  std::array<char, 256 * 1024> m_buffer;
 };
 
 }  // namespace ddplaunch

@@ -42,6 +42,11 @@ class LineSplitter {
   void finish(OnLine&& on_line);
 
   size_t buffered() const { return m_partial.size(); }
+  size_t max_line() const { return m_max_line; }
+  // Nothing pending: the next byte starts a line of its own (no unfinished
+  // line, no '\r' update being drawn). Only then may a caller take whole
+  // lines itself, bypassing feed().
+  bool at_line_start() const { return m_partial.empty() && !m_after_return && !m_updating; }
 
  private:
   template <typename OnLine>

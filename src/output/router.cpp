@@ -165,6 +165,55 @@ void OutputRouter::take_line(RankStreams& w, Stream stream, std::string_view lin
   }
 }
 
+// The common case of a flood, taken without the splitter: a run of whole
+// lines ending in '\n', with no '\r' (no progress bar, no "\r\n") and none
+// over the splitter's bound. Each is added as take_line() would add it (with
+// --no-prefix the run is one copy); returns what is left for the splitter,
+// from the first line that is not plain.
+std::string_view OutputRouter::take_plain_lines(RankStreams& w, Stream stream,
+                                                std::string_view data) {
+  const char* p = data.data();
+  const char* last = static_cast<const char*>(memrchr(p, '\n', data.size()));
+  if (last == nullptr) {
+    return data;
+  }
+  const char* run_end = last + 1;
+  if (std::memchr(p, '\r', static_cast<size_t>(run_end - p)) != nullptr) {
+    return data;
+  }
+  const bool is_err = stream == Stream::k_err;
+  const int fd = is_err ? 2 : 1;
+  const size_t max_line = w.channels[static_cast<int>(stream)].splitter.max_line();
+  const bool raw = m_prefix_text.empty() && !is_err;
+  const char* raw_from = p;
+  while (p < run_end) {
+    const char* nl =
+        static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(run_end - p)));
+    const auto len = static_cast<size_t>(nl - p);
+    if (len >= max_line) {
+      break;  // the splitter cuts it in pieces
+    }
+    if (!raw) {
+      if (is_err) {
+        w.stderr_tail.push({p, len});
+      }
+      m_batch.add(m_prefix_text, {p, len});
+      if (m_batch.must_flush()) {
+        flush(fd);
+      }
+    }
+    p = nl + 1;
+  }
+  if (raw && p > raw_from) {
+    // Unprefixed whole lines are their own bytes: one copy for the run.
+    m_batch.add({}, {raw_from, static_cast<size_t>(p - raw_from - 1)});
+    if (m_batch.must_flush()) {
+      flush(fd);
+    }
+  }
+  return {p, static_cast<size_t>(data.data() + data.size() - p)};
+}
+
 void OutputRouter::on_data(int local_rank, Stream stream, std::string_view data) {
   RankStreams& w = m_workers.at(static_cast<size_t>(local_rank));
   Channel& c = w.channels[static_cast<int>(stream)];
@@ -173,6 +222,9 @@ void OutputRouter::on_data(int local_rank, Stream stream, std::string_view data)
   }
   if (c.to_console || stream == Stream::k_err || m_filtered[static_cast<int>(stream)]) {
     start_lines(w);
+    if (c.to_console && !m_filtered[static_cast<int>(stream)] && c.splitter.at_line_start()) {
+      data = take_plain_lines(w, stream, data);
+    }
     c.splitter.feed(data,
                     [&](std::string_view line, LineEnd end) { take_line(w, stream, line, end); });
     flush(stream == Stream::k_err ? 2 : 1);

@@ -75,6 +75,7 @@ class OutputRouter {
   Channel& channel(int local_rank, Stream stream);
   void start_lines(const RankStreams& w);
   void take_line(RankStreams& w, Stream stream, std::string_view line, LineEnd end);
+  std::string_view take_plain_lines(RankStreams& w, Stream stream, std::string_view data);
   void flush(int fd);
   void open_filtered(int node_rank);
   const std::vector<std::string>& filters(Stream stream) const;

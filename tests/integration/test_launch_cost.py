@@ -34,7 +34,7 @@ def launcher_calls(tmp_path, nproc, extra=()):
         if not m or m.group(1) in execed:
             continue  # a resumed call was counted where it began; a worker after exec is not ours
         pid, name = m.groups()
-        if name == "execve" and line.startswith(f'{pid} execve("{PROGRAM}"'):
+        if name == "execve" and re.match(rf'\d+\s+execve\("{re.escape(PROGRAM)}"', line):
             execed.add(pid)
         calls[name] += 1
     return calls

@@ -43,10 +43,15 @@ def exits(proc):
 def test_signal_to_the_store_host_while_it_waits_for_nodes(jobs, sig):
     port = free_port()
     host = agent(jobs, port, 2, 0, ["out=never"])
-    assert wait_until(lambda: _accepts(port))  # hosting the store, waiting for node 1
+    # Hosting the store, waiting for node 1: said by this agent itself (under
+    # ctest -j2 another test's process could be the one accepting on the port,
+    # and a signal sent before this agent blocks it would kill it outright).
+    seen = read_until(host.stderr, "hosting the store")
+    assert seen and "hosting the store" in seen[-1], seen
+    assert wait_until(lambda: _accepts(port))
     host.send_signal(sig)
     rc, err, _ = exits(host)
-    assert rc == 128 + sig, err
+    assert rc == 128 + sig, "".join(seen) + err
     assert f"received {signal.Signals(sig).name}" in err
     assert "while waiting for the other nodes" in err
 
