@@ -186,21 +186,32 @@ std::string_view OutputRouter::take_plain_lines(RankStreams& w, Stream stream,
   const size_t max_line = w.channels[static_cast<int>(stream)].splitter.max_line();
   const bool raw = m_prefix_text.empty() && !is_err;
   const char* raw_from = p;
-  while (p < run_end) {
+  if (raw) {
+    // Only the bound matters: a window of max_line bytes from a line's start
+    // holds a '\n', else that line is too long; then on from the window's
+    // last one. One memrchr per max_line bytes, not one memchr per line.
+    while (p < run_end) {
+      const size_t window = std::min(max_line, static_cast<size_t>(run_end - p));
+      const char* nl = static_cast<const char*>(memrchr(p, '\n', window));
+      if (nl == nullptr) {
+        break;  // the splitter cuts it in pieces
+      }
+      p = nl + 1;
+    }
+  }
+  while (!raw && p < run_end) {
     const char* nl =
         static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(run_end - p)));
     const auto len = static_cast<size_t>(nl - p);
     if (len >= max_line) {
       break;  // the splitter cuts it in pieces
     }
-    if (!raw) {
-      if (is_err) {
-        w.stderr_tail.push({p, len});
-      }
-      m_batch.add(m_prefix_text, {p, len});
-      if (m_batch.must_flush()) {
-        flush(fd);
-      }
+    if (is_err) {
+      w.stderr_tail.push({p, len});
+    }
+    m_batch.add(m_prefix_text, {p, len});
+    if (m_batch.must_flush()) {
+      flush(fd);
     }
     p = nl + 1;
   }
@@ -222,11 +233,21 @@ void OutputRouter::on_data(int local_rank, Stream stream, std::string_view data)
   }
   if (c.to_console || stream == Stream::k_err || m_filtered[static_cast<int>(stream)]) {
     start_lines(w);
-    if (c.to_console && !m_filtered[static_cast<int>(stream)] && c.splitter.at_line_start()) {
-      data = take_plain_lines(w, stream, data);
+    auto take = [&](std::string_view line, LineEnd end) { take_line(w, stream, line, end); };
+    if (c.to_console && !m_filtered[static_cast<int>(stream)]) {
+      if (!c.splitter.at_line_start()) {
+        // A read rarely ends on a line's end: the splitter finishes the line
+        // it holds, and the whole lines after it take the quick way.
+        const void* nl = std::memchr(data.data(), '\n', data.size());
+        const size_t head = nl != nullptr ? static_cast<const char*>(nl) - data.data() + 1 : 0;
+        c.splitter.feed(data.substr(0, head), take);
+        data.remove_prefix(head);
+      }
+      if (c.splitter.at_line_start()) {
+        data = take_plain_lines(w, stream, data);
+      }
     }
-    c.splitter.feed(data,
-                    [&](std::string_view line, LineEnd end) { take_line(w, stream, line, end); });
+    c.splitter.feed(data, take);
     flush(stream == Stream::k_err ? 2 : 1);
   }
 }
