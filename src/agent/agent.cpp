@@ -349,6 +349,14 @@ void Agent::on_verdict(const JobVerdict& verdict) {
     return;
   }
   if (m_phase == Phase::k_running && m_supervisor && !verdict.success()) {
+    if (m_supervisor->reason() == StopReason::k_signal && m_supervisor->stop_signal() &&
+        !m_late_signal && verdict.exit_code != 128 + *m_supervisor->stop_signal()) {
+      // This node's stop lost the race to another verdict (a failure that
+      // restarts the job, say): its signal is kept as one that came late, so
+      // a restart goes on only to stop the next round on every node, and it
+      // still decides this node's exit code.
+      m_late_signal = m_supervisor->stop_signal();
+    }
     apply(m_supervisor->on_remote_stop(verdict.exit_code, m_clock.now()));
   }
   advance();

@@ -501,6 +501,32 @@ TEST_F(AgentTest, ASignalWhileTheJobRestartsStopsTheNextRoundEverywhere) {
   EXPECT_EQ(spawner.spawned.size(), 1u);
 }
 
+TEST_F(AgentTest, ASignalWhoseStopLostTheRaceToARestartStillStopsTheNextRound) {
+  // The signal comes first here, and this node publishes its stop; but the
+  // store already holds another node's failure, which restarts the job, and
+  // that is the verdict delivered. The signal must not be lost: this node
+  // goes to the next round only to stop it on every node, as when the
+  // signal comes after the verdict.
+  config.max_restarts = 1;
+  make(1, true);
+  agent->on_joined(two_nodes(1), 1, {});
+  agent->on_signal(SIGTERM);
+  ASSERT_EQ(link.published.size(), 1u);
+  EXPECT_EQ(link.published[0].exit_code, 143);
+  RankOutcome root;
+  root.rank = 0;
+  root.exit = ExitInfo::exited(7);
+  agent->on_verdict(JobVerdict{7, "", root, 0});  // node 0's rank failed first
+  ends(0, ExitInfo::signaled(SIGTERM));
+  ASSERT_EQ(link.rounds.size(), 1u) << "it meets the others in the next round";
+  ASSERT_EQ(link.published.size(), 2u) << "and stops that round on every node";
+  EXPECT_EQ(link.published[1].exit_code, 143);
+  agent->on_verdict(link.published[1]);
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 143);
+  EXPECT_EQ(spawner.spawned.size(), 1u) << "no worker of the next round starts";
+}
+
 TEST_F(AgentTest, AnElasticJobRegroupsForANewcomerWithoutUsingARestart) {
   config.max_restarts = 1;
   config.nnodes_min = 1;  // --nnodes 1:2
