@@ -51,11 +51,24 @@ struct ConsoleWriter::Lane {
 
   Lane(const Limits& l, int wake_eventfd) : limits(l), wake_fd(wake_eventfd) {}
 
-  // Under `mutex`.
-  void push_locked(int fd, std::string_view data, bool droppable) {
+  // Under `mutex`. With `own` (== data): its buffer is queued as it is when
+  // it starts an item, and a spare (or empty) one is left in its place.
+  void push_locked(int fd, std::string_view data, bool droppable, std::string* own = nullptr) {
+    const size_t size = data.size();
     if (!items.empty() && items.back().fd == fd && items.back().droppable == droppable &&
         items.back().bytes.size() < k_max_write) {
       items.back().bytes.append(data);  // fewer, larger writes for a busy rank
+      if (own != nullptr) {
+        own->clear();
+      }
+    } else if (own != nullptr) {
+      items.push_back(Item{fd, droppable, std::move(*own)});
+      *own = std::string();
+      if (!spare.empty()) {
+        *own = std::move(spare.back());
+        spare.pop_back();
+      }
+      own->clear();
     } else {
       std::string bytes;
       if (!spare.empty()) {
@@ -66,16 +79,19 @@ struct ConsoleWriter::Lane {
       items.push_back(Item{fd, droppable, std::move(bytes)});
     }
     if (droppable) {
-      queued_worker += data.size();
+      queued_worker += size;
     }
   }
 
-  // False when that stream is gone.
-  bool push(int fd, std::string_view data, bool droppable) {
+  // False when that stream is gone. `own`: as push_locked()'s; empty afterwards.
+  bool push(int fd, std::string_view data, bool droppable, std::string* own = nullptr) {
     bool notify = false;
     {
       std::lock_guard lock(mutex);
       if (gone[fd]) {
+        if (own != nullptr) {
+          own->clear();
+        }
         return false;
       }
       if (droppable && dropped_bytes > 0 && queued_worker <= limits.backpressure_at / 2) {
@@ -85,9 +101,12 @@ struct ConsoleWriter::Lane {
       if (droppable && queued_worker + data.size() > limits.drop_beyond) {
         dropped_bytes += data.size();
         dropped_lines += static_cast<size_t>(std::count(data.begin(), data.end(), '\n'));
+        if (own != nullptr) {
+          own->clear();
+        }
         return true;
       }
-      push_locked(fd, data, droppable);
+      push_locked(fd, data, droppable, own);
       notify = idle;  // a busy writer finds the item without a wake-up (a futex call)
     }
     if (notify) {
@@ -284,6 +303,14 @@ bool ConsoleWriter::finish(const std::function<bool()>& stop) {
 
 bool ConsoleWriter::write(int fd, std::string_view data) {
   return (fd == 1 || fd == 2) && m_state->lane(fd).push(fd, data, true);
+}
+
+bool ConsoleWriter::write_swap(int fd, std::string& data) {
+  if (fd != 1 && fd != 2) {
+    data.clear();
+    return false;
+  }
+  return m_state->lane(fd).push(fd, data, true, &data);
 }
 
 void ConsoleWriter::write_own(int fd, std::string_view data) {

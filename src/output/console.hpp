@@ -53,6 +53,8 @@ class ConsoleWriter : public ConsoleSink {
 
   // Worker output for fd 1 or 2; false once that stream is gone (EPIPE).
   bool write(int fd, std::string_view data) override;
+  // The same, queueing `data`'s buffer itself and leaving a spare one.
+  bool write_swap(int fd, std::string& data) override;
   // The launcher's own text: never dropped.
   void write_own(int fd, std::string_view data);
   // Whether stream `fd` holds backpressure_at or more: stop reading the

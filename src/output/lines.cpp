@@ -53,29 +53,6 @@ void LinePrefix::append_to(std::string& out, std::time_t now) const {
   }
 }
 
-void LineBatch::add(std::string_view prefix, std::string_view line, char end) {
-  const size_t need = prefix.size() + line.size() + 1;
-  if (m_size + need > m_capacity) {
-    size_t cap = std::max({m_capacity * 2, m_size + need, k_flush_bytes + 4096});
-    auto bigger = std::make_unique_for_overwrite<char[]>(cap);
-    if (m_size > 0) {
-      std::memcpy(bigger.get(), m_buf.get(), m_size);
-    }
-    m_buf = std::move(bigger);
-    m_capacity = cap;
-  }
-  char* p = m_buf.get() + m_size;
-  // memcpy with a null source is undefined even for 0 bytes (an empty view may be null).
-  if (!prefix.empty()) {
-    std::memcpy(p, prefix.data(), prefix.size());
-  }
-  if (!line.empty()) {
-    std::memcpy(p + prefix.size(), line.data(), line.size());
-  }
-  p[prefix.size() + line.size()] = end;
-  m_size += need;
-}
-
 void TailBuffer::push(std::string_view line) {
   if (m_max_lines == 0) {
     return;

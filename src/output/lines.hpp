@@ -82,21 +82,26 @@ class LinePrefix {
 // Prefixed lines gathered for one write: the console gets one write() per
 // batch rather than one per line. Grows as needed (a line is at most the
 // LineSplitter's bound plus its prefix); flush when must_flush() says so.
+// Its buffer may be handed over whole (buffer()), and another taken back.
 class LineBatch {
  public:
   static constexpr size_t k_flush_bytes = 128 * 1024;
 
   // Appends prefix + line + "\n" ("\r" for a progress update).
-  void add(std::string_view prefix, std::string_view line, char end = '\n');
-  bool must_flush() const { return m_size >= k_flush_bytes; }
-  bool empty() const { return m_size == 0; }
-  std::string_view data() const { return {m_buf.get(), m_size}; }
-  void clear() { m_size = 0; }
+  void add(std::string_view prefix, std::string_view line, char end = '\n') {
+    if (m_buf.capacity() < k_flush_bytes + 4096) {
+      m_buf.reserve(k_flush_bytes + 4096);
+    }
+    m_buf.append(prefix).append(line).push_back(end);
+  }
+  bool must_flush() const { return m_buf.size() >= k_flush_bytes; }
+  bool empty() const { return m_buf.empty(); }
+  std::string_view data() const { return m_buf; }
+  void clear() { m_buf.clear(); }
+  std::string& buffer() { return m_buf; }
 
  private:
-  std::unique_ptr<char[]> m_buf;
-  size_t m_size = 0;
-  size_t m_capacity = 0;
+  std::string m_buf;
 };
 
 // The last few lines of a stream (for failure reports), bounded in count

@@ -126,7 +126,7 @@ std::vector<std::string> OutputRouter::stderr_tail(int local_rank) const {
 }
 
 void OutputRouter::flush(int fd) {
-  if (!m_batch.empty() && m_console_ok[fd] && !m_console.write(fd, m_batch.data())) {
+  if (!m_batch.empty() && m_console_ok[fd] && !m_console.write_swap(fd, m_batch.buffer())) {
     m_console_ok[fd] = false;  // e.g. `ddplaunch ... | head`: keep running, stop printing
   }
   m_batch.clear();
@@ -216,10 +216,11 @@ std::string_view OutputRouter::take_plain_lines(RankStreams& w, Stream stream,
     p = nl + 1;
   }
   if (raw && p > raw_from) {
-    // Unprefixed whole lines are their own bytes: one copy for the run.
-    m_batch.add({}, {raw_from, static_cast<size_t>(p - raw_from - 1)});
-    if (m_batch.must_flush()) {
-      flush(fd);
+    // Unprefixed whole lines are their own bytes: handed to the console as
+    // they lie in the read buffer (after what was batched before them).
+    flush(fd);
+    if (m_console_ok[fd] && !m_console.write(fd, {raw_from, static_cast<size_t>(p - raw_from)})) {
+      m_console_ok[fd] = false;
     }
   }
   return {p, static_cast<size_t>(data.data() + data.size() - p)};

@@ -26,6 +26,13 @@ class ConsoleSink {
   virtual ~ConsoleSink() = default;
   // Writes all of `data`; false when the stream is gone (a closed pipe).
   virtual bool write(int fd, std::string_view data) = 0;
+  // The same for a buffer the sink may keep as it is (no copy), leaving
+  // another in its place, empty; `data` is empty afterwards either way.
+  virtual bool write_swap(int fd, std::string& data) {
+    const bool ok = write(fd, data);
+    data.clear();
+    return ok;
+  }
 };
 
 // Where rank `rank`'s files go in round `round` under `log_dir`: DIR/RANK
