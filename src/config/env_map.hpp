@@ -30,13 +30,28 @@ class WorkerEnv {
   // building full() (the spawn path's: one call per variable, no copies).
   template <typename F>
   void for_each(F&& fn) const {
-    for (const auto& [name, value] : m_own) {
+    // Both maps and the removed names are sorted: one merge, no lookups.
+    auto own = m_own.begin();
+    auto removed = m_removed.begin();
+    for (const auto& [name, value] : *m_inherited) {
+      for (; own != m_own.end() && own->first < name; ++own) {
+        fn(own->first, own->second);
+      }
+      if (own != m_own.end() && own->first == name) {
+        fn(own->first, own->second);  // this worker's own value
+        ++own;
+        continue;
+      }
+      while (removed != m_removed.end() && *removed < name) {
+        ++removed;
+      }
+      if (removed != m_removed.end() && *removed == name) {
+        continue;
+      }
       fn(name, value);
     }
-    for (const auto& [name, value] : *m_inherited) {
-      if (!m_own.contains(name) && !removed(name)) {
-        fn(name, value);
-      }
+    for (; own != m_own.end(); ++own) {
+      fn(own->first, own->second);
     }
   }
   bool contains(const std::string& name) const;

@@ -334,5 +334,20 @@ TEST(WorkerEnv, KeepsOnlyItsDifferenceFromWhatEveryWorkerInherits) {
   EXPECT_EQ(inherited->at("PATH"), "/bin") << "what others inherit is untouched";
 }
 
+TEST(WorkerEnv, ForEachVisitsExactlyTheFullEnvironmentInOrder) {
+  // What the spawn path streams into envp must be full(), name for name.
+  auto inherited = std::make_shared<const EnvMap>(
+      EnvMap{{"A", "1"}, {"C", "3"}, {"E", "5"}, {"G", "7"}, {"I", "9"}});
+  WorkerEnv env(inherited, {{"A", "1"}, {"B", "2"}, {"E", "50"}, {"G", "7"}, {"Z", "26"}});
+  env.set("0FIRST", "x");
+  std::vector<std::pair<std::string, std::string>> seen;
+  env.for_each([&](const std::string& k, const std::string& v) { seen.emplace_back(k, v); });
+  const EnvMap full = env.full();
+  EXPECT_EQ(seen, (std::vector<std::pair<std::string, std::string>>(full.begin(), full.end())));
+  EXPECT_EQ(
+      full,
+      (EnvMap{{"0FIRST", "x"}, {"A", "1"}, {"B", "2"}, {"E", "50"}, {"G", "7"}, {"Z", "26"}}));
+}
+
 }  // namespace
 }  // namespace ddplaunch
