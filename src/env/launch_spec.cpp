@@ -37,6 +37,9 @@ LaunchSpec make_launch_spec(const Config& config, const JobLayout& layout, const
   // worker's: only the per-rank variables (RANK, LOCAL_RANK, ...) are stored
   // per worker, not the ~20 the job's workers share (2 MiB at 1,024).
   std::shared_ptr<const EnvMap> first;
+  // An outer launcher's MPI identity goes once, not once per worker.
+  EnvMap stripped = base_env;
+  strip_outer_mpi_identity(stripped);
   for (int local_rank = 0; local_rank < layout.local_world_size; ++local_rank) {
     WorkerSpec spec;
     spec.local_rank = local_rank;
@@ -55,11 +58,11 @@ LaunchSpec make_launch_spec(const Config& config, const JobLayout& layout, const
                        name + std::to_string(local_rank));
     }
     // Built whole, kept as its difference from the first worker's.
-    EnvMap env = build_torch_env(base_env, layout, local_rank);
+    EnvMap env = build_torch_env(stripped, layout, local_rank);
     if (config.virtual_local_rank) {
       env["LOCAL_RANK"] = "0";  // its one GPU is device 0 (CUDA_VISIBLE_DEVICES, bindings)
     }
-    rewrite_scheduler_identity(env, layout, local_rank);
+    rewrite_slurm_identity(env, layout, local_rank);
     if (config.env_mpi) {
       add_mpi_env(env, layout, local_rank);
     }

@@ -43,10 +43,18 @@ std::string slurm_counts(const std::vector<SizeRun>& sizes) {
   return out;
 }
 
-void rewrite_scheduler_identity(EnvMap& env, const JobLayout& layout, int local_rank) {
+void strip_outer_mpi_identity(EnvMap& env) {
   for (auto it = env.begin(); it != env.end();) {
     it = is_outer_mpi_identity(it->first) ? env.erase(it) : std::next(it);
   }
+}
+
+void rewrite_scheduler_identity(EnvMap& env, const JobLayout& layout, int local_rank) {
+  strip_outer_mpi_identity(env);
+  rewrite_slurm_identity(env, layout, local_rank);
+}
+
+void rewrite_slurm_identity(EnvMap& env, const JobLayout& layout, int local_rank) {
   if (!env.contains("SLURM_JOB_ID") && !env.contains("SLURM_JOBID")) {
     return;
   }

@@ -17,6 +17,12 @@ namespace ddplaunch {
 
 // Applies both rules to one local rank's environment.
 void rewrite_scheduler_identity(EnvMap& env, const JobLayout& layout, int local_rank);
+// The two rules apart, so that the first runs once for every worker of a
+// node: it removes an outer launcher's MPI identity ...
+void strip_outer_mpi_identity(EnvMap& env);
+// ... and the second gives the rank its own Slurm task identity (when there
+// is a Slurm job).
+void rewrite_slurm_identity(EnvMap& env, const JobLayout& layout, int local_rank);
 
 // True for a variable that is part of an outer mpirun's identity.
 bool is_outer_mpi_identity(const std::string& name);
