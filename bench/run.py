@@ -45,13 +45,18 @@ def timed(cmd, repeat, timeout=60, **kw):
         t = time.perf_counter()
         p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True, **kw)
+        # A blocking wait bounded by SIGALRM: p.wait(timeout=) polls with
+        # growing sleeps, which adds milliseconds to the times measured.
+        signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
-            code = p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+            code = p.wait()
+        except TimeoutError:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
             hangs += 1
             continue
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         times.append(time.perf_counter() - t)
         if code != 0:
             return None, hangs
@@ -108,8 +113,10 @@ def bench_launch_vs_floor(args, ddp, floor):
             for name in (("floor", "ddp") if i % 2 == 0 else ("ddp", "floor")):
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t = time.perf_counter()
+                # No timeout=: with one, Popen.wait() polls with growing sleeps
+                # and adds milliseconds to a launch that takes 2.
                 subprocess.run(cmds[name](n), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, check=True, timeout=120)
+                               stderr=subprocess.DEVNULL, check=True)
                 wall = time.perf_counter() - t
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
