@@ -7,6 +7,7 @@ the process is killed.
 """
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -81,9 +82,37 @@ def alive(pid):
         return False
 
 
+def _ephemeral_range():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(v) for v in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port():
-    """A loopback port free a moment ago (bound to port 0)."""
-    with socket.socket() as s:
+    """A loopback port that was free a moment ago, and that no connect() will take.
+
+    A port from bind(("127.0.0.1", 0)) lies in the kernel's ephemeral range, from
+    which every outgoing connection on the machine takes its local port too: under
+    ctest -j2 another test's connection could take it between this check and the
+    agents' bind, and a job's nodes would then miss each other. So the port is
+    drawn at random from below that range (only explicit binds use it) and
+    checked by binding it.
+    """
+    low, _ = _ephemeral_range()
+    top = max(low - 1, 2048)
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randint(max(1024, top // 2), top)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # every draw taken: what the kernel gives
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
