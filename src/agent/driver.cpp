@@ -229,7 +229,7 @@ void Driver::read_progress(int local_rank) {
   if (!fd) {
     return;
   }
-  ssize_t n = ::read(fd.get(), m_buffer.data(), m_buffer.size());
+  ssize_t n = ::read(fd.get(), m_buffer.get(), k_read_size);
   if (n > 0) {
     m_agent->on_progress(local_rank);
   } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
@@ -246,10 +246,10 @@ bool Driver::read_stream(int local_rank, Stream stream) {
   if (!fd) {
     return false;
   }
-  ssize_t n = ::read(fd.get(), m_buffer.data(), m_buffer.size());
+  ssize_t n = ::read(fd.get(), m_buffer.get(), k_read_size);
   if (n > 0) {
     m_agent->on_output(local_rank, stream,
-                       std::string_view(m_buffer.data(), static_cast<size_t>(n)));
+                       std::string_view(m_buffer.get(), static_cast<size_t>(n)));
     if (m_fault) {
       throw std::runtime_error("the fault DDPLAUNCH_FAULT=output asked for");
     }

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -76,7 +77,12 @@ class Driver {
   uint64_t m_generation_watched = 0;
   std::set<int> m_worker_fds;  // the pipes of this round's workers in the loop
   std::set<uint64_t> m_grown;  // stream tags whose pipe was enlarged (a flood)
-  std::array<char, 256 * 1024> m_buffer;
+  // One read of a worker's pipe: as large as a flooding worker's pipe
+  // (k_flood_pipe_size), so a full pipe is one read and one wake-up of its
+  // writer. Heap, uninitialised: its pages cost memory only once a flood
+  // fills them.
+  static constexpr size_t k_read_size = 1024 * 1024;
+  std::unique_ptr<char[]> m_buffer = std::make_unique_for_overwrite<char[]>(k_read_size);
 };
 
 }  // namespace ddplaunch

@@ -3,12 +3,15 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -25,6 +28,7 @@ namespace {
 
 // One write(2) at most: a reader slower than this per exit_stall still shows progress.
 constexpr size_t k_max_write = 64 * 1024;
+constexpr size_t k_gone = SIZE_MAX;
 // Written buffers kept for the next batches: a fresh 128 KiB string per batch
 // is a fresh mmap, and its page faults cost more than the copy (4.6x slower
 // output at 800 MB).
@@ -33,6 +37,16 @@ constexpr size_t k_max_spare_capacity = 1024 * 1024;
 
 // Whether fds 1 and 2 are the same file (a terminal, `2>&1`): then one lane
 // keeps the order in which lines were taken across both.
+// Whether a write to `fd` can be tried without blocking (see Lane::direct).
+bool nowait_writable(int fd) {
+  struct stat st = {};
+  if (fstat(fd, &st) != 0) {
+    return false;
+  }
+  return S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) ||
+         (S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3));  // /dev/null
+}
+
 bool same_file(int a, int b) {
   struct stat sa = {}, sb = {};
   return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
@@ -106,6 +120,23 @@ struct ConsoleWriter::Lane {
         }
         return true;
       }
+      if (items.empty() && idle && direct[fd]) {
+        // Nothing is queued or being written: the caller writes it itself
+        // (no hand-off, no wake-up), and queues only what would block.
+        const size_t n = write_now(fd, data);
+        if (n == k_gone) {
+          gone[fd] = true;
+          if (own != nullptr) {
+            own->clear();
+          }
+          return false;
+        }
+        if (n == data.size()) {
+          return true;  // `own` stays the caller's, to fill again
+        }
+        data.remove_prefix(n);
+        own = nullptr;  // the rest is copied
+      }
       push_locked(fd, data, droppable, own);
       notify = idle;  // a busy writer finds the item without a wake-up (a futex call)
     }
@@ -119,6 +150,31 @@ struct ConsoleWriter::Lane {
     return "ddplaunch: warning: the console did not keep up: " + std::to_string(dropped_lines) +
            " line(s) (" + std::to_string(dropped_bytes) +
            " bytes) of worker output were not shown here; --log-dir keeps every byte\n";
+  }
+
+  // One try at writing `bytes` that never blocks (RWF_NOWAIT): the bytes
+  // written (0: it would block), or k_gone when the stream is gone. A file
+  // that does not take RWF_NOWAIT is left to the thread from then on.
+  size_t write_now(int fd, std::string_view bytes) {
+    size_t sent = 0;
+    while (sent < bytes.size()) {
+      iovec v{const_cast<char*>(bytes.data() + sent), bytes.size() - sent};
+      const ssize_t n = ::pwritev2(real_fd[fd], &v, 1, -1, RWF_NOWAIT);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+        written.fetch_add(static_cast<size_t>(n));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EOPNOTSUPP || errno == EINVAL || errno == ENOSYS)) {
+        direct[fd] = false;
+        break;
+      } else if (n < 0 && (errno == EPIPE || errno == EBADF || errno == EIO)) {
+        return k_gone;
+      } else {
+        break;  // EAGAIN: full
+      }
+    }
+    return sent;
   }
 
   // Writes all of `bytes` to `fd`, waiting while it is not writable; false
@@ -195,6 +251,11 @@ struct ConsoleWriter::Lane {
   size_t dropped_bytes = 0;        // dropped since the last notice
   size_t dropped_lines = 0;
   int real_fd[3] = {-1, 1, 2};  // streams 1 and 2: the fds written
+  // Whether the pushing thread may write stream 1 or 2 itself while the
+  // queue is empty: a pipe, a socket or /dev/null, whose writes can be tried
+  // without blocking. Never a terminal (Ctrl-S) or a file (NFS can block
+  // whatever the flags say): those are the thread's alone.
+  bool direct[3] = {false, false, false};
   bool gone[3] = {false, false, false};
   bool awaited = false;  // the loop waits for room (backlogged() said so)
   bool stopping = false;
@@ -229,6 +290,8 @@ ConsoleWriter::ConsoleWriter(Limits limits, int out, int err)
     if (lane) {
       lane->real_fd[1] = out;
       lane->real_fd[2] = err;
+      lane->direct[1] = nowait_writable(out);
+      lane->direct[2] = nowait_writable(err);
       // The thread holds the state too: if the console never takes the last
       // bytes, it is left blocked in write(2) when the launcher exits.
       std::thread([state = m_state, l = lane.get()] { l->run(); }).detach();

@@ -87,21 +87,35 @@ class LineBatch {
  public:
   static constexpr size_t k_flush_bytes = 128 * 1024;
 
-  // Appends prefix + line + "\n" ("\r" for a progress update).
+  // Appends prefix + line + "\n" ("\r" for a progress update): copied into
+  // room already there (the string is kept at its full size, its used part
+  // counted apart), so a line costs two memcpy and no size checks of its own.
   void add(std::string_view prefix, std::string_view line, char end = '\n') {
-    if (m_buf.capacity() < k_flush_bytes + 4096) {
-      m_buf.reserve(k_flush_bytes + 4096);
+    const size_t need = m_used + prefix.size() + line.size() + 1;
+    if (need > m_buf.size()) {
+      m_buf.resize(std::max(need, k_flush_bytes + 4096));
     }
-    m_buf.append(prefix).append(line).push_back(end);
+    char* p = m_buf.data() + m_used;
+    std::memcpy(p, prefix.data(), prefix.size());
+    p += prefix.size();
+    std::memcpy(p, line.data(), line.size());
+    p[line.size()] = end;
+    m_used = need;
   }
-  bool must_flush() const { return m_buf.size() >= k_flush_bytes; }
-  bool empty() const { return m_buf.empty(); }
-  std::string_view data() const { return m_buf; }
-  void clear() { m_buf.clear(); }
-  std::string& buffer() { return m_buf; }
+  bool must_flush() const { return m_used >= k_flush_bytes; }
+  bool empty() const { return m_used == 0; }
+  std::string_view data() const { return {m_buf.data(), m_used}; }
+  void clear() { m_used = 0; }
+  // The bytes as a string of their own, which may be handed over whole (and
+  // another, of any contents, left in its place); clear() afterwards.
+  std::string& buffer() {
+    m_buf.resize(m_used);
+    return m_buf;
+  }
 
  private:
   std::string m_buf;
+  size_t m_used = 0;
 };
 
 // The last few lines of a stream (for failure reports), bounded in count

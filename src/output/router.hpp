@@ -27,7 +27,7 @@ class ConsoleSink {
   // Writes all of `data`; false when the stream is gone (a closed pipe).
   virtual bool write(int fd, std::string_view data) = 0;
   // The same for a buffer the sink may keep as it is (no copy), leaving
-  // another in its place, empty; `data` is empty afterwards either way.
+  // another in its place; afterwards `data` is scratch, of any contents.
   virtual bool write_swap(int fd, std::string& data) {
     const bool ok = write(fd, data);
     data.clear();
