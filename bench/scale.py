@@ -42,7 +42,7 @@ def one(build, nnodes, nproc):
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_file,
                 preexec_fn=raise_fds)
         sim = subprocess.Popen([os.path.join(build, "bench", "sim_nodes"), str(port), str(nnodes),
-                                str(nproc), "sleep 600"],
+                                str(nproc), "sleep", "600"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                preexec_fn=raise_fds)
         # node 0's fds once every node has joined: sim_nodes says so on stderr.

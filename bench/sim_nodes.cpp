@@ -101,13 +101,13 @@ double seconds(Steady::time_point a, Steady::time_point b) {
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: sim_nodes PORT NNODES NPROC COMMAND\n");
+    std::fprintf(stderr, "usage: sim_nodes PORT NNODES NPROC PROGRAM [ARG...]\n");
     return 2;
   }
   const int port = std::atoi(argv[1]);
   const int nnodes = std::atoi(argv[2]);
   const int nproc = std::atoi(argv[3]);
-  const std::string command = argv[4];
+  const std::vector<std::string> command(argv + 4, argv + argc);  // node 0's, word by word
 
   log::setup("warn");  // N agents' progress lines would drown the result
   const int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
   for (int n = 1; n < nnodes; ++n) {
     JoinRecord self;
     self.run_id = "none";
-    self.command = command;
+    self.argv = command;
     self.nnodes = nnodes;
     self.nproc = nproc;
     self.node_rank = n;

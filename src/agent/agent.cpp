@@ -50,10 +50,8 @@ void Agent::start() {
   }
   JoinRecord self;
   self.run_id = m_config.rdzv_id;
-  self.command = m_config.program;
-  for (const auto& arg : m_config.program_args) {
-    self.command += " " + arg;
-  }
+  self.argv.push_back(m_config.program);
+  self.argv.insert(self.argv.end(), m_config.program_args.begin(), m_config.program_args.end());
   self.nnodes = m_config.nnodes;
   self.nnodes_min = m_config.elastic() ? m_config.nnodes_min : 0;
   self.nproc = m_self.nproc;

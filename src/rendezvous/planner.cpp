@@ -16,8 +16,29 @@ std::string ordinal(int n) {
 }
 
 // A command line as messages show it: at most 120 characters.
-std::string shorten(const std::string& command) {
-  return command.size() <= 120 ? command : command.substr(0, 117) + "...";
+// The command as a shell would read it back: a word with blanks, quotes or
+// nothing in it is shown in double quotes.
+std::string shown(const std::vector<std::string>& argv) {
+  std::string text;
+  for (const std::string& word : argv) {
+    if (!text.empty()) {
+      text += ' ';
+    }
+    const bool plain = !word.empty() && word.find_first_of(" \t\n\"'\\$`") == std::string::npos;
+    if (plain) {
+      text += word;
+      continue;
+    }
+    text += '"';
+    for (const char c : word) {
+      if (c == '"' || c == '\\' || c == '$' || c == '`') {
+        text += '\\';
+      }
+      text += c;
+    }
+    text += '"';
+  }
+  return text.size() <= 120 ? text : text.substr(0, 117) + "...";
 }
 
 }  // namespace
@@ -53,11 +74,11 @@ std::optional<Refusal> RendezvousPlanner::check(const JoinRecord& r) const {
                ", node 0 version " + std::to_string(m_expected.version) +
                "; run the same ddplaunch on every node");
   }
-  if (r.command != m_expected.command) {
+  if (r.argv != m_expected.argv) {
     // Another program on the same store port: a stranger (an unrelated job
     // that picked the same port), refused alone; this job goes on waiting.
-    return Refusal{describe_node(r) + " runs '" + shorten(r.command) + "' but node 0 runs '" +
-                       shorten(m_expected.command) +
+    return Refusal{describe_node(r) + " runs '" + shown(r.argv) + "' but node 0 runs '" +
+                       shown(m_expected.argv) +
                        "'; start the same program with the same arguments on every node, and "
                        "give unrelated jobs their own --master-port",
                    false};

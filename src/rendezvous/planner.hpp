@@ -18,15 +18,17 @@
 
 namespace ddplaunch {
 
-inline constexpr int k_rendezvous_version = 5;  // 5: elastic membership (nnodes_min)
+inline constexpr int k_rendezvous_version = 6;  // 6: the command as a list (argv)
 
 // What one agent says about itself when it joins (docs/PROTOCOL.md).
 struct JoinRecord {
   int version = k_rendezvous_version;
   std::string run_id;
-  std::string command;  // the program and its arguments, as the user gave them
-  int nnodes = 1;       // the most nodes (--nnodes MAX)
-  int nnodes_min = 0;   // --nnodes MIN:MAX's MIN; 0: a fixed-size job
+  // The program and its arguments, as the user gave them: compared word by
+  // word, so `sh -c S sh "a b"` and `sh -c S sh a b` differ.
+  std::vector<std::string> argv;
+  int nnodes = 1;      // the most nodes (--nnodes MAX)
+  int nnodes_min = 0;  // --nnodes MIN:MAX's MIN; 0: a fixed-size job
   int nproc = 1;
   int node_rank = -1;  // -1: automatic
   std::string host;

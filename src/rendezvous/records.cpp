@@ -146,7 +146,7 @@ Topology plan_topology_from(const json& j) {
 std::string encode_join(const JoinRecord& r) {
   return text_of({{"version", r.version},
                   {"run_id", r.run_id},
-                  {"command", r.command},
+                  {"argv", r.argv},
                   {"nnodes", r.nnodes},
                   {"nnodes_min", r.nnodes_min},
                   {"nproc", r.nproc},
@@ -164,7 +164,7 @@ JoinRecord decode_join(std::string_view text) {
     JoinRecord r;
     r.version = int_of(j.at("version"));
     r.run_id = j.at("run_id").get<std::string>();
-    r.command = j.at("command").get<std::string>();
+    r.argv = j.at("argv").get<std::vector<std::string>>();
     r.nnodes = int_of(j.at("nnodes"));
     r.nnodes_min = j.contains("nnodes_min") ? int_of(j.at("nnodes_min")) : 0;
     r.nproc = int_of(j.at("nproc"));

@@ -119,6 +119,23 @@ def test_an_unrelated_job_on_the_same_port_is_refused_alone(jobs):
         assert "mine" in out and "theirs" not in out, out
 
 
+def test_the_same_words_split_otherwise_are_another_command(jobs):
+    """Commands are compared word by word: `sh -c S sh "a b"` on node 0 and
+    `sh -c S sh a b` on node 1 are not one job, though they read alike joined."""
+    port = free_port()
+    script = 'echo "$#"'
+    mine = jobs.start(agent_args(port, 2) + ["--", "sh", "-c", script, "sh", "a b"])
+    assert wait_until(lambda: listening(port)), "node 0 never hosted the store"
+    theirs = jobs.run(agent_args(port, 2) + ["--", "sh", "-c", script, "sh", "a", "b"])
+    assert theirs.returncode == 3, theirs.stderr
+    assert 'runs \'sh -c "echo \\"\\$#\\"" sh a b\' but node 0 runs' in theirs.stderr, theirs.stderr
+    assert '"a b"' in theirs.stderr, theirs.stderr
+    node1 = jobs.start(agent_args(port, 2) + ["--", "sh", "-c", script, "sh", "a b"])
+    for rc, out, err in finish([mine, node1]):
+        assert rc == 0, err
+        assert out.splitlines() and all(l.endswith(": 1") for l in out.splitlines()), out
+
+
 @pytest.mark.parametrize("attempt", range(3))
 def test_more_agents_than_nodes_at_once_form_one_job_and_refuse_the_rest(jobs, attempt, tmp_path):
     """Four agents of a 2-node job start at the same moment with automatic

@@ -8,7 +8,7 @@ namespace {
 JoinRecord node(int arrival, int node_rank, int nproc = 2, bool store_host = false) {
   JoinRecord r;
   r.run_id = "job";
-  r.command = "train.py --lr 1";
+  r.argv = {"train.py", "--lr", "1"};
   r.nnodes = 3;
   r.nproc = nproc;
   r.node_rank = node_rank;
@@ -37,10 +37,17 @@ TEST(Planner, RefusesWhatDisagreesWithTheJob) {
       {"command",
        [] {
          auto r = node(1, 1);
-         r.command = "train.py --lr 2";
+         r.argv = {"train.py", "--lr", "2"};
          return r;
        },
        "node 1 (h1, 10.0.0.1) runs 'train.py --lr 2' but node 0 runs 'train.py --lr 1'", false},
+      {"the same words, split otherwise",
+       [] {
+         auto r = node(1, 1);
+         r.argv = {"train.py", "--lr 1"};
+         return r;
+       },
+       "runs 'train.py \"--lr 1\"' but node 0 runs 'train.py --lr 1'", false},
       {"run id",
        [] {
          auto r = node(1, 1);
@@ -167,7 +174,7 @@ TEST(Planner, ElasticRoundsDropLostNodesAndAdmitWaitingOnesUpToMax) {
     ASSERT_FALSE(p.add(elastic_node(a)));
   }
   auto bad = elastic_node(6);
-  bad.command = "other.py";
+  bad.argv = {"other.py"};
   auto refused = p.add(bad);
   ASSERT_TRUE(refused) << "a node that disagrees is refused, not queued";
   EXPECT_FALSE(refused->whole_job) << "the job runs: that node alone is told";

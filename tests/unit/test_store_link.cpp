@@ -188,7 +188,7 @@ class StoreLinkTest : public ::testing::Test {
   JoinRecord record(int node_rank = -1, const std::string& command = "train") const {
     JoinRecord r;
     r.run_id = config.rdzv_id;
-    r.command = command;
+    r.argv = {command};
     r.nnodes = config.nnodes;
     r.nnodes_min = config.nnodes_min;
     r.nproc = 1;
@@ -312,13 +312,13 @@ TEST_F(StoreLinkTest, MoreAgentsThanNodesAtOnceFormTheJobAndRefuseTheRest) {
 
 TEST_F(StoreLinkTest, AStrangerIsRefusedAloneAndTheJobGoesOn) {
   add(true);
-  add(false, record(-1, "another program"));
+  add(false, record(-1, "another"));
   host().join();
   member().join();
   settle();
   ASSERT_TRUE(member().heard.failed);
   EXPECT_EQ(member().heard.failed->first, k_exit_rendezvous);
-  EXPECT_NE(member().heard.failed->second.find("runs 'another program'"), std::string::npos);
+  EXPECT_NE(member().heard.failed->second.find("runs 'another'"), std::string::npos);
   EXPECT_FALSE(host().heard.failed) << "node 0 goes on waiting";
   add(false);
   member(2).join();
