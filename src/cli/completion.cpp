@@ -57,7 +57,7 @@ std::string bash_script() {
          "    if ((COMP_CWORD == 2)); then\n"
          "      COMPREPLY=($(compgen -W \"" +
          std::string(k_store_subcommands) +
-         " --addr --port --token-file --prefix --help\" -- \"$cur\"))\n"
+         " --addr --port --token-file --strict-token --prefix --help\" -- \"$cur\"))\n"
          "    fi\n"
          "    return\n"
          "  fi\n"

@@ -52,6 +52,8 @@ StoreCommand parse_store_command(const std::vector<std::string>& args) {
   app.add_option("--port", port_text, "The store's port (default: $DDPLAUNCH_STORE_PORT)");
   app.add_option("--token-file", cmd.token_file,
                  "File holding the job's secret (default: $DDPLAUNCH_STORE_TOKEN)");
+  app.add_flag("--strict-token", cmd.strict_token,
+               "Refuse a token file that other users may read or write (default: warn)");
   std::string prefix;
   auto* prefix_opt = app.add_option(
       "--prefix", prefix, "Prefix of every key (default: $DDPLAUNCH_STORE_PREFIX, else user/)");

@@ -18,6 +18,7 @@ struct StoreCommand {
   std::string addr;               // Default: empty = $DDPLAUNCH_STORE_ADDR
   std::optional<int> port;        // Default: $DDPLAUNCH_STORE_PORT
   std::string token_file;         // Default: empty = $DDPLAUNCH_STORE_TOKEN
+  bool strict_token = false;      // refuse a token file others may read. Default: false
   // Keys live under this prefix. Default: $DDPLAUNCH_STORE_PREFIX, else "user/"
   // with --addr (a store named by hand is the job's as well).
   std::optional<std::string> prefix;

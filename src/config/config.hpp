@@ -98,7 +98,10 @@ struct Config {
   // DDPLAUNCH_RDZV_TOKEN) at start, never taken on the command line, which
   // `ps` shows. Default: empty = none.
   std::string rdzv_token_file;
-  std::string rdzv_token;           // the secret itself, filled in at start; never shown
+  std::string rdzv_token;  // the secret itself, filled in at start; never shown
+  // A token file others may read is refused rather than warned about.
+  // Default: false.
+  bool strict_token = false;
   int rdzv_max_clients = 4096;      // Default: 4096 connections to node 0's store
   double rdzv_timeout_s = 600;      // Default: 600 seconds
   double heartbeat_interval_s = 1;  // Default: 1 second

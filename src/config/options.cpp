@@ -473,6 +473,9 @@ const OptionSpec k_options[] = {
   {"rdzv_token_file", "--rdzv-token-file,--rdzv_token_file", k_nodes,
    "File holding the job's secret: the store then admits only nodes that know it (or set "
    "DDPLAUNCH_RDZV_TOKEN)", false, nullptr, nullptr, DDPLAUNCH_STRING(rdzv_token_file)},
+  {"strict_token", "--strict-token,--strict_token", k_nodes,
+   "Refuse a token file that other users may read or write (default: warn)", true, nullptr,
+   nullptr, DDPLAUNCH_FLAG(strict_token)},
   {"rdzv_max_clients", "--rdzv-max-clients,--rdzv_max_clients", k_nodes,
    "Connections node 0's store accepts at once (at least one per node plus 64, whatever is "
    "given)", false, nullptr, nullptr,

@@ -9,14 +9,13 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <system_error>
 
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
 #include "posix/interfaces.hpp"
 #include "posix/net.hpp"
+#include "posix/secret_file.hpp"
 #include "rendezvous/host_link.hpp"
 #include "rendezvous/member_link.hpp"
 #include "store/auth.hpp"
@@ -80,26 +79,18 @@ std::unique_ptr<StoreLink> make_store_link(const Config& config, const StoreAddr
 std::string load_token(const Config& config, const EnvMap& env) {
   std::string token;
   if (!config.rdzv_token_file.empty()) {
-    std::ifstream in(config.rdzv_token_file, std::ios::binary);
-    if (!in) {
-      throw UsageError("--rdzv-token-file " + config.rdzv_token_file + ": cannot read it (" +
-                       std::strerror(errno) + "); give a readable file holding the job's secret");
-    }
-    token.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    struct stat st = {};
-    if (::stat(config.rdzv_token_file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
-      log::warn("--rdzv-token-file {} can be read by other users: chmod 600 it",
-                config.rdzv_token_file);
-    }
-  } else if (auto it = env.find("DDPLAUNCH_RDZV_TOKEN"); it != env.end()) {
+    return posix::read_secret_file(config.rdzv_token_file, "--rdzv-token-file",
+                                   config.strict_token);
+  }
+  if (auto it = env.find("DDPLAUNCH_RDZV_TOKEN"); it != env.end()) {
     token = it->second;
   }
   while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
     token.pop_back();
   }
-  if (token.empty() && (!config.rdzv_token_file.empty() || env.contains("DDPLAUNCH_RDZV_TOKEN"))) {
+  if (token.empty() && env.contains("DDPLAUNCH_RDZV_TOKEN")) {
     throw UsageError(
-        "the job token is empty: put a secret in --rdzv-token-file or DDPLAUNCH_RDZV_TOKEN "
+        "the job token DDPLAUNCH_RDZV_TOKEN is empty: put a secret in it or in --rdzv-token-file "
         "(for example: head -c 32 /dev/urandom | base64 > token; chmod 600 token)");
   }
   return token;

@@ -7,11 +7,10 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "ddplaunch/error.hpp"
 #include "ddplaunch/store_client.hpp"
+#include "posix/secret_file.hpp"
 
 namespace ddplaunch {
 
@@ -53,16 +52,7 @@ std::string token_of(const StoreCommand& cmd, const EnvMap& env) {
   if (cmd.token_file.empty()) {
     return var(env, "DDPLAUNCH_STORE_TOKEN");
   }
-  std::ifstream in(cmd.token_file, std::ios::binary);
-  if (!in) {
-    throw UsageError("store --token-file " + cmd.token_file + ": cannot read it (" +
-                     std::strerror(errno) + ")");
-  }
-  std::string token{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
-    token.pop_back();
-  }
-  return token;
+  return posix::read_secret_file(cmd.token_file, "store --token-file", cmd.strict_token);
 }
 
 Ms timeout_of(const StoreCommand& cmd) {

@@ -6,9 +6,12 @@ import json
 import os
 import socket
 import struct
+import subprocess
 import threading
 
-from conftest import free_port, wait_until, worker
+import pytest
+
+from conftest import BIN, free_port, wait_until, worker
 
 TOKEN = {"DDPLAUNCH_RDZV_TOKEN": "correct horse battery staple"}
 PROTOCOL_VERSION = 5  # the store protocol (docs/PROTOCOL.md)
@@ -107,6 +110,47 @@ def test_an_unreadable_token_file_is_a_usage_error(jobs, tmp_path):
     r = jobs.run(["--nnodes", 2, "--rdzv-token-file", tmp_path / "missing", "--", *worker()])
     assert r.returncode == 2
     assert "--rdzv-token-file" in r.stderr and "cannot read it" in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["directory", "device", "fifo", "large", "empty"])
+def test_a_token_file_that_is_no_secret_is_a_usage_error_for_nodes_and_the_store_cli(
+        jobs, tmp_path, kind):
+    """Only a regular file of at most 4 KiB is read: a directory, /dev/zero
+    (which would be read without end), a FIFO (which would block) or a big
+    file is one clear line and exit 2, never an internal error."""
+    path = {"directory": tmp_path, "device": "/dev/zero", "fifo": tmp_path / "fifo",
+            "large": tmp_path / "large", "empty": tmp_path / "empty"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "large":
+        path.write_bytes(b"x" * 5000)
+        path.chmod(0o600)
+    elif kind == "empty":
+        path.write_text("\n")
+        path.chmod(0o600)
+    want = {"directory": "is a directory", "device": "is a device", "fifo": "is a FIFO",
+            "large": "holds 5000 bytes", "empty": "is empty"}[kind]
+    r = jobs.run(["--nnodes", 2, "--rdzv-token-file", path, "--", *worker()], timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert f"--rdzv-token-file {path} {want}" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    s = subprocess.run([BIN, "store", "get", "k", "--addr", "127.0.0.1", "--port", "1",
+                        "--token-file", str(path)], capture_output=True, text=True, timeout=30)
+    assert s.returncode == 2, s.stderr
+    assert f"store --token-file {path} {want}" in s.stderr, s.stderr
+
+
+def test_a_token_file_others_can_read_is_a_warning_or_with_strict_token_an_error(jobs, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    token.chmod(0o644)
+    strict = jobs.run(["--nnodes", 2, "--strict-token", "--rdzv-token-file", token,
+                       "--", *worker()], timeout=30)
+    assert strict.returncode == 2, strict.stderr
+    assert "can be read or written by other users (--strict-token): chmod 600 it" in strict.stderr
+    lax = jobs.run(["--nnodes", 1, "--rdzv-token-file", token, "--", *worker()], timeout=30)
+    assert lax.returncode == 0, lax.stderr
+    assert "can be read or written by other users: chmod 600 it" in lax.stderr
 
 
 def test_without_a_token_a_job_across_hosts_is_told_how_to_set_one(jobs):

@@ -1,0 +1,93 @@
+#include "posix/secret_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+
+#include "ddplaunch/error.hpp"
+#include "log.hpp"
+#include "posix/fd.hpp"
+
+namespace ddplaunch::posix {
+
+namespace {
+
+std::string kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) {
+    return "a directory";
+  }
+  if (S_ISCHR(mode) || S_ISBLK(mode)) {
+    return "a device";
+  }
+  if (S_ISFIFO(mode)) {
+    return "a FIFO";
+  }
+  if (S_ISSOCK(mode)) {
+    return "a socket";
+  }
+  return "not a regular file";
+}
+
+}  // namespace
+
+std::string read_secret_file(const std::string& path, const std::string& what, bool strict) {
+  const std::string hint =
+      "give a regular file holding the job's secret (for example: head -c 32 /dev/urandom | "
+      "base64 > token; chmod 600 token)";
+  // O_NONBLOCK: opening a FIFO must not wait for a writer.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  if (!fd) {
+    throw UsageError(what + " " + path + ": cannot read it (" + std::strerror(errno) + "); " +
+                     hint);
+  }
+  struct stat st = {};
+  if (::fstat(fd.get(), &st) != 0) {
+    throw UsageError(what + " " + path + ": cannot stat it (" + std::strerror(errno) + ")");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    throw UsageError(what + " " + path + " is " + kind_of(st.st_mode) + "; " + hint);
+  }
+  if (static_cast<size_t>(st.st_size) > k_max_secret_bytes) {
+    throw UsageError(what + " " + path + " holds " + std::to_string(st.st_size) +
+                     " bytes; a secret is at most " + std::to_string(k_max_secret_bytes) +
+                     " bytes: is this the right file?");
+  }
+  if ((st.st_mode & 077) != 0) {
+    const std::string message = what + " " + path + " can be read or written by other users";
+    if (strict) {
+      throw UsageError(message + " (--strict-token): chmod 600 it");
+    }
+    log::warn("{}: chmod 600 it", message);
+  }
+  // One byte more than allowed tells a file that grew since fstat.
+  std::string secret(k_max_secret_bytes + 1, '\0');
+  size_t got = 0;
+  while (got < secret.size()) {
+    const ssize_t n = ::read(fd.get(), secret.data() + got, secret.size() - got);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n == 0) {
+      break;
+    } else if (errno != EINTR) {
+      throw UsageError(what + " " + path + ": cannot read it (" + std::strerror(errno) + ")");
+    }
+  }
+  if (got > k_max_secret_bytes) {
+    throw UsageError(what + " " + path + " holds more than " + std::to_string(k_max_secret_bytes) +
+                     " bytes; is this the right file?");
+  }
+  secret.resize(got);
+  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back()))) {
+    secret.pop_back();
+  }
+  if (secret.empty()) {
+    throw UsageError(what + " " + path + " is empty; " + hint);
+  }
+  return secret;
+}
+
+}  // namespace ddplaunch::posix
