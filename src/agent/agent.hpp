@@ -60,6 +60,10 @@ class Agent : public JobLink::Listener {
   // Worker `local_rank` wrote to its progress pipe (DDPLAUNCH_PROGRESS_FD).
   void on_progress(int local_rank);
   void on_output_closed(int local_rank, Stream stream);
+  // The launcher stops (true) or starts again (false) reading one of worker
+  // `local_rank`'s streams because the console is behind: while any is
+  // stopped, the rank's hang clock stands still (it cannot show progress).
+  void on_output_paused(int local_rank, bool paused);
   // The debugger printing hung worker `local_rank`'s native stacks ended.
   void on_stacks_dumped(int local_rank);
   // Call once now >= next_deadline().
@@ -98,6 +102,7 @@ class Agent : public JobLink::Listener {
   void end_early(int exit_code, StopReason reason, const std::string& message, bool is_error);
   // --hang-timeout: when the first running rank without progress is due.
   std::optional<TimePoint> hang_deadline() const;
+  bool hang_clock_runs(size_t local_rank) const;
   void check_hangs(TimePoint now);
   void abort_hung(TimePoint now);  // SIGABRT: Python prints its stacks and it ends
   // This node's own view of how the round ended (its Supervisor's).
@@ -149,6 +154,9 @@ class Agent : public JobLink::Listener {
   // --hang-timeout: each rank's last progress; the rank found hung, how long
   // it had shown none, and when it is killed if SIGABRT did not end it.
   std::vector<TimePoint> m_last_progress;
+  // Each rank's streams not read for backpressure, and since when.
+  std::vector<int> m_streams_paused;
+  std::vector<TimePoint> m_paused_since;
   struct Hung {
     int local_rank;
     double seconds;

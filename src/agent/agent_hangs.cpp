@@ -13,6 +13,28 @@ void Agent::on_progress(int local_rank) {
   }
 }
 
+void Agent::on_output_paused(int local_rank, bool paused) {
+  const auto i = static_cast<size_t>(local_rank);
+  if (i >= m_streams_paused.size()) {
+    return;
+  }
+  int& count = m_streams_paused[i];
+  if (paused) {
+    if (count++ == 0) {
+      m_paused_since[i] = m_clock.now();
+    }
+  } else if (count > 0 && --count == 0) {
+    m_last_progress[i] += m_clock.now() - m_paused_since[i];  // the time stopped is not counted
+  }
+}
+
+// Whether rank `i`'s hang clock runs: it has not ended, and the launcher
+// reads its output.
+bool Agent::hang_clock_runs(size_t i) const {
+  return !m_supervisor->exit_of(static_cast<int>(i)) &&
+         (i >= m_streams_paused.size() || m_streams_paused[i] == 0);
+}
+
 std::optional<Agent::TimePoint> Agent::hang_deadline() const {
   if (m_config.hang_timeout_s <= 0 || m_phase != Phase::k_running || !m_supervisor) {
     return std::nullopt;
@@ -25,7 +47,7 @@ std::optional<Agent::TimePoint> Agent::hang_deadline() const {
   }
   std::optional<TimePoint> first;
   for (size_t i = 0; i < m_last_progress.size(); ++i) {
-    if (!m_supervisor->exit_of(static_cast<int>(i)) && (!first || m_last_progress[i] < *first)) {
+    if (hang_clock_runs(i) && (!first || m_last_progress[i] < *first)) {
       first = m_last_progress[i];
     }
   }
@@ -64,7 +86,7 @@ void Agent::check_hangs(TimePoint now) {
   }
   for (size_t i = 0; i < m_last_progress.size(); ++i) {
     const int lr = static_cast<int>(i);
-    if (m_supervisor->exit_of(lr) || now - m_last_progress[i] < millis(m_config.hang_timeout_s)) {
+    if (!hang_clock_runs(i) || now - m_last_progress[i] < millis(m_config.hang_timeout_s)) {
       continue;
     }
     const double seconds = std::chrono::duration<double>(now - m_last_progress[i]).count();

@@ -265,6 +265,7 @@ bool Driver::read_stream(int local_rank, Stream stream) {
       // writing to that console itself; the loop goes on.
       m_loop.remove(fd.get());
       m_paused.insert(tag);
+      m_agent->on_output_paused(local_rank, true);
     }
     return true;
   }
@@ -291,6 +292,7 @@ void Driver::resume_streams(bool all) {
     if (fd) {
       m_loop.set(fd.get(), EPOLLIN, *it);
     }
+    m_agent->on_output_paused(static_cast<int>(*it / 2), false);
     it = m_paused.erase(it);
   }
 }

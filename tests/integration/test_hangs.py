@@ -5,6 +5,8 @@ ends as for any failing rank (or restarts, with restarts left)."""
 import json
 import shutil
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -83,3 +85,23 @@ def test_the_progress_fd_is_a_pipe_and_only_with_a_hang_timeout(jobs):
     assert "fd=3" in r.stdout and " 3 -> pipe:" in r.stdout and " 4 -> " not in r.stdout, r.stdout
     r = jobs.run(["--", "sh", "-c", show])
     assert "fd=none" in r.stdout and " 3 -> " not in r.stdout, r.stdout
+
+
+def test_a_rank_held_back_by_a_slow_console_is_not_hung(jobs):
+    """Backpressure stops the launcher reading a flooding rank while nobody
+    reads its stdout (a pager, Ctrl-S, a slow log shipper): that rank cannot
+    show progress, so its hang clock stands still. Held three times
+    --hang-timeout, the job still ends 0 once the console reads again."""
+    p = jobs.start(["--nproc-per-node", 2, "--hang-timeout", 1, "--",
+                    "sh", "-c", "yes line | head -c 30000000"])
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:  # the stall itself is the condition under test
+        assert p.poll() is None, p.stderr.read()
+        time.sleep(0.1)
+    reader = threading.Thread(target=lambda: p.stdout.read())
+    reader.start()
+    p.wait(timeout=120)
+    reader.join()
+    err = p.stderr.read()
+    assert p.returncode == 0, err
+    assert "hung" not in err, err

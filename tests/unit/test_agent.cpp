@@ -604,6 +604,26 @@ TEST_F(AgentTest, ARankWithoutProgressIsHungAskedForItsStacksAndFails) {
   EXPECT_NE(format_failure_report(s).find("hung: no progress for 10.0 s"), std::string::npos);
 }
 
+// A rank whose output the launcher stops reading (the console is behind)
+// cannot show progress: its clock stands still for as long, then goes on.
+TEST_F(AgentTest, ARankStoppedByBackpressureIsNotHungItsClockStandsStill) {
+  config.hang_timeout_s = 10;
+  make(1, false);
+  pass(4s);
+  agent->on_output_paused(0, true);
+  agent->on_output_paused(0, true);  // both of its streams
+  pass(20s);
+  agent->on_output_paused(0, false);
+  pass(5s);
+  EXPECT_EQ(spawner.count(SIGABRT), 0) << "stdout is still not read";
+  agent->on_output_paused(0, false);
+  EXPECT_EQ(agent->next_deadline(), clock.t + 6s) << "4 s before the stop count, 20 s do not";
+  pass(5s);
+  EXPECT_EQ(spawner.count(SIGABRT), 0);
+  pass(1s);
+  EXPECT_EQ(spawner.signals, (std::vector<std::pair<int, int>>{{0, SIGABRT}}));
+}
+
 TEST_F(AgentTest, AHungNativeRanksStacksArePrintedBeforeItIsAborted) {
   config.hang_timeout_s = 5;
   spawner.debugger = true;
