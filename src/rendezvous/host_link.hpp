@@ -30,6 +30,7 @@ class HostLink : public StoreLink {
   bool hosts_store() const override { return true; }
   void joined_as(int arrival) override;
   void round_ended(int ended, const std::set<int>& lost) override;
+  void verdict_while_joining(const JobVerdict& verdict) override;
   void results_sent() override;
   void report_progress(long long waited_s) override;
   void round_starting(const Topology& topology, TimePoint now) override;
@@ -53,6 +54,7 @@ class HostLink : public StoreLink {
   void collect_results();
   void missing_at_restart(int ended, const std::vector<std::optional<std::string>>& results);
   void form_next_round();
+  void collect_results(int ended);
   void publish_round(RoundAssignment plan);
   void tell_waiting(std::function<void()> then);  // the job ends without them
 
@@ -62,6 +64,10 @@ class HostLink : public StoreLink {
   int m_next_arrival = 0;                // the next join record to read
   bool m_watching_arrivals = false;
   std::set<int> m_gone;  // the nodes the last round lost
+  // Waiting for the nodes' results of round m_collecting (-1: not), the
+  // wait's generation (a node lost meanwhile starts another wait).
+  int m_collecting = -1;
+  int m_collect_generation = 0;
   int m_regrouped = -1;  // the round regrouped to admit a node
   // Every node's first heartbeat of the round was seen: each has started
   // it, so a regroup reaches none still joining it.

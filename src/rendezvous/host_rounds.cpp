@@ -137,6 +137,13 @@ void HostLink::collect_results() {
 // Every remaining node's results of the round that ended, then the next round.
 void HostLink::round_ended(int ended, const std::set<int>& lost) {
   m_gone = lost;
+  collect_results(ended);
+}
+
+// Waits for the results of every node of round `ended` that is not gone.
+void HostLink::collect_results(int ended) {
+  m_collecting = ended;
+  const int generation = ++m_collect_generation;
   std::vector<std::string> all;
   for (int n = 0; n < m_nnodes; ++n) {
     if (!m_gone.contains(n)) {
@@ -144,10 +151,11 @@ void HostLink::round_ended(int ended, const std::set<int>& lost) {
     }
   }
   const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(m_round_deadline - now()));
-  m_store.wait(all, wait, [this, ended](bool every) {
-    if (m_phase != Phase::k_joining || m_verdict_delivered) {
+  m_store.wait(all, wait, [this, ended, generation](bool every) {
+    if (m_phase != Phase::k_joining || m_verdict_delivered || generation != m_collect_generation) {
       return;
     }
+    m_collecting = -1;
     if (every) {
       form_next_round();
       return;
@@ -160,6 +168,25 @@ void HostLink::round_ended(int ended, const std::set<int>& lost) {
       missing_at_restart(ended, values);
     });
   });
+}
+
+// A node's last word came while its results for the restart are awaited:
+// its agent was killed while its workers stopped. A fixed-size job cannot go
+// on without it, and ends now, not after the restart's deadline; an elastic
+// one stops waiting for it (the verdict itself waits for the round, as a
+// member's does).
+void HostLink::verdict_while_joining(const JobVerdict& verdict) {
+  if (m_collecting >= 0 && verdict.lost >= 0 && !verdict.root_cause && !verdict.success()) {
+    if (!m_config.elastic()) {
+      m_collecting = -1;
+      deliver(verdict);
+      return;
+    }
+    if (m_gone.insert(verdict.lost).second) {
+      collect_results(m_collecting);
+    }
+  }
+  StoreLink::verdict_while_joining(verdict);
 }
 
 // Nodes whose workers had not ended by the restart's deadline: a

@@ -150,22 +150,33 @@ void MemberLink::round_starting(const Topology&, TimePoint) {
 }
 
 void MemberLink::round_starting_soon() {
-  leave_last_word();
+  if (m_last_word != std::pair(m_round.round, m_node_rank)) {
+    leave_last_word();  // left already when the verdict came (verdict_arrived)
+  }
+}
+
+// The round's stop key is taken now, so a last word on it would say nothing:
+// it moves to the next round's at once. An agent killed while its workers
+// stop for a restart (up to --term-timeout) is then heard within
+// milliseconds, not after the heartbeat timeout. If the job ends instead,
+// nobody reads that key.
+void MemberLink::verdict_arrived() {
+  leave_last_word(m_round.round + 1);
 }
 
 // If this agent's connection closes while the round runs (the agent killed,
 // its host rebooted), the store itself publishes that this node was lost:
 // every node hears it at once, not after the heartbeat timeout. A verdict
 // already there (this node's own end) makes it a no-op.
-void MemberLink::leave_last_word() {
-  m_last_word = {m_round.round, m_node_rank};
+void MemberLink::leave_last_word(std::optional<int> round) {
+  m_last_word = {round.value_or(m_round.round), m_node_rank};
   const std::string who = "node " + std::to_string(m_node_rank) + " (" + m_self.host + ")";
   JobVerdict lost{k_exit_node_lost,
                   who +
                       " was lost: its agent's connection to the store closed (the agent was "
                       "killed, or its host rebooted)",
                   std::nullopt, m_node_rank, m_node_rank};
-  m_store.on_close(keys::stop(m_round.round), encode_verdict(lost));
+  m_store.on_close(keys::stop(m_last_word.first), encode_verdict(lost));
 }
 
 void MemberLink::results_sent() {

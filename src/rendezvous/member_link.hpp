@@ -29,6 +29,7 @@ class MemberLink : public StoreLink {
   void report_progress(long long waited_s) override;
   void round_starting(const Topology& topology, TimePoint now) override;
   void round_starting_soon() override;
+  void verdict_arrived() override;
 
  private:
   void wait_for_answer();
@@ -41,7 +42,9 @@ class MemberLink : public StoreLink {
   void wait_for_round_plan();
   void take_round_plan(const std::optional<std::string>& text);
   void take_round_rank(const std::optional<std::string>& text, const Topology& topology);
-  void leave_last_word();  // ON_CLOSE: the store says this node was lost if it goes
+  // ON_CLOSE on round `round`'s stop (default: this round's): the store says
+  // this node was lost if it goes.
+  void leave_last_word(std::optional<int> round = std::nullopt);
 
   std::pair<int, int> m_last_word{-1, -1};  // the (round, node rank) it names
 };

@@ -130,6 +130,9 @@ void StoreLink::deliver(const JobVerdict& verdict) {
     return;
   }
   m_verdict_delivered = true;
+  if (m_phase == Phase::k_running) {
+    verdict_arrived();
+  }
   if (verdict.lost >= 0) {
     m_lost.insert(verdict.lost);  // its results will not come
   }

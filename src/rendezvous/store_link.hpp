@@ -87,11 +87,15 @@ class StoreLink : public JobLink {
   virtual void round_starting(const Topology&, TimePoint) {}
   // The Agent asked for the next round (next_round()); it is being formed.
   virtual void round_starting_soon() {}
+  // The running round's verdict arrived (on_verdict() follows).
+  virtual void verdict_arrived() {}
   // A heartbeat tick while the round runs.
   virtual void on_tick(TimePoint) {}
 
   // --- shared steps -------------------------------------------------------------
   void watch_verdict();  // parks GET job/<round>/stop
+  // A verdict for the round this node is still joining.
+  virtual void verdict_while_joining(const JobVerdict& verdict);
   void start_job(const Topology& topology, int node_rank);
   void deliver(const JobVerdict& verdict);
   void join_failed(int exit_code, const std::string& message);
@@ -124,7 +128,6 @@ class StoreLink : public JobLink {
   std::vector<RankOutcome> m_local;
 
  private:
-  void verdict_while_joining(const JobVerdict& verdict);
   void tick(TimePoint now);
   void progress(TimePoint now);
 

@@ -124,6 +124,26 @@ def test_a_signal_while_the_job_restarts_ends_every_node(jobs, tmp_path):
     assert not any(name.endswith(".1") for name in os.listdir(tmp_path)), "no round 1 started"
 
 
+def test_a_node_killed_while_its_workers_stop_for_a_restart_is_heard_at_once(jobs, tmp_path):
+    """Node 0's rank fails; node 1's rank ignores SIGTERM, so node 1 spends
+    its grace period (--term-timeout 60) stopping it. Node 1's agent is
+    SIGKILLed meanwhile: its last word (ON_CLOSE) is already on the next
+    round's stop key, so node 0 hears at once that node 1 was lost, not
+    after its heartbeat timeout (set out of reach here)."""
+    program = ["sh", "-c", f'{REPORT}; if [ "$RANK" = 0 ]; then '
+                           f'while [ ! -e {tmp_path}/ready ]; do sleep 0.01; done; exit 7; fi; '
+                           f'trap "touch {tmp_path}/term" TERM; touch {tmp_path}/ready; '
+                           'while :; do sleep 0.05; done']
+    procs = nodes(jobs, 2, 1, program,
+                  extra=["--max-restarts", 1, "--term-timeout", 60, "--heartbeat-timeout", 600])
+    assert wait_until(lambda: (tmp_path / "term").exists(), timeout=60), "node 1 never stopped its rank"
+    procs[1].kill()
+    procs[1].wait()
+    out, err = procs[0].communicate(timeout=120)
+    assert procs[0].returncode == 4, err
+    assert "node 1 (" in err and "was lost: its agent's connection to the store closed" in err, err
+
+
 def test_nodes_must_agree_on_max_restarts(jobs):
     port = free_port()
     procs = [jobs.start(["--nnodes", 2, "--node-rank", n, "--master-port", port, "--rdzv-timeout", 60,

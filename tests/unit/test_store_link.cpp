@@ -631,6 +631,25 @@ TEST_F(StoreLinkTest, ARestartMeetsAgainInTheRoundTheAgentNumbers) {
   EXPECT_EQ(host().heard.verdicts.size(), 2u);
 }
 
+// The member's workers still stop for the restart (up to --term-timeout)
+// when its agent is killed: its last word is on the next round's stop key
+// already, so node 0 hears it at once, not after the restart's deadline.
+TEST_F(StoreLinkTest, AMemberKilledWhileItsWorkersStopForARestartIsLostAtOnce) {
+  config.max_restarts = 1;
+  two_nodes_running();
+  host().link->publish_stop(failure(0));
+  settle();
+  host().link->next_round({}, RoundStart{1, 1});
+  settle();
+  ASSERT_EQ(host().heard.verdicts.size(), 1u);
+  member().conn.fail(StoreConnection::Failure::k_lost, "killed");
+  settle();
+  ASSERT_EQ(host().heard.verdicts.size(), 2u) << "no time passed: its ON_CLOSE word";
+  EXPECT_EQ(host().heard.verdicts[1].exit_code, k_exit_node_lost);
+  EXPECT_EQ(host().heard.verdicts[1].lost, 1);
+  EXPECT_NE(host().heard.verdicts[1].message.find("node 1 (h1) was lost"), std::string::npos);
+}
+
 TEST_F(StoreLinkTest, TheLinkUsesTheRoundItIsGivenNotOneItCounts) {
   config.max_restarts = 9;
   two_nodes_running();
