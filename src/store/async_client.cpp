@@ -21,6 +21,7 @@ using protocol::Status;
 
 constexpr auto k_max_backoff = std::chrono::milliseconds(1000);
 constexpr auto k_attempt_timeout = std::chrono::milliseconds(5000);
+constexpr int k_max_silent_closes = 20;
 
 }  // namespace
 
@@ -40,6 +41,7 @@ AsyncClient::AsyncClient(std::string host, int port, Duration connect_timeout, D
 
 void AsyncClient::on_hello(const Reply& reply) {
   const protocol::HelloReply hello = protocol::read_hello(reply);
+  m_hello_answered = true;
   if (hello.auth && m_token.empty()) {
     fail(Failure::k_refused,
          "this store admits only its job's nodes: give the job's token with --rdzv-token-file or "
@@ -62,10 +64,25 @@ void AsyncClient::on_hello(const Reply& reply) {
            "given a different token");
       return;
     }
+    // AUTH is answered before anything else is sent: the store may have no
+    // slot free (BUSY: this node tries again), and the session starts there.
+    m_server_nonce = hello.server_nonce;
     enqueue(
         next_id(),
         protocol::request::auth(auth::client_proof(m_token, m_client_nonce, hello.server_nonce)),
-        Duration(0), [](const Reply&) {});
+        Duration(0), [this](const Reply&) { on_auth(); });
+    return;
+  }
+  on_auth();
+}
+
+// The handshake is done: with a token, every frame from here on is sealed
+// (store/auth.hpp), and the requests made meanwhile go out.
+void AsyncClient::on_auth() {
+  if (!m_token.empty()) {
+    const auth::SessionKeys keys = auth::session_keys(m_token, m_client_nonce, m_server_nonce);
+    m_mac_out.emplace(keys.client_to_server);
+    m_mac_in.emplace(keys.server_to_client);
   }
   m_handshaken = true;
   auto held = std::move(m_held);
@@ -157,7 +174,7 @@ void AsyncClient::on_ready(uint32_t events, TimePoint now) {
     flush(now);
   }
   if (m_state == State::k_ready && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
-    receive();
+    receive(now);
   }
 }
 
@@ -219,7 +236,7 @@ void AsyncClient::flush(TimePoint now) {
   }
 }
 
-void AsyncClient::receive() {
+void AsyncClient::receive(TimePoint now) {
   bool closed = false;
   char buf[64 * 1024];
   while (true) {
@@ -242,14 +259,25 @@ void AsyncClient::receive() {
   while (m_state == State::k_ready) {
     const Failure kind = m_handshaken ? Failure::k_lost : Failure::k_refused;
     try {
-      const auto len = protocol::complete_frame(std::string_view(m_in).substr(offset));
+      const auto len = protocol::complete_frame(std::string_view(m_in).substr(offset),
+                                                protocol::k_max_reply + protocol::k_frame_tag);
       if (!len) {
         break;
       }
+      std::string_view body = std::string_view(m_in).substr(offset + 4, *len);
+      if (m_mac_in && !m_mac_in->open(body, body)) {
+        fail(Failure::k_lost,
+             "a reply failed its authentication check (changed or injected on the way): the "
+             "connection is not trusted any more");
+        return;
+      }
       // HELLO's answer has no id; every later reply has one.
-      const Reply reply =
-          protocol::parse_reply(std::string_view(m_in).substr(offset + 4, *len), m_handshaken);
+      const Reply reply = protocol::parse_reply(body, m_hello_answered);
       offset += 4 + *len;
+      if (reply.status == Status::k_busy && !m_handshaken) {
+        retry_busy(protocol::error_message(reply), now);
+        return;
+      }
       if (reply.status == Status::k_error) {
         fail(kind, (m_handshaken ? "refused the request: " : "refused this node: ") +
                        protocol::error_message(reply));
@@ -268,16 +296,44 @@ void AsyncClient::receive() {
   if (closed) {
     if (m_handshaken) {
       fail(Failure::k_lost, "connection closed by the store (its agent exited?)");
+    } else if (m_in.empty() && ++m_silent_closes < k_max_silent_closes) {
+      // A store whose handshake pool is full closes the oldest: its BUSY may
+      // be lost with the reset. A few such closes are tried again.
+      retry_busy("the store closed the connection during the handshake", now);
     } else {
       fail(Failure::k_refused, "connection closed before HELLO was answered: " + not_a_store());
     }
   }
 }
 
+// No slot is free at the store now: this node tries again, on a new
+// connection, with back-off, until its deadline (--rdzv-timeout).
+void AsyncClient::retry_busy(const std::string& why, TimePoint now) {
+  if (now + m_backoff >= m_connect_deadline) {
+    fail(Failure::k_refused, "refused this node until its deadline: " + why);
+    return;
+  }
+  m_fd.close();
+  m_in.clear();
+  m_out.clear();
+  m_pending.clear();
+  m_sent_total = m_queued_total = 0;
+  m_hello_answered = false;
+  m_mac_in.reset();
+  m_mac_out.reset();
+  m_state = State::k_connecting;
+  m_in_progress = false;
+  m_client_nonce = auth::random_nonce();
+  enqueue(0, protocol::request::hello(m_client_nonce), Duration(0),
+          [this](const Reply& r) { on_hello(r); });
+  m_retry_at = now + m_backoff;
+  m_backoff = std::min(m_backoff * 2, Duration(k_max_backoff));
+}
+
 // Hands a reply to its request's callback (HELLO's is id 0).
 void AsyncClient::dispatch(const Reply& reply) {
-  auto it = m_pending.find(m_handshaken ? reply.id : 0);
-  if (it == m_pending.end() || (m_handshaken && reply.id == 0)) {
+  auto it = m_pending.find(m_hello_answered ? reply.id : 0);
+  if (it == m_pending.end() || (m_hello_answered && reply.id == 0)) {
     throw protocol::ProtocolError("a reply nobody asked for (id " + std::to_string(reply.id) + ")");
   }
   Callback callback = std::move(it->second.callback);
@@ -335,6 +391,9 @@ void AsyncClient::enqueue(uint32_t id, std::string frame, Duration wait, Callbac
   }
   if (id != 0) {
     protocol::set_request_id(frame, id);
+  }
+  if (m_mac_out) {
+    m_mac_out->seal(frame);
   }
   const bool was_empty = m_out.empty();
   m_queued_total += frame.size();

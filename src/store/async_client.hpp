@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "posix/fd.hpp"
+#include "store/auth.hpp"
 #include "store/connection.hpp"
 
 namespace ddplaunch {
@@ -73,7 +74,9 @@ class AsyncClient : public StoreConnection {
   void try_connect(TimePoint now);
   void connected(TimePoint now);
   void flush(TimePoint now);
-  void receive();
+  void receive(TimePoint now);
+  void retry_busy(const std::string& why, TimePoint now);
+  void on_auth();
   void fail(Failure kind, const std::string& why);
   void unreachable();  // the connect deadline passed
   uint32_t next_id();
@@ -106,7 +109,13 @@ class AsyncClient : public StoreConnection {
   FailureHandler m_on_failure;
   std::string m_token;
   std::string m_client_nonce;
-  bool m_handshaken = false;  // HELLO answered (and AUTH sent): requests may flow
+  std::string m_server_nonce;
+  bool m_hello_answered = false;  // replies carry ids from here on
+  int m_silent_closes = 0;        // connections closed in the handshake without a word
+  bool m_handshaken = false;      // HELLO (and AUTH) answered: requests may flow
+  // The authenticated session after AUTH: every frame sealed, both ways.
+  std::optional<auth::FrameMac> m_mac_in;
+  std::optional<auth::FrameMac> m_mac_out;
   struct Held {
     std::string frame;
     Duration wait;

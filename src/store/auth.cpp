@@ -1,11 +1,15 @@
 #include "store/auth.hpp"
 
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/kdf.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
 
 #include <stdexcept>
+#include <utility>
 
 namespace ddplaunch::auth {
 
@@ -59,6 +63,110 @@ std::string worker_token(std::string_view job_token) {
 
 bool same_proof(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+SessionKeys session_keys(std::string_view credential, std::string_view client_nonce,
+                         std::string_view server_nonce) {
+  const std::string salt = std::string(client_nonce) + std::string(server_nonce);
+  static constexpr char k_info[] = "ddplaunch store session v6";
+  unsigned char out[64];
+  size_t len = sizeof(out);
+  EVP_PKEY_CTX* ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nullptr);
+  const bool ok =
+      ctx != nullptr && EVP_PKEY_derive_init(ctx) > 0 &&
+      EVP_PKEY_CTX_set_hkdf_md(ctx, EVP_sha256()) > 0 &&
+      EVP_PKEY_CTX_set1_hkdf_salt(ctx, reinterpret_cast<const unsigned char*>(salt.data()),
+                                  static_cast<int>(salt.size())) > 0 &&
+      EVP_PKEY_CTX_set1_hkdf_key(ctx, reinterpret_cast<const unsigned char*>(credential.data()),
+                                 static_cast<int>(credential.size())) > 0 &&
+      EVP_PKEY_CTX_add1_hkdf_info(ctx, reinterpret_cast<const unsigned char*>(k_info),
+                                  static_cast<int>(sizeof(k_info) - 1)) > 0 &&
+      EVP_PKEY_derive(ctx, out, &len) > 0 && len == sizeof(out);
+  EVP_PKEY_CTX_free(ctx);
+  if (!ok) {
+    throw std::runtime_error("HKDF-SHA256 failed");
+  }
+  const auto* bytes = reinterpret_cast<const char*>(out);
+  SessionKeys keys{std::string(bytes, 32), std::string(bytes + 32, 32)};
+  OPENSSL_cleanse(out, sizeof(out));
+  return keys;
+}
+
+FrameMac::FrameMac(std::string_view key) {
+  EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  auto* ctx = mac != nullptr ? EVP_MAC_CTX_new(mac) : nullptr;
+  EVP_MAC_free(mac);  // the context holds its own reference
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_construct_end()};
+  if (ctx == nullptr || EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()),
+                                     key.size(), params) != 1) {
+    EVP_MAC_CTX_free(ctx);
+    throw std::runtime_error("HMAC-SHA256 setup failed");
+  }
+  m_ctx = ctx;
+}
+
+FrameMac::~FrameMac() {
+  EVP_MAC_CTX_free(static_cast<EVP_MAC_CTX*>(m_ctx));
+}
+
+FrameMac::FrameMac(FrameMac&& other) noexcept
+    : m_ctx(std::exchange(other.m_ctx, nullptr)), m_seq(other.m_seq) {}
+
+FrameMac& FrameMac::operator=(FrameMac&& other) noexcept {
+  if (this != &other) {
+    EVP_MAC_CTX_free(static_cast<EVP_MAC_CTX*>(m_ctx));
+    m_ctx = std::exchange(other.m_ctx, nullptr);
+    m_seq = other.m_seq;
+  }
+  return *this;
+}
+
+std::string FrameMac::tag(std::string_view body) {
+  auto* ctx = static_cast<EVP_MAC_CTX*>(m_ctx);
+  unsigned char seq[8];
+  for (int i = 0; i < 8; ++i) {
+    seq[i] = static_cast<unsigned char>(m_seq >> (56 - 8 * i));
+  }
+  ++m_seq;
+  unsigned char out[EVP_MAX_MD_SIZE];
+  size_t len = 0;
+  // A NULL key re-initialises the context with the key it holds.
+  if (EVP_MAC_init(ctx, nullptr, 0, nullptr) != 1 || EVP_MAC_update(ctx, seq, sizeof(seq)) != 1 ||
+      EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(body.data()), body.size()) != 1 ||
+      EVP_MAC_final(ctx, out, &len, sizeof(out)) != 1 || len < k_tag_bytes) {
+    throw std::runtime_error("HMAC-SHA256 failed");
+  }
+  return std::string(reinterpret_cast<const char*>(out), k_tag_bytes);
+}
+
+void FrameMac::seal(std::string& frames) {
+  std::string sealed;
+  sealed.reserve(frames.size() + k_tag_bytes);
+  size_t at = 0;
+  while (frames.size() - at >= 4) {
+    uint32_t len = 0;
+    for (size_t i = 0; i < 4; ++i) {
+      len = (len << 8) | static_cast<unsigned char>(frames[at + i]);
+    }
+    const std::string_view body = std::string_view(frames).substr(at + 4, len);
+    const uint32_t sealed_len = len + static_cast<uint32_t>(k_tag_bytes);
+    for (int i = 0; i < 4; ++i) {
+      sealed += static_cast<char>((sealed_len >> (24 - 8 * i)) & 0xff);
+    }
+    sealed.append(body).append(tag(body));
+    at += 4 + body.size();
+  }
+  frames = std::move(sealed);
+}
+
+bool FrameMac::open(std::string_view body, std::string_view& payload) {
+  if (body.size() < k_tag_bytes) {
+    return false;
+  }
+  payload = body.substr(0, body.size() - k_tag_bytes);
+  return same_proof(tag(payload), body.substr(payload.size()));
 }
 
 }  // namespace ddplaunch::auth

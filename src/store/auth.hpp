@@ -6,6 +6,7 @@
 // the random bytes; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -29,5 +30,45 @@ std::string worker_token(std::string_view job_token);
 
 // Constant-time comparison of two proofs.
 bool same_proof(std::string_view a, std::string_view b);
+
+// --- the authenticated session that follows AUTH ---------------------------------
+
+inline constexpr size_t k_tag_bytes = 16;  // HMAC-SHA256, truncated
+
+// One key per direction, from HKDF-SHA256 (RFC 5869) of the credential the
+// client proved, salted with both nonces: every connection has its own.
+struct SessionKeys {
+  std::string client_to_server;
+  std::string server_to_client;
+};
+SessionKeys session_keys(std::string_view credential, std::string_view client_nonce,
+                         std::string_view server_nonce);
+
+// One direction of a session. Each frame (u32 length, body) is sealed with a
+// tag, HMAC-SHA256(key, u64 sequence number || body) truncated to
+// k_tag_bytes, appended to the body (the length counts it). The sequence
+// number counts this direction's frames from 0 and is never sent: a frame
+// changed, replayed, reordered, dropped or injected fails open(). Move-only;
+// not thread-safe.
+class FrameMac {
+ public:
+  explicit FrameMac(std::string_view key);
+  ~FrameMac();
+  FrameMac(FrameMac&& other) noexcept;
+  FrameMac& operator=(FrameMac&& other) noexcept;
+  FrameMac(const FrameMac&) = delete;
+  FrameMac& operator=(const FrameMac&) = delete;
+
+  // Seals every whole frame in `frames` (one or more, back to back).
+  void seal(std::string& frames);
+  // Checks a received frame's body (its tag at the end) against the next
+  // sequence number; true and the body without its tag, or false.
+  bool open(std::string_view body, std::string_view& payload);
+
+ private:
+  std::string tag(std::string_view body);
+  void* m_ctx = nullptr;  // EVP_MAC_CTX, keyed once
+  uint64_t m_seq = 0;
+};
 
 }  // namespace ddplaunch::auth

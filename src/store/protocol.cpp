@@ -97,14 +97,14 @@ std::vector<std::string> Decoder::keys() {
   return out;
 }
 
-std::optional<size_t> complete_frame(std::string_view buffer) {
+std::optional<size_t> complete_frame(std::string_view buffer, size_t max) {
   if (buffer.size() < 4) {
     return std::nullopt;
   }
   const auto len = get_be<uint32_t>(buffer);
-  if (len > k_max_frame) {
+  if (len > max) {
     throw ProtocolError("frame of " + std::to_string(len) + " bytes exceeds the limit of " +
-                        std::to_string(k_max_frame));
+                        std::to_string(max));
   }
   if (buffer.size() - 4 < len) {
     return std::nullopt;
@@ -251,9 +251,12 @@ std::string ok_hello(bool auth, std::string_view server_nonce, std::string_view 
   }
   return e.finish();
 }
-std::string hello_error(std::string_view message) {
+std::string hello_error(std::string_view message, Status s) {
   Encoder e;
-  return e.u8(static_cast<uint8_t>(Status::k_error)).bytes(message).finish();
+  return e.u8(static_cast<uint8_t>(s)).bytes(message).finish();
+}
+std::string busy(uint32_t id, std::string_view message) {
+  return status(id, Status::k_busy).bytes(message).finish();
 }
 
 }  // namespace reply
@@ -342,7 +345,7 @@ Reply parse_reply(std::string_view body, bool with_id) {
     r.id = d.u32();
   }
   const uint8_t status = d.u8();
-  if (status > static_cast<uint8_t>(Status::k_error)) {
+  if (status > static_cast<uint8_t>(Status::k_busy)) {
     throw ProtocolError("unknown reply status " + std::to_string(status));
   }
   r.status = static_cast<Status>(status);

@@ -18,14 +18,19 @@ namespace ddplaunch::protocol {
 
 inline constexpr uint32_t k_magic = 0x44444c31;  // "DDL1"
 // 2: HELLO carries a nonce; AUTH. 3: ON_CLOSE. 4: KEYS. 5: request ids, replies out of order.
-inline constexpr uint16_t k_version = 5;
+// 6: an authenticated session after AUTH (every frame sealed), BUSY, AUTH answered first.
+inline constexpr uint16_t k_version = 6;
 
 // Limits: a peer exceeding one gets an error reply and loses its connection.
-inline constexpr size_t k_max_key = 4096;                       // bytes in a key
-inline constexpr size_t k_max_value = 1024 * 1024;              // bytes in a value
-inline constexpr size_t k_max_keys_per_request = 4096;          // keys in WAIT/CHECK/MULTI_GET
-inline constexpr size_t k_max_frame = 2 * 1024 * 1024;          // bytes in one frame body
-inline constexpr size_t k_max_store_keys = 1'000'000;           // keys held by the server
+inline constexpr size_t k_max_key = 4096;               // bytes in a key
+inline constexpr size_t k_max_value = 1024 * 1024;      // bytes in a value
+inline constexpr size_t k_max_keys_per_request = 4096;  // keys in WAIT/CHECK/MULTI_GET
+inline constexpr size_t k_max_frame = 2 * 1024 * 1024;  // bytes in one frame body
+// Bytes in a frame body before the handshake is done (HELLO and AUTH need
+// under 64): a larger one closes the connection before it is buffered.
+inline constexpr size_t k_max_handshake_frame = 256;
+inline constexpr size_t k_frame_tag = 16;              // a sealed frame's tag (auth::k_tag_bytes)
+inline constexpr size_t k_max_store_keys = 1'000'000;  // keys held by the server
 inline constexpr size_t k_max_store_bytes = 512 * 1024 * 1024;  // key and value bytes held
 inline constexpr size_t k_max_reply = 16 * 1024 * 1024;         // bytes in one reply (MULTI_GET)
 inline constexpr size_t k_max_on_close = 64 * 1024;             // bytes in an ON_CLOSE value
@@ -58,6 +63,9 @@ enum class Status : uint8_t {
   k_ok = 0,
   k_timeout = 1,
   k_error = 2,  // followed by a message string; the server then closes the connection
+  // No slot free for this client now (--rdzv-max-clients): followed by a
+  // message string; the connection closes, and the client tries again later.
+  k_busy = 3,
 };
 
 // A malformed or over-limit message.
@@ -163,8 +171,9 @@ std::string error(uint32_t id, std::string_view message);
 // has one.
 std::string ok_hello(bool auth, std::string_view server_nonce, std::string_view server_proof,
                      std::string_view worker_proof = {});
-// An ERROR before or instead of HELLO's answer (no id).
-std::string hello_error(std::string_view message);
+// An ERROR (or BUSY) before or instead of HELLO's answer (no id).
+std::string hello_error(std::string_view message, Status status = Status::k_error);
+std::string busy(uint32_t id, std::string_view message);
 }  // namespace reply
 
 // A reply frame's body split into its id, its status and the fields after it.
@@ -194,7 +203,8 @@ HelloReply read_hello(const Reply& r);
 std::vector<std::optional<std::string>> read_multi(const Reply& r, size_t count);  // MULTI_GET
 
 // If `buffer` starts with a complete frame, its body's size; nullopt when
-// more bytes are needed. Throws ProtocolError for a length over k_max_frame.
-std::optional<size_t> complete_frame(std::string_view buffer);
+// more bytes are needed. Throws ProtocolError for a length over `max`.
+std::optional<size_t> complete_frame(std::string_view buffer,
+                                     size_t max = k_max_frame + k_frame_tag);
 
 }  // namespace ddplaunch::protocol

@@ -12,6 +12,8 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <deque>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -41,8 +43,13 @@ struct Conn {
   bool authed = false;   // HELLO done, and AUTH where the store has a token
   bool closing = false;  // close once `out` is flushed
   bool reading = true;
+  bool evicted = false;  // replaced by a newer handshake (a flood), not refused
   std::string client_nonce;
   std::string server_nonce;
+  uint64_t serial = 0;  // in accept order: the oldest handshake goes first
+  // The authenticated session, from AUTH on (a store with a token).
+  std::optional<auth::FrameMac> mac_in;
+  std::optional<auth::FrameMac> mac_out;
   Clock::time_point opened;
   Clock::time_point last_input;   // the last bytes received
   Clock::time_point last_output;  // the last bytes sent (or when `out` last was empty)
@@ -73,12 +80,26 @@ bool has_frame(const Conn& c) {
   }
 }
 
-// Appends a reply; the stall clock starts when the queue stops being empty.
+// Appends a reply (sealed in a session); the stall clock starts when the
+// queue stops being empty.
 void queue(Conn& c, const std::string& reply) {
   if (c.out.empty()) {
     c.last_output = Clock::now();
   }
-  c.out += reply;
+  if (c.mac_out) {
+    std::string sealed = reply;
+    c.mac_out->seal(sealed);
+    c.out += sealed;
+  } else {
+    c.out += reply;
+  }
+}
+
+// What a connection may hold of a frame not yet complete: before the
+// handshake is done, no more than HELLO or AUTH can need.
+size_t input_limit(const Conn& c) {
+  return c.authed ? protocol::k_max_frame + protocol::k_frame_tag + 4
+                  : protocol::k_max_handshake_frame + 4;
 }
 
 std::string host_of(const std::string& peer) {
@@ -101,9 +122,26 @@ struct StoreServer::Impl {
   // Connections with new replies: flushed by the loop, never from inside a
   // write (a write that answers others does not recurse).
   std::set<int> touched;
-  std::optional<Clock::time_point> accept_resume;  // accept() paused (EMFILE) until then
+  std::optional<Clock::time_point>
+      accept_resume;                    // accept() paused (EMFILE, a full pool) until then
+  bool accept_paused_for_pool = false;  // resumed as soon as a handshake ends
   Clock::time_point next_sweep;
-  std::set<std::string> warned_peers;  // hosts told once about a bad token
+  // Connections past the handshake (at most options.max_clients), and those
+  // still in it (at most options.max_handshakes: a newer one replaces the
+  // oldest), in accept order; entries of connections gone since are skipped.
+  size_t authed_count = 0;
+  size_t handshaking = 0;
+  uint64_t next_serial = 0;
+  std::deque<std::pair<int, uint64_t>> handshake_order;
+  // Clients refused or cut off: the first few hosts are named once each, the
+  // rest counted and summed up at most every 10 s.
+  struct Refusals {
+    std::set<std::string> named;
+    size_t unnamed = 0;
+    std::set<std::string> unnamed_hosts;  // bounded
+    size_t evicted = 0;
+    Clock::time_point summary_due;
+  } refusals;
 
   void loop();
   void accept_all();
@@ -120,46 +158,69 @@ struct StoreServer::Impl {
   void error(Conn& c, uint32_t id, const std::string& message);
   void sweep(Clock::time_point now);
   void warn_peer(const Conn& c, const std::string& what);
+  void summarise_refusals(Clock::time_point now, bool now_or_never = false);
+  std::optional<Clock::time_point> evict_oldest_handshake(Clock::time_point cutoff);
+  void pause_accept(Clock::time_point until, bool for_pool);
+  bool admit(Conn& c, uint32_t id);
+  void reset_conn(int fd);
 };
 
 void StoreServer::Impl::update_events(int fd) {
   Conn& c = conns.at(fd);
-  c.reading =
-      !c.closing && c.out.size() < k_out_high_water && c.in.size() < protocol::k_max_frame + 4;
+  c.reading = !c.closing && c.out.size() < k_out_high_water && c.in.size() < input_limit(c);
   epoll_event ev = {};
   ev.events = EPOLLRDHUP | (c.reading ? EPOLLIN : 0u) | (c.out.empty() ? 0u : EPOLLOUT);
   ev.data.fd = fd;
   epoll_ctl(epoll.get(), EPOLL_CTL_MOD, fd, &ev);
 }
 
+// The pending connections stay queued in the listen backlog: stop watching
+// the listener until `until` instead of spinning.
+void StoreServer::Impl::pause_accept(Clock::time_point until, bool for_pool) {
+  epoll_event ev = {};
+  ev.data.fd = listener.get();
+  epoll_ctl(epoll.get(), EPOLL_CTL_MOD, listener.get(), &ev);
+  accept_resume = until;
+  accept_paused_for_pool = for_pool;
+}
+
 void StoreServer::Impl::accept_all() {
   while (true) {
+    if (handshaking >= static_cast<size_t>(options.max_handshakes)) {
+      // The handshake pool is full. Its oldest connection, once past its
+      // grace (a real client finishes in a few round trips), makes room: a
+      // flood of connections that never authenticate delays a node at
+      // worst, and never holds a slot. Before that, new ones wait queued.
+      const auto now = Clock::now();
+      if (auto oldest = evict_oldest_handshake(now - options.handshake_grace)) {
+        pause_accept(
+            std::max(*oldest + options.handshake_grace, now + std::chrono::milliseconds(1)), true);
+        return;
+      }
+    }
     int fd = accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        // The pending connection stays queued and the listener stays
-        // readable: stop watching it for a moment instead of spinning.
-        epoll_event ev = {};
-        ev.data.fd = listener.get();
-        epoll_ctl(epoll.get(), EPOLL_CTL_MOD, listener.get(), &ev);
-        accept_resume = Clock::now() + std::chrono::milliseconds(100);
+        pause_accept(Clock::now() + std::chrono::milliseconds(100), false);
       }
       return;  // EAGAIN (or a connection that went away): nothing more now
     }
     posix::Fd owned(fd);
-    if (conns.size() >= static_cast<size_t>(options.max_clients)) {
-      const std::string refusal = protocol::reply::hello_error(
-          "the store has " + std::to_string(options.max_clients) +
-          " clients already (--rdzv-max-clients); try again later or raise it");
-      (void)!::send(fd, refusal.data(), refusal.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      continue;  // closed by `owned`
-    }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     Conn& c = conns[fd];
     c.fd = std::move(owned);
     c.peer = peer_of(fd);
     c.opened = c.last_input = c.last_output = Clock::now();
+    c.serial = ++next_serial;
+    ++handshaking;
+    handshake_order.emplace_back(fd, c.serial);
+    if (handshake_order.size() > 2 * handshaking + 1024) {
+      std::erase_if(handshake_order, [&](const std::pair<int, uint64_t>& e) {
+        auto it = conns.find(e.first);
+        return it == conns.end() || it->second.serial != e.second || it->second.authed;
+      });
+    }
     epoll_event ev = {};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.fd = fd;
@@ -167,10 +228,98 @@ void StoreServer::Impl::accept_all() {
   }
 }
 
-void StoreServer::Impl::warn_peer(const Conn& c, const std::string& what) {
-  if (warned_peers.insert(host_of(c.peer)).second) {
-    log::warn("the store refused {}: {} (the job goes on; said once per host)", c.peer, what);
+// Closes the oldest connection still in its handshake if it opened before
+// `cutoff` (it is told BUSY, and tries again); else returns when that one
+// opened (nullopt: none is left to close).
+std::optional<Clock::time_point> StoreServer::Impl::evict_oldest_handshake(
+    Clock::time_point cutoff) {
+  while (!handshake_order.empty()) {
+    const auto [fd, serial] = handshake_order.front();
+    auto it = conns.find(fd);
+    if (it == conns.end() || it->second.serial != serial || it->second.authed) {
+      handshake_order.pop_front();  // gone, or past its handshake
+      continue;
+    }
+    Conn& c = it->second;
+    if (c.opened > cutoff) {
+      return c.opened;
+    }
+    handshake_order.pop_front();
+    c.evicted = true;
+    ++refusals.evicted;
+    if (refusals.summary_due == Clock::time_point{}) {
+      refusals.summary_due = Clock::now() + std::chrono::seconds(10);
+    }
+    const std::string busy =
+        c.hello ? protocol::reply::busy(0, "the store is busy with other handshakes; try again")
+                : protocol::reply::hello_error("the store is busy with other handshakes; try again",
+                                               protocol::Status::k_busy);
+    (void)!::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    reset_conn(fd);
+    return std::nullopt;
   }
+  return std::nullopt;
+}
+
+// Whether a client that just proved itself gets one of the
+// --rdzv-max-clients slots; if not, it is told BUSY (it tries again later).
+bool StoreServer::Impl::admit(Conn& c, uint32_t id) {
+  if (authed_count >= static_cast<size_t>(options.max_clients)) {
+    const std::string message =
+        "the store has " + std::to_string(options.max_clients) +
+        " clients already (--rdzv-max-clients); try again later or raise it";
+    queue(c, c.hello ? protocol::reply::busy(id, message)
+                     : protocol::reply::hello_error(message, protocol::Status::k_busy));
+    c.closing = true;
+    c.in.clear();
+    return false;
+  }
+  c.authed = true;
+  --handshaking;
+  ++authed_count;
+  return true;
+}
+
+void StoreServer::Impl::warn_peer(const Conn& c, const std::string& what) {
+  const std::string host = host_of(c.peer);
+  if (refusals.named.contains(host)) {
+    return;
+  }
+  if (refusals.named.size() < 5) {
+    refusals.named.insert(host);
+    log::warn("the store refused {}: {} (the job goes on; said once per host)", c.peer, what);
+    return;
+  }
+  if (refusals.unnamed++ == 0 && refusals.summary_due == Clock::time_point{}) {
+    refusals.summary_due = Clock::now() + std::chrono::seconds(10);
+  }
+  if (refusals.unnamed_hosts.size() < 65536) {
+    refusals.unnamed_hosts.insert(host);
+  }
+}
+
+// One line for what warn_peer() did not name, and the handshakes replaced.
+void StoreServer::Impl::summarise_refusals(Clock::time_point now, bool now_or_never) {
+  if (refusals.summary_due == Clock::time_point{} ||
+      (now < refusals.summary_due && !now_or_never)) {
+    return;
+  }
+  if (refusals.unnamed > 0) {
+    log::warn(
+        "the store refused {} more client(s) from {}{} other host(s) (no "
+        "token, another job's, or frames that failed their check; the job goes on)",
+        refusals.unnamed, refusals.unnamed_hosts.size() >= 65536 ? "at least " : "",
+        refusals.unnamed_hosts.size());
+  }
+  if (refusals.evicted > 0) {
+    log::warn(
+        "the store closed {} connection(s) that had not finished the handshake to make room "
+        "for newer ones (more than {} at once: a flood?); nodes retry",
+        refusals.evicted, options.max_handshakes);
+  }
+  refusals.unnamed = refusals.evicted = 0;
+  refusals.unnamed_hosts.clear();
+  refusals.summary_due = {};
 }
 
 void StoreServer::Impl::deliver(std::vector<KvCore::Out> out) {
@@ -196,20 +345,25 @@ void StoreServer::Impl::flush_touched() {
 void StoreServer::Impl::sweep(Clock::time_point now) {
   std::vector<int> doomed;
   for (auto& [fd, c] : conns) {
-    const bool handshaking = !c.authed && now - c.opened > options.handshake_timeout;
+    const bool slow_handshake = !c.authed && now - c.opened > options.handshake_timeout;
     const bool half_frame = !c.in.empty() && now - c.last_input > options.handshake_timeout;
     const bool stalled = !c.out.empty() && now - c.last_output > options.stall_timeout;
-    if (handshaking || half_frame || stalled) {
+    if (slow_handshake || half_frame || stalled) {
       doomed.push_back(fd);
     }
   }
   for (int fd : doomed) {
-    // Reset, not FIN: a FIN would wait behind replies the client never reads,
-    // and the kernel would keep buffering them.
-    linger abort = {1, 0};
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, sizeof(abort));
-    close_conn(fd);
+    reset_conn(fd);
   }
+  summarise_refusals(now);
+}
+
+// Reset, not FIN: a FIN would wait behind replies the client never reads,
+// and the kernel would keep buffering them.
+void StoreServer::Impl::reset_conn(int fd) {
+  linger abort = {1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, sizeof(abort));
+  close_conn(fd);
 }
 
 void StoreServer::Impl::close_conn(int fd) {
@@ -217,8 +371,13 @@ void StoreServer::Impl::close_conn(int fd) {
   if (it == conns.end()) {
     return;
   }
-  if (it->second.hello && !it->second.authed) {
+  if (it->second.hello && !it->second.authed && !it->second.evicted && !it->second.closing) {
     warn_peer(it->second, "a client without this job's token (none, or a different one)");
+  }
+  if (it->second.authed) {
+    --authed_count;
+  } else {
+    --handshaking;
   }
   epoll_ctl(epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
   conns.erase(it);
@@ -272,8 +431,9 @@ void StoreServer::Impl::hello(Conn& c, const protocol::Request& r) {
   }
   c.client_nonce = r.nonce;
   if (options.token.empty()) {
-    c.authed = true;
-    queue(c, protocol::reply::ok_hello(false, "", ""));
+    if (admit(c, 0)) {
+      queue(c, protocol::reply::ok_hello(false, "", ""));
+    }
   } else {
     c.server_nonce = auth::random_nonce();
     const std::string worker_proof =
@@ -295,14 +455,23 @@ void StoreServer::Impl::authenticate(Conn& c, const protocol::Request& r) {
     return !token.empty() &&
            auth::same_proof(r.nonce, auth::client_proof(token, c.client_nonce, c.server_nonce));
   };
-  if (!proves(options.token) && !proves(options.worker_token)) {
+  const bool job = proves(options.token);
+  if (!job && !proves(options.worker_token)) {
     warn_peer(c, "a client with a different job token");
     throw protocol::ProtocolError(
         "wrong job token: this store belongs to another job, or the nodes were given "
         "different tokens");
   }
-  c.authed = true;
+  if (!admit(c, r.id)) {
+    return;
+  }
   queue(c, protocol::reply::ok(r.id));
+  // Every frame from here on, both ways, is sealed with keys that only
+  // holders of the credential the client proved can derive.
+  const auth::SessionKeys keys = auth::session_keys(job ? options.token : options.worker_token,
+                                                    c.client_nonce, c.server_nonce);
+  c.mac_in.emplace(keys.client_to_server);
+  c.mac_out.emplace(keys.server_to_client);
 }
 
 // One request: the handshake's own steps here, every other operation in the core.
@@ -330,15 +499,23 @@ void StoreServer::Impl::handle(int fd, Conn& c, protocol::Request r) {
 void StoreServer::Impl::process(int fd) {
   Conn& c = conns.at(fd);
   std::optional<protocol::Request> request;
+  bool forged = false;
   try {
     // Replies not yet read hold further requests back: a client that only
     // sends costs at most the high-water mark plus one reply.
     while (!c.closing && c.out.size() < k_out_high_water) {
-      auto len = protocol::complete_frame(c.in);
+      // Before the handshake is done, a frame larger than HELLO or AUTH is an
+      // error before it is buffered (its length comes first).
+      auto len = protocol::complete_frame(c.in, input_limit(c) - 4);
       if (!len) {
         break;
       }
-      const std::string body = c.in.substr(4, *len);
+      std::string_view sealed = std::string_view(c.in).substr(4, *len);
+      if (c.mac_in && !c.mac_in->open(sealed, sealed)) {
+        forged = true;  // changed, replayed, reordered or injected on the way
+        break;
+      }
+      const std::string body(sealed);
       c.in.erase(0, 4 + *len);
       request.reset();
       if (!c.hello && (body.empty() || body[0] != static_cast<char>(protocol::Op::k_hello))) {
@@ -350,6 +527,13 @@ void StoreServer::Impl::process(int fd) {
   } catch (const protocol::ProtocolError& e) {
     error(c, request ? request->id : 0, e.what());
   }
+  if (forged) {
+    warn_peer(c,
+              "a frame that failed its authentication check (changed, replayed or injected "
+              "on the way): the connection was closed");
+    reset_conn(fd);
+    return;
+  }
   if (c.in.empty()) {
     c.in.shrink_to_fit();  // an idle connection keeps no buffer: 16,384 nodes hold 16,384
   }
@@ -360,7 +544,9 @@ void StoreServer::Impl::on_readable(int fd) {
   std::array<char, 64 * 1024> buf;
   Conn& c = conns.at(fd);
   while (c.reading) {
-    ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    // Never more than the connection may hold (before AUTH: a handshake's).
+    const size_t room = input_limit(c) > c.in.size() ? input_limit(c) - c.in.size() : 1;
+    ssize_t n = ::recv(fd, buf.data(), std::min(buf.size(), room), 0);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
       // The client went away: what it sent before still counts (a SET just
       // before exiting); any parked request goes with it.
@@ -374,7 +560,7 @@ void StoreServer::Impl::on_readable(int fd) {
     }
     c.in.append(buf.data(), static_cast<size_t>(n));
     c.last_input = Clock::now();
-    if (c.in.size() >= protocol::k_max_frame + 4) {
+    if (c.in.size() >= input_limit(c)) {
       break;
     }
   }
@@ -423,7 +609,10 @@ void StoreServer::Impl::loop() {
     const auto now = Clock::now();
     deliver(core.expire(now));
     flush_touched();
-    if (accept_resume && *accept_resume <= now) {
+    const bool pool_room =
+        accept_paused_for_pool && handshaking < static_cast<size_t>(options.max_handshakes);
+    if (accept_resume && (*accept_resume <= now || pool_room)) {
+      accept_paused_for_pool = false;
       accept_resume.reset();
       epoll_event ev = {};
       ev.events = EPOLLIN;
@@ -485,6 +674,7 @@ void StoreServer::stop() {
   if (m_impl->thread.joinable()) {
     m_impl->thread.join();
   }
+  m_impl->summarise_refusals(Clock::now(), true);  // what was not said yet
   m_impl->conns.clear();
   m_impl->listener.close();
 }

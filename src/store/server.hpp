@@ -23,7 +23,16 @@ struct StoreOptions {
   // A second credential the store admits as well: the workers'
   // (auth::worker_token()), so that they never see the job's. Empty: none.
   std::string worker_token;
-  int max_clients = 4096;  // connections at once; more are told so and closed
+  // Clients past the handshake at once; one more is told BUSY and closed (a
+  // node then tries again until its --rdzv-timeout).
+  int max_clients = 4096;
+  // Connections that have not finished the handshake: a newer one past this
+  // closes the oldest, so a flood of them delays a node but never holds a
+  // slot or much memory (each holds at most a handshake's frame).
+  int max_handshakes = 64;
+  // How long a connection in the full pool is left to finish its handshake
+  // before a newer one may take its place.
+  std::chrono::milliseconds handshake_grace{100};
   // A connection must finish HELLO (and AUTH) within this, and a frame once
   // begun must arrive within it.
   std::chrono::milliseconds handshake_timeout{10'000};

@@ -1,12 +1,16 @@
 // libFuzzer: the store protocol's decoding, as a client meets it (a reply
 // from whatever answers on the master port), as the server meets it (a
-// request body, decoded and carried out by the store's KvCore), and as
-// frames are cut from a byte stream. Only ProtocolError may come out;
-// anything else is a bug.
+// request body, decoded and carried out by the store's KvCore), as frames
+// are cut from a byte stream, and as a session's sealed frames are opened
+// (a forged or changed one must fail its check; what is sealed must open).
+// Only ProtocolError may come out; anything else is a bug.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <string_view>
 
+#include "store/auth.hpp"
 #include "store/kv_core.hpp"
 #include "store/protocol.hpp"
 
@@ -21,6 +25,45 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       rest.remove_prefix(4 + *len > rest.size() ? rest.size() : 4 + *len);
     }
   } catch (const ProtocolError&) {
+  }
+  // Sealed frames: bytes that did not come from the key's holder never open
+  // (a tag is 128 bits), and what is sealed opens once, in order.
+  {
+    static const auto keys = ddplaunch::auth::session_keys("fuzz token", "c", "s");
+    ddplaunch::auth::FrameMac receiver(keys.client_to_server);
+    std::string_view rest = in;
+    try {
+      while (auto len = complete_frame(rest)) {
+        if (4 + *len > rest.size()) {
+          break;
+        }
+        std::string_view payload;
+        if (receiver.open(rest.substr(4, *len), payload)) {
+          std::abort();  // a forgery opened
+        }
+        rest.remove_prefix(4 + *len);
+      }
+    } catch (const ProtocolError&) {
+    }
+    ddplaunch::auth::FrameMac sender(keys.client_to_server);
+    ddplaunch::auth::FrameMac opener(keys.client_to_server);
+    std::string frame = std::string("\0\0\0\0") + std::string(in.substr(0, 1024));
+    const auto n = static_cast<uint32_t>(frame.size() - 4);
+    for (int i = 0; i < 4; ++i) {
+      frame[static_cast<size_t>(i)] = static_cast<char>((n >> (24 - 8 * i)) & 0xff);
+    }
+    std::string twice = frame + frame;
+    sender.seal(twice);
+    std::string_view stream = twice;
+    for (int i = 0; i < 2; ++i) {
+      const auto len = complete_frame(stream);
+      std::string_view payload;
+      if (!len || !opener.open(stream.substr(4, *len), payload) ||
+          payload != std::string_view(frame).substr(4)) {
+        std::abort();  // what was sealed did not open
+      }
+      stream.remove_prefix(4 + *len);
+    }
   }
   // One request body, decoded and carried out as the server does.
   try {

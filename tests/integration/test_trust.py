@@ -14,7 +14,7 @@ import pytest
 from conftest import BIN, free_port, wait_until, worker
 
 TOKEN = {"DDPLAUNCH_RDZV_TOKEN": "correct horse battery staple"}
-PROTOCOL_VERSION = 5  # the store protocol (docs/PROTOCOL.md)
+PROTOCOL_VERSION = 6  # the store protocol (docs/PROTOCOL.md)
 
 
 def node(jobs, rank, port, args, env=None, nnodes=2):
