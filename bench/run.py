@@ -214,24 +214,31 @@ def bench_store(args):
           "does not (it is sent and forgotten), and its clients run in Python threads.\n")
     ours = [os.path.join(args.build, "bench", "store_bench")]
     theirs = [TORCH_PY, os.path.join(HERE, "store_torch.py")]
-    print("| op | clients | ddplaunch store | TCPStore (torch 1.13) | ratio |\n|---|---|---|---|---|")
+    # "sealed": the same store with a job token, so every connection
+    # authenticates and every frame carries its MAC (docs/SECURITY.md).
+    sealed_env = dict(os.environ, STORE_BENCH_TOKEN="bench token")
+    kinds = (("ours", ours, None), ("sealed", ours, sealed_env), ("torch", theirs, None))
+    print("| op | clients | ddplaunch store | with a token (sealed frames) | token's cost | "
+          "TCPStore (torch 1.13) | ratio (no token) |\n|---|---|---|---|---|---|---|")
     servers = {}
     try:
-        for name, cmd in (("ours", ours), ("torch", theirs)):
-            p = subprocess.Popen([*cmd, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for name, cmd, env in kinds:
+            p = subprocess.Popen([*cmd, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True, env=env)
             servers[name] = (p, int(p.stdout.readline()))
         for op in ("set", "get", "add"):
             for clients in args.store_clients:
                 got = {}
-                for name, cmd in (("ours", ours), ("torch", theirs)):
+                for name, cmd, env in kinds:
                     r = subprocess.run([*cmd, "run", str(servers[name][1]), str(clients),
                                         str(args.store_seconds), op],
-                                       capture_output=True, text=True, timeout=300)
+                                       capture_output=True, text=True, timeout=300, env=env)
                     got[name] = float(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
-                o, t = got["ours"], got["torch"]
+                o, s, t = got["ours"], got["sealed"], got["torch"]
                 ratio = f"{o / t:.1f}x" if o and t else ""
+                cost = f"{100 * (1 - s / o):.0f}% fewer ops/s" if o and s else ""
                 fmt = lambda v: "failed" if v is None else f"{v:,.0f}"
-                print(f"| {op} | {clients} | {fmt(o)} | {fmt(t)} | {ratio} |")
+                print(f"| {op} | {clients} | {fmt(o)} | {fmt(s)} | {cost} | {fmt(t)} | {ratio} |")
     finally:
         for p, _ in servers.values():
             p.stdin.close()

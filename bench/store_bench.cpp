@@ -7,6 +7,8 @@
 //
 // set and get use one key per client (16-byte values); add uses one counter
 // shared by every client. Every operation waits for the server's answer.
+// With STORE_BENCH_TOKEN set (both sides), the store has that job token:
+// every connection authenticates and every frame is sealed.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -23,8 +25,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+std::string token() {
+  const char* t = std::getenv("STORE_BENCH_TOKEN");
+  return t != nullptr ? t : "";
+}
+
 int serve() {
-  ddplaunch::StoreServer server("127.0.0.1", 0);
+  ddplaunch::StoreOptions options;
+  options.token = token();
+  ddplaunch::StoreServer server("127.0.0.1", 0, options);
   std::printf("%d\n", server.port());
   std::fflush(stdout);
   std::string line;
@@ -41,7 +50,8 @@ int run(int port, int clients, double seconds, const std::string& op) {
   std::vector<ddplaunch::StoreClient> conns;
   conns.reserve(static_cast<size_t>(clients));
   for (int i = 0; i < clients; ++i) {
-    conns.emplace_back("127.0.0.1", port, std::chrono::seconds(10));
+    conns.emplace_back("127.0.0.1", port, std::chrono::seconds(10), std::chrono::seconds(30),
+                       token());
     conns.back().set("key" + std::to_string(i), std::string(16, 'v'));
   }
   std::atomic<bool> go{false};

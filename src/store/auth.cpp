@@ -65,6 +65,65 @@ bool same_proof(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+namespace {
+
+bool workers_key(std::string_view key) {
+  return key.starts_with(k_worker_prefix);
+}
+
+// rdzv/plan, or job/<digits>/stop.
+bool readable_job_key(std::string_view key) {
+  if (key == "rdzv/plan") {
+    return true;
+  }
+  if (!key.starts_with("job/") || !key.ends_with("/stop")) {
+    return false;
+  }
+  const std::string_view round = key.substr(4, key.size() - 4 - 5);
+  return !round.empty() && round.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+std::string refusal(std::string_view what, std::string_view key) {
+  return "the workers' credential may not " + std::string(what) + " " + std::string(key) +
+         ": a worker's keys live under " + std::string(k_worker_prefix) +
+         " (docs/SECURITY.md; is an agent given the workers' DDPLAUNCH_STORE_TOKEN as its job "
+         "token?)";
+}
+
+}  // namespace
+
+std::string worker_refusal(const protocol::Request& r) {
+  using protocol::Op;
+  switch (r.op) {
+    case Op::k_set:
+    case Op::k_add:
+    case Op::k_cas:
+    case Op::k_delete:
+      return workers_key(r.key) ? "" : refusal("write", r.key);
+    case Op::k_on_close:
+      return r.key.empty() || workers_key(r.key) ? "" : refusal("write", r.key);
+    case Op::k_get:
+      return workers_key(r.key) || readable_job_key(r.key) ? "" : refusal("read", r.key);
+    case Op::k_wait:
+    case Op::k_check:
+    case Op::k_multi_get:
+      for (const std::string& key : r.keys) {
+        if (!workers_key(key) && !readable_job_key(key)) {
+          return refusal("read", key);
+        }
+      }
+      return "";
+    case Op::k_keys:
+      return workers_key(r.key) ? "" : refusal("list keys under", r.key.empty() ? "\"\"" : r.key);
+    case Op::k_num_keys:
+    case Op::k_ping:
+    case Op::k_hello:
+    case Op::k_auth:
+      return "";
+  }
+  return "the workers' credential may not make this request";
+}
+
 SessionKeys session_keys(std::string_view credential, std::string_view client_nonce,
                          std::string_view server_nonce) {
   const std::string salt = std::string(client_nonce) + std::string(server_nonce);

@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "store/protocol.hpp"
+
 namespace ddplaunch::auth {
 
 inline constexpr size_t k_nonce_bytes = 32;
@@ -30,6 +32,17 @@ std::string worker_token(std::string_view job_token);
 
 // Constant-time comparison of two proofs.
 bool same_proof(std::string_view a, std::string_view b);
+
+// --- what each credential may do ---------------------------------------------------
+
+// The workers' keys: everything the workers' credential may write.
+inline constexpr std::string_view k_worker_prefix = "user/";
+
+// Why the workers' credential may not make `request` (empty: it may). It
+// reads and writes under k_worker_prefix, and reads the job's topology
+// (rdzv/plan) and verdicts (job/<round>/stop); nothing else, so a worker can
+// neither forge a verdict nor act as a node. The job's token may do anything.
+std::string worker_refusal(const protocol::Request& request);
 
 // --- the authenticated session that follows AUTH ---------------------------------
 

@@ -44,6 +44,7 @@ struct Conn {
   bool closing = false;  // close once `out` is flushed
   bool reading = true;
   bool evicted = false;  // replaced by a newer handshake (a flood), not refused
+  bool worker = false;   // authenticated with the workers' credential: scoped
   std::string client_nonce;
   std::string server_nonce;
   uint64_t serial = 0;  // in accept order: the oldest handshake goes first
@@ -465,6 +466,7 @@ void StoreServer::Impl::authenticate(Conn& c, const protocol::Request& r) {
   if (!admit(c, r.id)) {
     return;
   }
+  c.worker = !job;
   queue(c, protocol::reply::ok(r.id));
   // Every frame from here on, both ways, is sealed with keys that only
   // holders of the credential the client proved can derive.
@@ -492,6 +494,11 @@ void StoreServer::Impl::handle(int fd, Conn& c, protocol::Request r) {
     }
     authenticate(c, r);
     return;
+  }
+  if (c.worker) {
+    if (std::string why = auth::worker_refusal(r); !why.empty()) {
+      throw protocol::ProtocolError(why);
+    }
   }
   deliver(core.apply(fd, std::move(r), Clock::now()));
 }

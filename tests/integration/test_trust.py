@@ -233,3 +233,30 @@ def test_a_forged_plan_is_an_error_naming_it_not_a_crash(jobs):
     assert f"malformed plan (rdzv/plan/{arrival})" in err and "5 workers, this node starts 1" in err, err
     host.terminate()
     host.communicate(timeout=60)
+
+
+def test_the_workers_credential_is_not_the_jobs_key(jobs, tmp_path):
+    """A worker holds only DDPLAUNCH_STORE_TOKEN: with --prefix '' it can
+    neither read the launcher's records nor forge a verdict, and an agent
+    given that credential as its token is not admitted as a node."""
+    import hashlib
+    import hmac
+    port = free_port()
+    script = (f'{BIN} store --prefix "" get rdzv/node/0 --timeout 5; echo "read=$?"; '
+              f'{BIN} store --prefix "" set job/0/stop forged; echo "forge=$?"; '
+              f'{BIN} store set mine 1 && echo "own=$?"; '
+              f'while [ ! -e {tmp_path}/go ]; do sleep 0.05; done')
+    procs = [node(jobs, n, port, ["--nproc-per-node", 1, "--", "sh", "-c", script], env=TOKEN)
+             for n in (0, 1)]
+    credential = hmac.new(TOKEN["DDPLAUNCH_RDZV_TOKEN"].encode(), b"ddplaunch worker credential",
+                          hashlib.sha256).hexdigest()
+    impostor = jobs.run(["--nnodes", 3, "--node-rank", 2, "--master-port", port, "--rdzv-timeout", 10,
+                         "--", "true"], env={"DDPLAUNCH_RDZV_TOKEN": credential}, timeout=60)
+    assert impostor.returncode in (3, 4), impostor.stderr
+    assert "the workers' credential may not write" in impostor.stderr, impostor.stderr
+    (tmp_path / "go").write_text("")
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert "read=3" in out and "forge=3" in out and "own=0" in out, out + err
+        assert "may not read rdzv/node/0" in out + err and "may not write job/0/stop" in out + err

@@ -18,6 +18,7 @@
 #include "posix/net.hpp"
 #include "store/async_client.hpp"
 #include "store/protocol.hpp"
+#include "store/auth.hpp"
 #include "store/server.hpp"
 
 namespace ddplaunch {
@@ -369,6 +370,40 @@ TEST(StoreTrust, TheJobsTokenAdmitsItsNodesOnly) {
   auto mismatch =
       failure_of([&] { StoreClient("127.0.0.1", open_store.port(), 5s, 30s, "s3cret"); });
   EXPECT_NE(mismatch.find("the store does not check one"), std::string::npos) << mismatch;
+}
+
+// The workers' credential reaches the workers' keys and reads the job's
+// topology and verdicts; it cannot forge a verdict, join as a node or list
+// the launcher's keys.
+TEST(StoreTrust, TheWorkersCredentialReachesOnlyTheWorkersKeys) {
+  StoreOptions o = with_token("s3cret");
+  o.worker_token = auth::worker_token("s3cret");
+  StoreServer server("127.0.0.1", 0, o);
+  StoreClient agent("127.0.0.1", server.port(), 5s, 30s, "s3cret");
+  agent.set("rdzv/node/0", "{}");
+  agent.set("job/0/stop", "{}");
+  auto worker = [&] { return StoreClient("127.0.0.1", server.port(), 5s, 30s, o.worker_token); };
+  StoreClient w = worker();
+  w.set("user/x", "1");
+  EXPECT_EQ(w.add("user/n", 2), 2);
+  EXPECT_EQ(w.get("job/0/stop"), "{}") << "a verdict may be read";
+  EXPECT_FALSE(w.check({"rdzv/plan"})) << "the topology may be read";
+  const struct {
+    std::function<void(StoreClient&)> call;
+    const char* refused;
+  } cases[] = {
+      {[](StoreClient& c) { c.set("job/0/stop", "forged"); }, "may not write job/0/stop"},
+      {[](StoreClient& c) { c.set("rdzv/plan/99", "{}"); }, "may not write rdzv/plan/99"},
+      {[](StoreClient& c) { c.add("rdzv/arrivals", 1); }, "may not write rdzv/arrivals"},
+      {[](StoreClient& c) { (void)c.get("rdzv/node/0"); }, "may not read rdzv/node/0"},
+      {[](StoreClient& c) { (void)c.keys(); }, "may not list keys under"},
+  };
+  for (const auto& k : cases) {
+    StoreClient c = worker();
+    const std::string why = failure_of([&] { k.call(c); });
+    EXPECT_NE(why.find(k.refused), std::string::npos) << why;
+  }
+  EXPECT_EQ(agent.get("job/0/stop"), "{}") << "nothing forged reached the store";
 }
 
 TEST(StoreTrust, AProgramThatIsNotAStoreIsNamed) {
