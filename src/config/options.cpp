@@ -477,8 +477,8 @@ const OptionSpec k_options[] = {
    "Refuse a token file that other users may read or write (default: warn)", true, nullptr,
    nullptr, DDPLAUNCH_FLAG(strict_token)},
   {"rdzv_max_clients", "--rdzv-max-clients,--rdzv_max_clients", k_nodes,
-   "Connections node 0's store accepts at once (at least one per node plus 64, whatever is "
-   "given)", false, nullptr, nullptr,
+   "Authenticated connections node 0's store holds at once (at least one per node plus 64, "
+   "whatever is given; one more retries)", false, nullptr, nullptr,
    [](Config& c, const std::string& v, const std::string& f) {
      c.rdzv_max_clients = parse_int_in(v, f, 4, 1'000'000, "a number from 4 to 1000000");
    },
