@@ -18,6 +18,7 @@
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
 #include "tool/store_tool.hpp"
+#include "tool/token_tool.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 // LeakSanitizer: libpmix (dlopen()ed under mpirun) keeps allocations from
@@ -38,6 +39,9 @@ int main(int argc, char** argv) {
       }
       std::fputs(script->c_str(), stdout);
       return k_exit_ok;
+    }
+    if (argc > 1 && std::string(argv[1]) == "token") {
+      return run_token_command({argv + 2, argv + argc}, env);
     }
     if (argc > 1 && std::string(argv[1]) == "store") {
       const StoreCommand command = parse_store_command({argv + 2, argv + argc});

@@ -54,20 +54,31 @@ StoreAddress resolve_store_address(const Config& config, const EnvMap& env, Driv
   if (config.nnodes == 1 || config.dry_run) {
     return address;
   }
-  if (address.token.empty() && !posix::is_loopback(address.host)) {
-    log::info(
-        "the store admits any client that can reach {}:{}; to admit only this job's nodes, give "
-        "every node the same secret with --rdzv-token-file FILE or DDPLAUNCH_RDZV_TOKEN",
-        address.host, address.port);
-  }
   if (config.master_via_pmix) {
-    address.host = pmix_exchange_master_addr(
-        config.node_rank.value_or(-1), dialable_addrs(), millis(config.rdzv_timeout_s),
-        [&driver](int fd, Driver::TimePoint deadline) {
+    // With no token of its own, node 0 makes one and hands it to every node
+    // through mpirun's PMIx server: with nothing typed, the store admits
+    // only this job.
+    const bool offer = address.token.empty() && config.node_rank.value_or(-1) == 0;
+    PmixShared shared = pmix_exchange(
+        config.node_rank.value_or(-1), dialable_addrs(), offer ? random_secret() : "",
+        millis(config.rdzv_timeout_s), [&driver](int fd, Driver::TimePoint deadline) {
           return driver.wait_readable(fd, deadline, "exchanging node 0's address through PMIx");
         });
+    address.host = shared.master_addr;
+    if (address.token.empty() && !shared.token.empty()) {
+      address.token = std::move(shared.token);
+      log::debug("the job token came from node 0 through PMIx");
+    }
     log::debug("node 0's address, through PMIx: {}", address.host);
-  } else if (posix::is_loopback(address.host)) {
+  }
+  if (address.token.empty() && !posix::is_loopback(address.host)) {
+    log::info(
+        "the store admits any client that can reach {}:{}; to admit only this job's nodes, run "
+        "`ddplaunch token init` once (a shared home directory gives every node the token), or "
+        "give every node the same secret with --rdzv-token-file FILE or DDPLAUNCH_RDZV_TOKEN",
+        address.host, address.port);
+  }
+  if (!config.master_via_pmix && posix::is_loopback(address.host)) {
     log::info(
         "--master-addr {} is a loopback address: every node of this job must run on this "
         "host; for a job across hosts give node 0's host name or address",

@@ -1,15 +1,18 @@
 #include "posix/secret_file.hpp"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
 
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
+#include "posix/error.hpp"
 #include "posix/fd.hpp"
 
 namespace ddplaunch::posix {
@@ -88,6 +91,64 @@ std::string read_secret_file(const std::string& path, const std::string& what, b
     throw UsageError(what + " " + path + " is empty; " + hint);
   }
   return secret;
+}
+
+std::string user_token_path(const std::string& xdg_config_home, const std::string& home) {
+  if (!xdg_config_home.empty()) {
+    return xdg_config_home + "/ddplaunch/token";
+  }
+  return home.empty() ? "" : home + "/.config/ddplaunch/token";
+}
+
+void create_secret_file(const std::string& path, bool replace) {
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  // Each missing directory of the path, owner-only.
+  for (size_t at = 1; at <= dir.size(); ++at) {
+    if (at == dir.size() || dir[at] == '/') {
+      const std::string part = dir.substr(0, at);
+      if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
+        throw_errno("mkdir " + part);
+      }
+    }
+  }
+  std::array<unsigned char, 32> bytes{};
+  if (::getrandom(bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
+    throw_errno("getrandom");
+  }
+  static constexpr char k_hex[] = "0123456789abcdef";
+  std::string secret;
+  for (const unsigned char b : bytes) {
+    secret += k_hex[b >> 4];
+    secret += k_hex[b & 15];
+  }
+  secret += '\n';
+  // Written aside and renamed into place: a reader never sees half a secret.
+  const std::string temp = path + ".new";
+  ::unlink(temp.c_str());
+  Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) {
+    throw_errno("create " + temp);
+  }
+  if (!write_all(fd.get(), secret)) {
+    throw_errno("write " + temp);
+  }
+  fd.close();
+  if (!replace && ::link(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    if (err == EEXIST) {
+      throw UsageError(path +
+                       " exists already; `ddplaunch token init --force` replaces it (the "
+                       "nodes of a running job must then restart)");
+    }
+    errno = err;
+    throw_errno("create " + path);
+  }
+  if (replace && ::rename(temp.c_str(), path.c_str()) != 0) {
+    throw_errno("rename " + temp);
+  }
+  ::unlink(temp.c_str());
 }
 
 }  // namespace ddplaunch::posix

@@ -15,4 +15,13 @@ inline constexpr size_t k_max_secret_bytes = 4096;
 // warning, or with `strict` a UsageError. An empty secret is a UsageError.
 std::string read_secret_file(const std::string& path, const std::string& what, bool strict);
 
+// The user's job token file: $XDG_CONFIG_HOME/ddplaunch/token, else
+// $HOME/.config/ddplaunch/token ("" when neither is set).
+std::string user_token_path(const std::string& xdg_config_home, const std::string& home);
+
+// Writes a fresh random secret (32 bytes, hex) to `path` with mode 0600,
+// creating its directory (0700). An existing file is kept unless `replace`.
+// Throws UsageError (it exists) or std::system_error.
+void create_secret_file(const std::string& path, bool replace);
+
 }  // namespace ddplaunch::posix

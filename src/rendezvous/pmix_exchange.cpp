@@ -25,6 +25,7 @@ namespace ddplaunch {
 namespace {
 
 constexpr const char* k_key = "ddplaunch.master_addrs";
+constexpr const char* k_token_key = "ddplaunch.job_token";
 
 std::vector<std::string> split(const std::string& text, char sep) {
   std::vector<std::string> out;
@@ -76,6 +77,7 @@ struct PmixApi {
 
 struct Outcome {
   std::string addrs;  // node 0's list, comma-separated
+  std::string token;  // node 0's offered job token, if any
   std::string error;  // set when the exchange failed
 };
 
@@ -94,7 +96,8 @@ void set_info_int(pmix_info_t& info, const char* key, int value) {
 }
 
 // Blocking: init, put (node 0), commit, fence with the data, get, finalize.
-Outcome exchange(const PmixApi& api, int node_rank, const std::string& mine, int timeout_s) {
+Outcome exchange(const PmixApi& api, int node_rank, const std::string& mine,
+                 const std::string& token, int timeout_s) {
   Outcome out;
   pmix_proc_t self;
   std::memset(&self, 0, sizeof(self));
@@ -118,6 +121,12 @@ Outcome exchange(const PmixApi& api, int node_rank, const std::string& mine, int
     if (rc != PMIX_SUCCESS) {
       fail("PMIx_Put");
     }
+    if (out.error.empty() && !token.empty()) {
+      value.data.string = const_cast<char*>(token.c_str());
+      if ((rc = api.put(PMIX_GLOBAL, k_token_key, &value)) != PMIX_SUCCESS) {
+        fail("PMIx_Put");
+      }
+    }
   }
   if (out.error.empty() && (rc = api.commit()) != PMIX_SUCCESS) {
     fail("PMIx_Commit");
@@ -140,6 +149,12 @@ Outcome exchange(const PmixApi& api, int node_rank, const std::string& mine, int
       fail("PMIx_Get of node 0's address");
     } else {
       out.addrs = got->data.string;  // `got` is left to the process: one small value
+      got = nullptr;
+      // Absent when node 0 had a token of its own and offered none.
+      if (api.get(&zero, k_token_key, &info[1], 1, &got) == PMIX_SUCCESS && got != nullptr &&
+          got->type == PMIX_STRING && got->data.string != nullptr) {
+        out.token = got->data.string;
+      }
     }
   }
   api.finalize(nullptr, 0);
@@ -166,8 +181,9 @@ std::string choose_master_addr(const std::vector<std::string>& master_addrs,
   return master_addrs.empty() ? "127.0.0.1" : master_addrs.front();
 }
 
-std::string pmix_exchange_master_addr(int node_rank, const std::vector<std::string>& own_addrs,
-                                      std::chrono::milliseconds timeout, const WaitReadable& wait) {
+PmixShared pmix_exchange(int node_rank, const std::vector<std::string>& own_addrs,
+                         const std::string& offer_token, std::chrono::milliseconds timeout,
+                         const WaitReadable& wait) {
 #if DDPLAUNCH_HAVE_PMIX
   PmixApi api;
   std::string why;
@@ -184,8 +200,8 @@ std::string pmix_exchange_master_addr(int node_rank, const std::vector<std::stri
   // blocked signals) while the caller's wait watches the signals too.
   auto result = std::make_shared<Outcome>();
   auto done = std::make_shared<posix::Fd>(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  std::thread worker([api, node_rank, mine, timeout_s, result, done] {
-    *result = exchange(api, node_rank, mine, timeout_s);
+  std::thread worker([api, node_rank, mine, offer_token, timeout_s, result, done] {
+    *result = exchange(api, node_rank, mine, offer_token, timeout_s);
     const uint64_t one = 1;
     (void)!::write(done->get(), &one, sizeof(one));
   });
@@ -213,10 +229,11 @@ std::string pmix_exchange_master_addr(int node_rank, const std::vector<std::stri
   }
   std::string chosen = choose_master_addr(split(result->addrs, ','), networks);
   log::debug("node 0 has {}; dialing {}", result->addrs, chosen);
-  return chosen;
+  return PmixShared{chosen, result->token};
 #else
   (void)node_rank;
   (void)own_addrs;
+  (void)offer_token;
   (void)timeout;
   (void)wait;
   throw LaunchError(k_exit_rendezvous,

@@ -24,13 +24,22 @@ bool pmix_built_in();
 // throw (a stop signal: Driver::wait_readable).
 using WaitReadable = std::function<bool(int fd, std::chrono::steady_clock::time_point deadline)>;
 
-// Node 0's address as this node should dial it. `node_rank` is this agent's
-// node rank (OMPI_COMM_WORLD_RANK, which is also its PMIx rank); node 0 puts
-// `own_addrs`. Waits at most `timeout`, through `wait`, whose exception
-// passes through. Throws LaunchError k_exit_rendezvous when the exchange
-// fails or times out.
-std::string pmix_exchange_master_addr(int node_rank, const std::vector<std::string>& own_addrs,
-                                      std::chrono::milliseconds timeout, const WaitReadable& wait);
+// What node 0 hands every node through PMIx.
+struct PmixShared {
+  std::string master_addr;  // node 0's address as this node should dial it
+  // A random job token node 0 made when it had none of its own: PMIx is a
+  // channel the resource manager authenticates, so with nothing typed the
+  // store admits only this job. Empty when node 0 offered none.
+  std::string token;
+};
+
+// `node_rank` is this agent's node rank (OMPI_COMM_WORLD_RANK, which is also
+// its PMIx rank); node 0 puts `own_addrs`, and `offer_token` when not empty.
+// Waits at most `timeout`, through `wait`, whose exception passes through.
+// Throws LaunchError k_exit_rendezvous when the exchange fails or times out.
+PmixShared pmix_exchange(int node_rank, const std::vector<std::string>& own_addrs,
+                         const std::string& offer_token, std::chrono::milliseconds timeout,
+                         const WaitReadable& wait);
 
 // Of node 0's addresses, the one to dial from a host with `own_networks`
 // ("addr/prefix" of each interface): the first on a network both share, else

@@ -88,12 +88,42 @@ std::string load_token(const Config& config, const EnvMap& env) {
   while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
     token.pop_back();
   }
+  if (token.empty() && !env.contains("DDPLAUNCH_RDZV_TOKEN") && config.nnodes > 1) {
+    const std::string path = user_token_file(env);
+    struct stat st = {};
+    if (!path.empty() && ::stat(path.c_str(), &st) == 0) {
+      log::debug("the job token comes from {} (ddplaunch token init)", path);
+      return posix::read_secret_file(path, "the token file", config.strict_token);
+    }
+  }
   if (token.empty() && env.contains("DDPLAUNCH_RDZV_TOKEN")) {
     throw UsageError(
         "the job token DDPLAUNCH_RDZV_TOKEN is empty: put a secret in it or in --rdzv-token-file "
         "(for example: head -c 32 /dev/urandom | base64 > token; chmod 600 token)");
   }
   return token;
+}
+
+std::string random_secret() {
+  std::array<unsigned char, 32> secret{};
+  if (::getrandom(secret.data(), secret.size(), 0) != static_cast<ssize_t>(secret.size())) {
+    throw std::system_error(errno, std::generic_category(), "getrandom");
+  }
+  static constexpr char k_hex[] = "0123456789abcdef";
+  std::string text;
+  for (const unsigned char c : secret) {
+    text += k_hex[c >> 4];
+    text += k_hex[c & 15];
+  }
+  return text;
+}
+
+std::string user_token_file(const EnvMap& env) {
+  auto var = [&env](const char* name) {
+    auto it = env.find(name);
+    return it == env.end() ? std::string() : it->second;
+  };
+  return posix::user_token_path(var("XDG_CONFIG_HOME"), var("HOME"));
 }
 
 // Where every worker finds the job's store (`ddplaunch store`,
@@ -110,15 +140,7 @@ std::unique_ptr<StoreServer> give_workers_a_store(const Config& config, const St
     StoreOptions options;
     // From the kernel directly: OpenSSL's generator would cost the launcher
     // ~2 MiB of memory at start for a secret nobody outside this host needs.
-    std::array<unsigned char, 32> secret{};
-    if (::getrandom(secret.data(), secret.size(), 0) != static_cast<ssize_t>(secret.size())) {
-      throw std::system_error(errno, std::generic_category(), "getrandom");
-    }
-    static constexpr char k_hex[] = "0123456789abcdef";
-    for (const unsigned char c : secret) {
-      options.token += k_hex[c >> 4];
-      options.token += k_hex[c & 15];
-    }
+    options.token = random_secret();
     token = options.token;
     options.serve_later = true;  // launch.cpp serves it once the workers have started
     own = std::make_unique<StoreServer>("127.0.0.1", 0, std::move(options));

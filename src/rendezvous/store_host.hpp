@@ -28,10 +28,19 @@ std::unique_ptr<StoreLink> make_store_link(const Config& config, const StoreAddr
                                            StoreConnection& connection, const Clock& clock,
                                            bool hosting);
 
-// The job's secret: --rdzv-token-file, else DDPLAUNCH_RDZV_TOKEN; trailing
-// whitespace (a file's newline) is not part of it. Empty: none. Throws
-// UsageError for a file that cannot be read or an empty secret.
+// The job's secret: --rdzv-token-file, else DDPLAUNCH_RDZV_TOKEN, else (a
+// multi-node job) the user's token file when it exists; trailing whitespace
+// (a file's newline) is not part of it. Empty: none. Throws UsageError for a
+// file that cannot be read or an empty secret.
 std::string load_token(const Config& config, const EnvMap& env);
+
+// 32 random bytes from the kernel, as 64 hex characters (not OpenSSL's
+// generator: it would cost the launcher ~2 MiB of memory at start).
+std::string random_secret();
+
+// The user's token file (`ddplaunch token init`): $XDG_CONFIG_HOME/ddplaunch/
+// token, else ~/.config/ddplaunch/token; "" when neither variable is set.
+std::string user_token_file(const EnvMap& env);
 
 // Where every worker finds the job's store (`ddplaunch store`,
 // StoreClient::from_environment(), docs/ENVIRONMENT.md), written into

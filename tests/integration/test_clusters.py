@@ -42,6 +42,11 @@ def test_mpirun_one_agent_per_node_forms_one_job(jobs, tmp_path):
     for e in envs.values():
         leaked = [k for k in e if k.startswith(("OMPI_COMM_WORLD_", "PMIX_"))]
         assert not leaked, f"the outer mpirun's identity reached a worker: {leaked}"
+    # Secure with nothing typed: node 0 made a job token and handed it to
+    # every node through PMIx; the workers hold the credential derived from it.
+    assert len({e.get("DDPLAUNCH_STORE_TOKEN") for e in envs.values()}) == 1
+    assert all(e.get("DDPLAUNCH_STORE_TOKEN") for e in envs.values()), "the store has no token"
+    assert "the store admits any client" not in err, err
 
 
 @needs_mpirun

@@ -260,3 +260,33 @@ def test_the_workers_credential_is_not_the_jobs_key(jobs, tmp_path):
         assert p.returncode == 0, err
         assert "read=3" in out and "forge=3" in out and "own=0" in out, out + err
         assert "may not read rdzv/node/0" in out + err and "may not write job/0/stop" in out + err
+
+
+def test_the_users_token_file_secures_a_job_with_nothing_typed(jobs, tmp_path):
+    """`ddplaunch token init` writes a 0600 secret in the user's configuration
+    directory; a multi-node job then uses it with no flag, and a node without
+    it is refused."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "XDG_CONFIG_HOME": ""}
+    made = subprocess.run([BIN, "token", "init"], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=30)
+    assert made.returncode == 0, made.stderr
+    path = home / ".config" / "ddplaunch" / "token"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert str(path) in made.stdout
+    again = subprocess.run([BIN, "token", "init"], env={**os.environ, **env},
+                           capture_output=True, text=True, timeout=30)
+    assert again.returncode == 2 and "--force" in again.stderr, again.stderr
+    port = free_port()
+    args = ["--nproc-per-node", 1, "--", *worker("env")]
+    procs = [node(jobs, n, port, args, env=env) for n in (0, 1)]
+    stranger = node(jobs, 1, port, ["--nproc-per-node", 1, "--", "true"],
+                    env={"HOME": str(tmp_path / "elsewhere"), "XDG_CONFIG_HOME": ""})
+    out, err = stranger.communicate(timeout=60)
+    assert stranger.returncode == 3 and "admits only its job's nodes" in err, err
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert json.loads(out.split("]: ", 1)[1].splitlines()[0]).get("DDPLAUNCH_STORE_TOKEN"), out
+        assert path.read_text().strip() not in out, "the token itself reaches no worker"
