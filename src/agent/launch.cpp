@@ -54,17 +54,19 @@ StoreAddress resolve_store_address(const Config& config, const EnvMap& env, Driv
   if (config.nnodes == 1 || config.dry_run) {
     return address;
   }
-  if (config.master_via_pmix) {
+  if (config.master_via_pmix || (config.token_via_pmix && address.token.empty())) {
     // With no token of its own, node 0 makes one and hands it to every node
-    // through mpirun's PMIx server: with nothing typed, the store admits
-    // only this job.
-    const bool offer = address.token.empty() && config.node_rank.value_or(-1) == 0;
-    PmixShared shared = pmix_exchange(
-        config.node_rank.value_or(-1), dialable_addrs(), offer ? random_secret() : "",
-        millis(config.rdzv_timeout_s), [&driver](int fd, Driver::TimePoint deadline) {
-          return driver.wait_readable(fd, deadline, "exchanging node 0's address through PMIx");
-        });
-    address.host = shared.master_addr;
+    // through the PMIx server that started them (mpirun's, srun --mpi=pmix's):
+    // with nothing typed, the store admits only this job. PMIx rank 0 offers.
+    PmixShared shared =
+        pmix_exchange(config.node_rank.value_or(-1), dialable_addrs(),
+                      address.token.empty() ? random_secret() : "", millis(config.rdzv_timeout_s),
+                      [&driver](int fd, Driver::TimePoint deadline) {
+                        return driver.wait_readable(fd, deadline, "exchanging through PMIx");
+                      });
+    if (config.master_via_pmix) {
+      address.host = shared.master_addr;
+    }
     if (address.token.empty() && !shared.token.empty()) {
       address.token = std::move(shared.token);
       log::debug("the job token came from node 0 through PMIx");

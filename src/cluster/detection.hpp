@@ -25,6 +25,9 @@ struct Detection {
   // Node 0's address is to be exchanged through the PMIx server that started
   // this process (mpirun), unless a flag or an earlier detector gives it.
   bool master_via_pmix = false;
+  // A PMIx server started this process (srun --mpi=pmix): node 0 may hand
+  // the job token to every node through it.
+  bool token_via_pmix = false;
 };
 
 }  // namespace ddplaunch

@@ -82,6 +82,9 @@ Config resolve(const CommandLine& command_line, const std::vector<Detection>& de
       }
       c.notes.push_back(d.error + " (going on: --nnodes was given)");
     }
+    if (d.token_via_pmix) {
+      c.token_via_pmix = true;
+    }
     if (d.master_via_pmix && c.source_of("master_addr") == "default") {
       c.master_via_pmix = true;
       c.sources["master_addr"] = "PMIx";

@@ -86,6 +86,10 @@ Detection detect_slurm(const EnvMap& env) {
   // two jobs sharing a node do not meet.
   const long long port = 20000 + (number_or(job, 0) * 7 + number_or(step_id, 0)) % 10000;
   d.values["master_port"] = Setting{std::to_string(port), job_var};
+  // srun --mpi=pmix runs a PMIx server for the step: a channel Slurm
+  // authenticates, through which node 0 hands every node a job token.
+  d.token_via_pmix =
+      find(env, {"PMIX_NAMESPACE"}) != nullptr && find(env, {"PMIX_RANK"}) != nullptr;
   return d;
 }
 

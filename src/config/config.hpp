@@ -94,6 +94,10 @@ struct Config {
   // Node 0's address comes from mpirun's PMIx server at start (the Open MPI
   // detector sets it when nothing else names node 0). Default: false.
   bool master_via_pmix = false;
+  // The launcher was started by a PMIx server (srun --mpi=pmix) that can
+  // carry node 0's job token to every node (the Slurm detector sets it).
+  // Default: false.
+  bool token_via_pmix = false;
   // The job's secret for the store: read from this file (or
   // DDPLAUNCH_RDZV_TOKEN) at start, never taken on the command line, which
   // `ps` shows. Default: empty = none.

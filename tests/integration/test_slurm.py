@@ -58,6 +58,22 @@ def test_srun_step_forms_one_job_across_two_hosts(cluster, jobs, shared):
     assert len({e["MASTER_PORT"] for e in envs.values()}) == 1
 
 
+def test_srun_mpi_pmix_secures_the_job_with_nothing_typed(cluster, jobs, shared):
+    """Under srun --mpi=pmix, node 0 makes a job token and hands it to every
+    node through Slurm's PMIx server: the store admits only this job."""
+    r = cluster.run(["srun", "--mpi=pmix", "-N2", "--ntasks-per-node=1", BIN, "--nproc-per-node", "1",
+                     "--log-dir", str(shared / "logs"), "--", *worker("env")],
+                    timeout=180, env=jobs.env())
+    if r.returncode != 0 and "mpi/pmix" in r.stderr and "ddplaunch" not in r.stderr:
+        pytest.skip(f"this Slurm cannot run --mpi=pmix: {r.stderr.strip()[-200:]}")
+    assert r.returncode == 0, r.stderr + cluster.logs()
+    envs = logged_envs(shared / "logs")
+    assert sorted(envs) == [0, 1], r.stdout
+    tokens = {e.get("DDPLAUNCH_STORE_TOKEN") for e in envs.values()}
+    assert len(tokens) == 1 and None not in tokens, "the store has no token"
+    assert "the store admits any client" not in r.stderr, r.stderr
+
+
 def test_sbatch_script_with_srun(cluster, jobs, shared):
     script = shared / "job.sh"
     script.write_text(f"""#!/bin/sh
