@@ -47,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     ddplaunch::auth::FrameMac sender(keys.client_to_server);
     ddplaunch::auth::FrameMac opener(keys.client_to_server);
-    std::string frame = std::string("\0\0\0\0") + std::string(in.substr(0, 1024));
+    std::string frame = std::string(4, '\0') + std::string(in.substr(0, 1024));
     const auto n = static_cast<uint32_t>(frame.size() - 4);
     for (int i = 0; i < 4; ++i) {
       frame[static_cast<size_t>(i)] = static_cast<char>((n >> (24 - 8 * i)) & 0xff);
