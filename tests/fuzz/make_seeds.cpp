@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   const fs::path records = root / "fuzz_records";
   JoinRecord join;
   join.run_id = "job";
-  join.command = "python3 train.py";
+  join.argv = {"python3", "train.py"};
   join.nnodes = 2;
   join.nproc = 4;
   join.host = "gpu-1";
