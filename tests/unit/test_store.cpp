@@ -17,8 +17,8 @@
 #include "posix/fd.hpp"
 #include "posix/net.hpp"
 #include "store/async_client.hpp"
-#include "store/protocol.hpp"
 #include "store/auth.hpp"
+#include "store/protocol.hpp"
 #include "store/server.hpp"
 
 namespace ddplaunch {
