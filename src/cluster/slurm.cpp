@@ -67,10 +67,16 @@ Detection detect_slurm(const EnvMap& env) {
       const auto per_node = expand_tasks_per_node(*tasks);
       const auto i = static_cast<size_t>(node_id);
       if (i < per_node.size() && per_node[i] > 1) {
+        // Inside an allocation made with more tasks per node, srun inherits
+        // its task count and ignores --ntasks-per-node=1 alone: -n, the
+        // allocation's node count, makes it one task per node.
+        const long long job_nodes =
+            number_or(find(env, {"SLURM_JOB_NUM_NODES", "SLURM_NNODES"}), nnodes);
         d.error = "srun started " + std::to_string(per_node[i]) +
                   " tasks on this node (SLURM_STEP_TASKS_PER_NODE=" + *tasks +
-                  "), and each would start its own workers; run one task per node: srun "
-                  "--ntasks-per-node=1 ddplaunch --nproc-per-node N ...";
+                  "), and each would start its own workers; run one task per node: srun -n " +
+                  std::to_string(job_nodes) + " --ntasks-per-node=1 ddplaunch --nproc-per-node " +
+                  std::to_string(per_node[i]) + " ...";
         return d;
       }
     } catch (const std::exception& e) {

@@ -96,7 +96,34 @@ def test_two_tasks_per_node_is_refused_with_how_to_call_srun(cluster, jobs):
                      *worker()], env=jobs.env())
     assert r.returncode == 2, r.stderr
     errors = [l for l in r.stderr.splitlines() if "ddplaunch: error:" in l]
-    assert len(errors) == 4 and all("srun --ntasks-per-node=1" in l for l in errors), r.stderr
+    assert len(errors) == 4 and all("srun -n 2 --ntasks-per-node=1" in l for l in errors), r.stderr
+
+
+def test_the_advice_for_two_tasks_per_node_works_inside_that_allocation(cluster, jobs, shared):
+    """In an sbatch allocation made with --ntasks-per-node=2, plain `srun
+    ddplaunch` is refused, and the command the refusal gives runs the job on
+    both hosts (srun alone would ignore --ntasks-per-node=1 there)."""
+    script = shared / "job.sh"
+    script.write_text(f"""#!/bin/sh
+#SBATCH -N 2
+#SBATCH --ntasks-per-node=2
+#SBATCH -o {shared}/out.txt
+#SBATCH -e {shared}/err.txt
+srun {BIN} --nproc-per-node 2 -- true
+echo "refused=$?"
+advice=$(sed -n 's/.*run one task per node: \\(srun -n [0-9]* --ntasks-per-node=1\\) .*/\\1/p' {shared}/err.txt | head -1)
+echo "advice=$advice"
+$advice {BIN} --nproc-per-node 2 --log-dir {shared}/logs -- {worker('env')[0]} env
+echo "advised=$?"
+""")
+    r = cluster.run(["sbatch", "--wait", str(script)], timeout=180, env=jobs.env())
+    out = (shared / "out.txt").read_text()
+    assert "refused=2" in out and "advice=srun -n 2 --ntasks-per-node=1" in out, \
+        out + (shared / "err.txt").read_text()
+    assert "advised=0" in out, out + (shared / "err.txt").read_text() + cluster.logs()
+    envs = logged_envs(shared / "logs")
+    assert sorted(envs) == [0, 1, 2, 3]
+    assert {e["SLURMD_NODENAME"] for e in envs.values()} == {"node0", "node1"}
 
 
 def test_scancel_ends_every_worker_on_both_hosts(cluster, jobs, shared):

@@ -61,7 +61,11 @@ TEST(Slurm, TwoTasksOnANodeAreRefusedWithHowToCallSrun) {
     configure_args({"train"}, env);
     FAIL();
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("srun --ntasks-per-node=1"), std::string::npos);
+    // srun ignores --ntasks-per-node=1 alone inside such an allocation: -n
+    // with the allocation's node count is what works there.
+    EXPECT_NE(std::string(e.what()).find("srun -n 2 --ntasks-per-node=1 ddplaunch"),
+              std::string::npos)
+        << e.what();
   }
 }
 
