@@ -134,6 +134,13 @@ std::optional<Interface> interface_holding(const std::string& addr,
       return i;
     }
   }
+  // Linux answers for all of 127.0.0.0/8 on lo, not just 127.0.0.1: an agent
+  // with --local-addr 127.0.0.2 is on lo as much as one with 127.0.0.1.
+  for (const auto& i : ifaces) {
+    if (i.loopback && in_network(addr, i.addr + "/" + std::to_string(i.prefix))) {
+      return i;
+    }
+  }
   return std::nullopt;
 }
 

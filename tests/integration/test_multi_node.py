@@ -348,3 +348,17 @@ def test_tf_config_is_one_cluster_with_a_port_for_every_worker(jobs):
     assert [w.split(":")[0] for w in workers] == ["127.0.0.1", "127.0.0.1", "127.0.0.2"]
     for rank, c in configs.items():
         assert c["task"] == {"type": "worker", "index": rank}
+
+
+def test_agents_on_loopback_addresses_all_name_lo_for_gloo(jobs):
+    """Two agents on one host, one with --local-addr 127.0.0.1, the other
+    127.0.0.2: both are on lo, and every worker gets GLOO_SOCKET_IFNAME and
+    NCCL_SOCKET_IFNAME=lo (node 1's used to get none)."""
+    port = free_port()
+    procs = [jobs.start(agent_args(port, 2, nproc=1, node_rank=n,
+                                   extra=["--master-addr", "127.0.0.1", "--local-addr", f"127.0.0.{n + 1}"])
+                        + ["--", *worker("env")]) for n in range(2)]
+    for rc, out, err in finish(procs):
+        assert rc == 0, err
+        env = json.loads(out.split("]: ", 1)[1])
+        assert env.get("GLOO_SOCKET_IFNAME") == "lo" and env.get("NCCL_SOCKET_IFNAME") == "lo", env

@@ -175,6 +175,18 @@ TEST(OpenMpi, NodeZerosAddressIsTheOneOnASharedNetwork) {
   EXPECT_FALSE(posix::in_network("10.1.0.1", "10.1.0.1/33"));
 }
 
+// Every 127.x address is on lo (Linux answers for 127.0.0.0/8 there): two
+// agents on one host with --local-addr 127.0.0.1 and 127.0.0.2 both give their
+// workers GLOO_SOCKET_IFNAME=lo. Other interfaces hold their own addresses only.
+TEST(Interfaces, ALoopbackAddressIsHeldByLoWhicheverItIs) {
+  const std::vector<posix::Interface> ifaces = {{"eth0", "10.1.0.7", 16, false, false},
+                                                {"lo", "127.0.0.1", 8, true, false}};
+  EXPECT_EQ(posix::interface_holding("127.0.0.1", ifaces)->name, "lo");
+  EXPECT_EQ(posix::interface_holding("127.0.0.2", ifaces)->name, "lo");
+  EXPECT_EQ(posix::interface_holding("10.1.0.7", ifaces)->name, "eth0");
+  EXPECT_FALSE(posix::interface_holding("10.1.0.8", ifaces)) << "a neighbour's address";
+}
+
 TEST(Platform, KubeflowPodsNameTheirNodeByRank) {
   // A PyTorchJob worker pod (operator without nprocPerNode): worker 0 is RANK 1.
   EnvMap pod = {{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
