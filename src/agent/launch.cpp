@@ -1,5 +1,8 @@
 #include "agent/launch.hpp"
 
+#include <sys/eventfd.h>
+
+#include <chrono>
 #include <csignal>
 #include <memory>
 #include <optional>
@@ -167,7 +170,14 @@ int run_launch(const Config& config, const EnvMap& env) {
     log::debug("SIGHUP is ignored (nohup): the job survives a hangup; stop it with SIGTERM");
   }
   check_summary_path(config.summary_json);
-  check_master_resolves(config);
+  {
+    // A name that resolves only once node 0 runs is waited for; signals
+    // still end the wait (the Driver reads them).
+    const posix::Fd never(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    wait_for_master_name(config, [&](std::chrono::steady_clock::time_point until) {
+      driver.wait_readable(never.get(), until, "waiting for --master-addr to resolve");
+    });
+  }
   const StoreAddress address = resolve_store_address(config, env, driver);
   NodeIdentity self = identify_node(config, env, address.host);
   if (guard) {

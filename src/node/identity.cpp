@@ -1,9 +1,12 @@
 #include "node/identity.hpp"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -86,24 +89,101 @@ void find_own_address(const Config& config, const std::string& master_addr, Node
   }
 }
 
-// Refuses a --master-addr this node cannot resolve at all (a typo), rather
-// than retrying it until --rdzv-timeout; a passing DNS failure is retried.
-void check_master_resolves(const Config& config) {
-  if (config.nnodes == 1 || config.dry_run) {
+bool plausible_host(const std::string& name) {
+  in_addr v4 = {};
+  in6_addr v6 = {};
+  if (inet_pton(AF_INET, name.c_str(), &v4) == 1 || inet_pton(AF_INET6, name.c_str(), &v6) == 1) {
+    return true;
+  }
+  if (name.empty() || name.size() > 253) {
+    return false;
+  }
+  std::string lower;
+  for (const char c : name) {
+    lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  if (lower == "invalid" || lower.ends_with(".invalid") || lower.ends_with(".invalid.")) {
+    return false;  // RFC 6761: never resolves
+  }
+  size_t start = 0;
+  while (start <= name.size()) {
+    size_t dot = name.find('.', start);
+    if (dot == std::string::npos) {
+      dot = name.size();
+    }
+    const std::string_view label(name.data() + start, dot - start);
+    const bool trailing_dot = label.empty() && dot == name.size() && start > 0;
+    if (!trailing_dot) {
+      if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') {
+        return false;
+      }
+      for (const char c : label) {
+        if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '-' && c != '_') {
+          return false;
+        }
+      }
+    }
+    start = dot + 1;
+  }
+  return true;
+}
+
+void wait_for_master_name(const Config& config, const SleepUntil& sleep_until,
+                          const Resolve& resolve) {
+  if (config.nnodes == 1 || config.dry_run || config.master_via_pmix) {
     return;
   }
-  addrinfo hints = {};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  const int rc = getaddrinfo(config.master_addr.c_str(), nullptr, &hints, &res);
-  if (res != nullptr) {
-    freeaddrinfo(res);
+  const std::string& name = config.master_addr;
+  if (!plausible_host(name)) {
+    throw UsageError("cannot resolve --master-addr " + name +
+                     ": it can never be a host name or address (not a name, or one under the "
+                     "reserved .invalid); give node 0's host name or address");
   }
-  if (rc == EAI_NONAME || rc == EAI_NODATA || rc == EAI_FAIL) {
-    throw UsageError("cannot resolve --master-addr " + config.master_addr + " (" +
-                     gai_strerror(rc) +
-                     "); give node 0's host name or address as this node can "
-                     "resolve it");
+  auto system_resolve = [](const std::string& host) {
+    addrinfo hints = {};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+    if (res != nullptr) {
+      freeaddrinfo(res);
+    }
+    return rc;
+  };
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline =
+      start + std::chrono::milliseconds(static_cast<long long>(config.rdzv_timeout_s * 1000));
+  auto backoff = std::chrono::milliseconds(100);
+  auto next_note = start + std::chrono::seconds(10);
+  for (int attempt = 1;; ++attempt) {
+    const int rc = resolve ? resolve(name) : system_resolve(name);
+    if (rc == 0) {
+      if (attempt > 1) {
+        log::info("--master-addr {} resolves now", name);
+      }
+      return;
+    }
+    const auto now = Clock::now();
+    if (attempt == 1) {
+      log::info(
+          "waiting for --master-addr {} to resolve ({}): a name that exists only once node 0 "
+          "runs (a Kubernetes headless service, a DNS entry being created) is waited for up to "
+          "--rdzv-timeout {} s",
+          name, gai_strerror(rc), config.rdzv_timeout_s);
+    } else if (now >= next_note) {
+      log::info("still waiting for --master-addr {} to resolve ({} s)", name,
+                std::chrono::duration_cast<std::chrono::seconds>(now - start).count());
+      next_note = now + std::chrono::seconds(10);
+    }
+    if (now >= deadline) {
+      throw LaunchError(k_exit_rendezvous,
+                        "--master-addr " + name + " did not resolve within --rdzv-timeout " +
+                            std::to_string(static_cast<long long>(config.rdzv_timeout_s)) + " s (" +
+                            gai_strerror(rc) +
+                            "); give node 0's host name or address as this node can resolve it");
+    }
+    sleep_until(std::min(now + backoff, deadline));  // the last try at the deadline
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
   }
 }
 

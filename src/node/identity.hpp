@@ -4,6 +4,7 @@
 // is a plain value. Thread-compatible.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -39,10 +40,21 @@ void find_own_address(const Config& config, const std::string& master_addr, Node
 // This host's addresses other hosts may dial: every non-loopback one, else loopback.
 std::vector<std::string> dialable_addrs();
 
-// Throws UsageError for a --master-addr this node cannot resolve at all (a
-// typo), rather than retrying it until --rdzv-timeout; a passing DNS failure
-// is left to the retries.
-void check_master_resolves(const Config& config);
+// Whether `name` can ever be a host: a numeric address, or a name of RFC
+// 1123 labels (letters, digits, '-', '_', not starting or ending with '-';
+// 63 bytes a label, 253 in all) outside the reserved .invalid domain.
+bool plausible_host(const std::string& name);
+
+// Waits until --master-addr resolves: a name that exists only once node 0
+// runs (a Kubernetes headless service's pod, a DNS entry being created) is
+// retried with back-off (100 ms doubling to 2 s), saying what it waits for,
+// until --rdzv-timeout; then exit 3. A name that can never be valid is a
+// UsageError at once. `sleep_until` waits (it may throw: a stop signal);
+// `resolve` returns getaddrinfo's code for a name (0: it resolves).
+using SleepUntil = std::function<void(std::chrono::steady_clock::time_point)>;
+using Resolve = std::function<int(const std::string& name)>;
+void wait_for_master_name(const Config& config, const SleepUntil& sleep_until,
+                          const Resolve& resolve = {});
 
 // This program image's peak resident set in KiB (VmHWM).
 long peak_rss_kib();

@@ -83,6 +83,16 @@ def test_an_unresolvable_master_is_named(jobs):
     assert "cannot resolve --master-addr no-such-host.invalid" in r.stderr
 
 
+def test_a_master_name_that_does_not_resolve_yet_is_waited_for(jobs):
+    """A name that may exist later (a Kubernetes headless service whose pod
+    is not up) is retried until --rdzv-timeout, saying so; then exit 3."""
+    r = jobs.run(["--nnodes", 2, "--master-addr", "master-0.ddplaunch-test", "--rdzv-timeout", 1,
+                  "--", *worker()], timeout=60)
+    assert r.returncode == 3, r.stderr
+    assert "waiting for --master-addr master-0.ddplaunch-test to resolve" in r.stderr, r.stderr
+    assert "did not resolve within --rdzv-timeout 1 s" in r.stderr, r.stderr
+
+
 def ipv6_loopback():
     try:
         with socket.socket(socket.AF_INET6) as s:

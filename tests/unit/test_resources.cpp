@@ -1,8 +1,15 @@
 #include <gtest/gtest.h>
+#include <netdb.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "config/env_map.hpp"
 #include "ddplaunch/error.hpp"
 #include "node/binding.hpp"
+#include "node/identity.hpp"
 #include "node/resources.hpp"
 
 namespace ddplaunch {
@@ -149,6 +156,58 @@ TEST(Resources, CapturesEnviron) {
   EXPECT_EQ(env.size(), 3u);
   EXPECT_EQ(env["B"], "x=y");
   EXPECT_EQ(env["EMPTY"], "");
+}
+
+// --master-addr: a name that can never resolve is refused at once; one that
+// resolves only later (a Kubernetes headless service) is waited for.
+TEST(MasterName, OnlyANameThatCanNeverBeValidIsRefusedAtOnce) {
+  for (const char* ok : {"node0", "gpu-01.cluster.local", "master-0.svc.", "10.0.0.1", "fd00::1",
+                         "pytorch-job-master-0", "a_b"}) {
+    EXPECT_TRUE(plausible_host(ok)) << ok;
+  }
+  for (const char* bad :
+       {"", "no-such-host.invalid", "a..b", "-node", "node-", "a b", "x/y", "node0:29500"}) {
+    EXPECT_FALSE(plausible_host(bad)) << bad;
+  }
+  EXPECT_FALSE(plausible_host(std::string(64, 'a'))) << "a label of 64 bytes";
+}
+
+TEST(MasterName, ANameThatResolvesLaterIsWaitedForThenUsed) {
+  Config c;
+  c.nnodes = 2;
+  c.master_addr = "master-0.training";
+  c.rdzv_timeout_s = 600;
+  int asked = 0;
+  std::vector<std::chrono::steady_clock::time_point> sleeps;
+  wait_for_master_name(
+      c, [&](std::chrono::steady_clock::time_point t) { sleeps.push_back(t); },
+      [&](const std::string& name) {
+        EXPECT_EQ(name, "master-0.training");
+        return ++asked < 3 ? EAI_NONAME : 0;
+      });
+  EXPECT_EQ(asked, 3);
+  EXPECT_EQ(sleeps.size(), 2u) << "backs off between tries";
+  c.master_addr = "typo..name";
+  EXPECT_THROW(wait_for_master_name(
+                   c, [](auto) {}, [](const std::string&) { return 0; }),
+               UsageError);
+}
+
+TEST(MasterName, ANameThatNeverResolvesEndsAtTheRendezvousTimeout) {
+  Config c;
+  c.nnodes = 2;
+  c.master_addr = "master-0.training";
+  c.rdzv_timeout_s = 0.3;
+  try {
+    wait_for_master_name(
+        c, [](std::chrono::steady_clock::time_point t) { std::this_thread::sleep_until(t); },
+        [](const std::string&) { return EAI_NONAME; });
+    FAIL();
+  } catch (const LaunchError& e) {
+    EXPECT_EQ(e.exit_code(), k_exit_rendezvous);
+    EXPECT_NE(std::string(e.what()).find("did not resolve within --rdzv-timeout"),
+              std::string::npos);
+  }
 }
 
 }  // namespace
