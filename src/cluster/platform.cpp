@@ -14,6 +14,49 @@ bool has_prefix(const EnvMap& env, std::string_view prefix) {
   return it != env.end() && it->first.starts_with(prefix);
 }
 
+// A Kubernetes Indexed Job's or JobSet's pod (JOB_COMPLETION_INDEX): the
+// index is the node rank; node 0 is the index-0 pod, by its stable name. A
+// JobSet names it <jobset>-<replicated job>-0-0 under the subdomain that
+// defaults to the JobSet's name; an Indexed Job's pods are <job>-<index>,
+// and their subdomain (the headless service) is not in the environment.
+void detect_indexed_job(const EnvMap& env, Detection& d) {
+  const std::string* index = get(env, "JOB_COMPLETION_INDEX");
+  d.detector = "Kubernetes Indexed Job";
+  const std::string* jobset = get(env, "JOBSET_NAME");
+  const std::string* replicated = get(env, "REPLICATED_JOB_NAME");
+  if (const std::string* job_index = get(env, "JOB_INDEX");
+      job_index != nullptr && *job_index != "0") {
+    d.error = "this pod is in Job " + *job_index +
+              " of a JobSet's replicated job: number its nodes "
+              "across the Jobs with --node-rank and --nnodes (JOB_COMPLETION_INDEX alone repeats "
+              "in every Job)";
+    return;
+  }
+  d.values["node_rank"] = Setting{*index, "JOB_COMPLETION_INDEX"};
+  if (jobset != nullptr && replicated != nullptr) {
+    d.detector = "Kubernetes JobSet";
+    d.values["master_addr"] =
+        Setting{*jobset + "-" + *replicated + "-0-0." + *jobset, "JOBSET_NAME"};
+    d.values["rdzv_id"] = Setting{*jobset, "JOBSET_NAME"};
+  } else {
+    const std::string* host = get(env, "HOSTNAME");
+    std::string job = host != nullptr ? *host : "JOB";
+    if (const auto dash = job.rfind('-');
+        dash != std::string::npos && job.substr(dash + 1) == *index) {
+      job.resize(dash);
+    }
+    d.needs["master_addr"] = "this is pod " + *index +
+                             " of a Kubernetes Indexed Job: give node 0's stable name, "
+                             "--master-addr " +
+                             job +
+                             "-0.SERVICE (SERVICE: the headless service named in the pod "
+                             "template's subdomain)";
+  }
+  d.needs["nnodes"] = "this is pod " + *index +
+                      " of a Kubernetes Indexed Job: give --nnodes (its completions; "
+                      "the pods' environment does not hold it)";
+}
+
 }  // namespace
 
 Detection detect_platform(const EnvMap& env) {
@@ -25,6 +68,10 @@ Detection detect_platform(const EnvMap& env) {
   }
   d.detector = azure ? "Azure ML" : "Kubernetes operator";
   const std::string* master = get(env, "MASTER_ADDR");
+  if (master == nullptr && kubernetes && get(env, "JOB_COMPLETION_INDEX") != nullptr) {
+    detect_indexed_job(env, d);
+    return d;
+  }
   if (master == nullptr) {
     return d;  // not a distributed job's pod, or the operator sets PET_* only
   }

@@ -210,6 +210,59 @@ TEST(Platform, KubeflowPodsNameTheirNodeByRank) {
   EXPECT_TRUE(c.notes.empty()) << c.notes.front();
 }
 
+// An Indexed Job's or a JobSet's pod, with the variables the controllers set:
+// JOB_COMPLETION_INDEX is the node rank, node 0 the index-0 pod's stable name.
+TEST(Platform, AJobSetPodFindsItsRankAndNodeZerosName) {
+  EnvMap pod = {{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
+                {"HOSTNAME", "train-workers-0-2"},
+                {"JOBSET_NAME", "train"},
+                {"REPLICATED_JOB_NAME", "workers"},
+                {"JOB_INDEX", "0"},
+                {"JOB_COMPLETION_INDEX", "2"}};
+  Config c = configure_args({"--nnodes", "4", "train.py"}, pod);
+  EXPECT_EQ(c.node_rank, 2);
+  EXPECT_EQ(c.source_of("node_rank"), "JOB_COMPLETION_INDEX");
+  EXPECT_EQ(c.master_addr, "train-workers-0-0.train") << "JobSet's default subdomain: its name";
+  EXPECT_EQ(c.rdzv_id, "train");
+  // The pods hold no node count: --nnodes is asked for, by name.
+  try {
+    configure_args({"train.py"}, pod);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("give --nnodes"), std::string::npos) << e.what();
+  }
+  // A second Job of the replicated job repeats the completion indexes.
+  pod["JOB_INDEX"] = "1";
+  try {
+    configure_args({"train.py"}, pod);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--node-rank and --nnodes"), std::string::npos);
+  }
+}
+
+TEST(Platform, AnIndexedJobPodIsToldHowToNameNodeZero) {
+  EnvMap pod = {{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
+                {"HOSTNAME", "llama-3"},
+                {"JOB_COMPLETION_INDEX", "3"}};
+  try {
+    configure_args({"--nnodes", "4", "train.py"}, pod);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--master-addr llama-0.SERVICE"), std::string::npos)
+        << e.what();
+  }
+  Config c =
+      configure_args({"--nnodes", "4", "--master-addr", "llama-0.llama-svc", "train.py"}, pod);
+  EXPECT_EQ(c.node_rank, 3);
+  EXPECT_EQ(c.master_addr, "llama-0.llama-svc");
+  // An operator that sets MASTER_ADDR (PyTorchJob) is read as before.
+  pod["MASTER_ADDR"] = "job-master-0";
+  pod["WORLD_SIZE"] = "4";
+  pod["RANK"] = "3";
+  EXPECT_EQ(configure_args({"train.py"}, pod).master_addr, "job-master-0");
+}
+
 TEST(Platform, AzurePyTorchConfigurationGivesNodeRank) {
   EnvMap node = {{"AZUREML_RUN_ID", "run_1"}, {"MASTER_ADDR", "10.0.0.4"}, {"MASTER_PORT", "6105"},
                  {"WORLD_SIZE", "2"},         {"NODE_RANK", "1"},          {"RANK", "7"}};
