@@ -63,13 +63,30 @@ void Agent::start() {
   m_link->join(self);
 }
 
+// gloo's and NCCL's interface: the one this node reaches its peers from, once
+// their addresses are known (node 0 knows every node's; a member's route to
+// node 0 chose its own already), else the one holding its own address. The
+// same on every node where the network allows.
+std::string Agent::socket_ifname(const Topology& topology, int node_rank) const {
+  if (m_self.ifname_towards) {
+    for (const auto& node : topology.nodes) {
+      if (node.node_rank != node_rank && !node.addr.empty() && node.addr != m_self.addr) {
+        if (std::string name = m_self.ifname_towards(node.addr); !name.empty()) {
+          return name;
+        }
+      }
+    }
+  }
+  return m_self.ifname;
+}
+
 void Agent::begin(const Topology& topology, int node_rank) {
   m_topology = topology;
   JobLayout layout =
       layout_of(topology, node_rank, m_config.rdzv_id, m_config.role, m_config.max_restarts);
   layout.restart_count = m_restarts;
   layout.round = m_round;
-  layout.socket_ifname = m_self.ifname;
+  layout.socket_ifname = socket_ifname(topology, node_rank);
   m_plan = make_launch_spec(m_config, layout, m_env, m_self.bindings);
   for (const auto& notice : m_plan->notices) {
     if (m_round == 0) {  // the same each round

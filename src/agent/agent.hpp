@@ -104,6 +104,7 @@ class Agent : public JobLink::Listener {
   std::optional<TimePoint> hang_deadline() const;
   bool hang_clock_runs(size_t local_rank) const;
   void check_hangs(TimePoint now);
+  std::string socket_ifname(const Topology& topology, int node_rank) const;
   void abort_hung(TimePoint now);  // SIGABRT: Python prints its stacks and it ends
   // This node's own view of how the round ended (its Supervisor's).
   LocalEnd local_end() const;

@@ -104,6 +104,9 @@ NodeIdentity identify_node(const Config& config, const EnvMap& env,
     log::warn("{}", note);
   }
   find_own_address(config, master_addr, self);
+  if (config.nnodes > 1 && config.local_addr.empty()) {
+    self.ifname_towards = interface_towards;
+  }
   if (config.nnodes == 1 || config.dry_run) {
     self.free_port = config.worker_port ? 0 : posix::pick_free_port();
     self.pick_port = [] { return posix::pick_free_port(); };

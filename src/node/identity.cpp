@@ -89,6 +89,15 @@ void find_own_address(const Config& config, const std::string& master_addr, Node
   }
 }
 
+std::string interface_towards(const std::string& peer_addr) {
+  const auto source = posix::route_source(peer_addr);
+  if (!source) {
+    return "";
+  }
+  const auto iface = posix::interface_holding(*source, posix::interfaces());
+  return iface ? iface->name : "";
+}
+
 bool plausible_host(const std::string& name) {
   in_addr v4 = {};
   in6_addr v6 = {};

@@ -28,6 +28,11 @@ struct NodeIdentity {
   // The job's private directory on this node, for the workers' error files
   // (made and removed by the JobGuard); empty: the Agent makes its own.
   std::string job_dir;
+  // The interface this node's packets to a peer's address leave from ("":
+  // unknown). Once every node's address is known (node 0 knows them all),
+  // gloo's and NCCL's interface is the one that reaches the peers, which on
+  // a multi-NIC node 0 need not hold its default route. Unset: use `ifname`.
+  std::function<std::string(const std::string& peer_addr)> ifname_towards;
 };
 
 // Fills `self`'s host name, advertised address (--local-addr; one node:
@@ -36,6 +41,9 @@ struct NodeIdentity {
 // the interface holding it. Warns when a job across hosts would advertise a
 // loopback address.
 void find_own_address(const Config& config, const std::string& master_addr, NodeIdentity& self);
+
+// The interface this host's packets to `peer_addr` leave from; "" if none.
+std::string interface_towards(const std::string& peer_addr);
 
 // This host's addresses other hosts may dial: every non-loopback one, else loopback.
 std::vector<std::string> dialable_addrs();

@@ -87,6 +87,51 @@ def test_real_pytorch_across_two_hosts_with_nothing_about_interfaces_typed(jobs,
     assert len(lines) == 4 and all("/4: all-reduce 10," in l for l in lines), lines
 
 
+def add_management_nic(hosts, host):
+    """A second interface on `host`, on a network no other host is on, that
+    holds the default route: a multi-NIC node whose management NIC is not the
+    one its peers reach it by."""
+    ns = hosts.namespaces[host]
+    # A veth whose other end sits, up, in the switch namespace but on no
+    # bridge: a link with carrier that leads nowhere the peers are.
+    here, there = f"dl{hosts.id}m0", f"dl{hosts.id}m1"
+    subprocess.run(["ip", "link", "add", here, "type", "veth", "peer", "name", there], check=True)
+    subprocess.run(["ip", "link", "set", here, "netns", ns], check=True)
+    subprocess.run(["ip", "link", "set", there, "netns", hosts.switch], check=True)
+    subprocess.run(["ip", "-n", hosts.switch, "link", "set", there, "up"], check=True)
+    for args in (["link", "set", here, "name", "mgmt0"],
+                 ["addr", "add", "192.168.77.1/24", "dev", "mgmt0"],
+                 ["link", "set", "mgmt0", "up"],
+                 ["route", "add", "default", "via", "192.168.77.254", "dev", "mgmt0"]):
+        subprocess.run(["ip", "-n", ns, *args], check=True, capture_output=True)
+
+
+def test_a_multi_nic_node_0_gives_gloo_the_interface_its_peers_reach(jobs, hosts):
+    """node0's default route is on mgmt0, which node1 cannot reach, and its own
+    name maps to 127.0.1.1: after rendezvous, when node 1's address is known,
+    node 0's workers get the interface that reaches it (eth0), as node 1's do."""
+    add_management_nic(hosts, "node0")
+    procs = start_agents(jobs, hosts, ["--nproc-per-node", 1, "--", *worker("env")])
+    envs = {}
+    for rc, out, err in finish(procs):
+        assert rc == 0, err
+        envs.update(env_lines(out))
+    assert {e["GLOO_SOCKET_IFNAME"] for e in envs.values()} == {"eth0"}, envs
+
+
+@needs_torch
+def test_real_pytorch_on_a_multi_nic_node_0_with_nothing_typed(jobs, hosts):
+    add_management_nic(hosts, "node0")
+    example = os.path.join(SOURCE_DIR, "examples", "ddp_gloo.py")
+    procs = start_agents(jobs, hosts, ["--nproc-per-node", 1, "--python", TORCH_PYTHON, "--",
+                                       example, 2])
+    lines = []
+    for rc, out, err in finish(procs):
+        assert rc == 0, err
+        lines += [l for l in out.splitlines() if "replicas" in l]
+    assert len(lines) == 2 and all("/2: all-reduce" in l for l in lines), lines
+
+
 RSH = os.path.join(SOURCE_DIR, "tests", "helpers", "netns_rsh.sh")
 
 
