@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -120,7 +121,7 @@ struct ConsoleWriter::Lane {
         }
         return true;
       }
-      if (items.empty() && idle && direct[fd]) {
+      if (items.empty() && (idle || !started) && direct[fd]) {
         // Nothing is queued or being written: the caller writes it itself
         // (no hand-off, no wake-up), and queues only what would block.
         const size_t n = write_now(fd, data);
@@ -139,6 +140,7 @@ struct ConsoleWriter::Lane {
       }
       push_locked(fd, data, droppable, own);
       notify = idle;  // a busy writer finds the item without a wake-up (a futex call)
+      start_locked();
     }
     if (notify) {
       wake.notify_one();
@@ -261,6 +263,19 @@ struct ConsoleWriter::Lane {
   bool stopping = false;
   bool idle = false;  // the writer waits for items: a push must wake it
   bool finished = false;
+  // The thread starts with the first item queued: a console that takes every
+  // write at once (a pipe with room, /dev/null) never needs it, and a launch
+  // does not pay for it.
+  bool started = false;
+  std::function<void()> start_thread;
+
+  // Under `mutex`.
+  void start_locked() {
+    if (!started) {
+      started = true;
+      start_thread();
+    }
+  }
   std::atomic<size_t> written{0};
   std::atomic<bool> give_up{false};
 };
@@ -294,7 +309,11 @@ ConsoleWriter::ConsoleWriter(Limits limits, int out, int err)
       lane->direct[2] = nowait_writable(err);
       // The thread holds the state too: if the console never takes the last
       // bytes, it is left blocked in write(2) when the launcher exits.
-      std::thread([state = m_state, l = lane.get()] { l->run(); }).detach();
+      lane->start_thread = [weak = std::weak_ptr<State>(m_state), l = lane.get()] {
+        if (auto state = weak.lock()) {
+          std::thread([state, l] { l->run(); }).detach();
+        }
+      };
     }
   }
   log::set_output(m_state.get());
@@ -318,6 +337,11 @@ bool ConsoleWriter::finish(const std::function<bool()>& stop) {
         lane->push_locked(lane == m_state->lanes[0] ? 1 : 2, lane->drop_notice(), false);
       }
       lane->stopping = true;
+      if (!lane->started && lane->items.empty()) {
+        lane->finished = true;  // nothing was ever queued: no thread to wait for
+      } else {
+        lane->start_locked();
+      }
       lane->wake.notify_all();
     }
   }
