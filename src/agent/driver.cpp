@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
@@ -24,6 +25,7 @@ constexpr uint64_t k_tag_store = 1ULL << 61;
 constexpr uint64_t k_tag_console = 1ULL << 60;
 constexpr uint64_t k_tag_progress = 1ULL << 59;  // | local rank: its DDPLAUNCH_PROGRESS_FD pipe
 constexpr uint64_t k_tag_waited = 1ULL << 58;    // wait_readable()'s fd
+constexpr uint64_t k_tag_serve = 1ULL << 57;     // a store to serve once a client comes
 // A read this large means the worker filled its pipe; then it gets this size.
 constexpr size_t k_pipe_size_at = 64 * 1024;
 constexpr int k_flood_pipe_size = 1 << 20;
@@ -68,6 +70,12 @@ bool Driver::wait_readable(int fd, TimePoint deadline, const std::string& doing)
     }
   }
   return false;
+}
+
+void Driver::serve_when_connected(int listen_fd, std::function<void()> serve) {
+  m_serve_fd = listen_fd;
+  m_serve = std::move(serve);
+  m_loop.set(listen_fd, EPOLLIN, k_tag_serve);
 }
 
 void Driver::run(Agent& agent, ProcessSpawner& spawner, StoreLink* link, AsyncClient* store,
@@ -216,6 +224,10 @@ void Driver::dispatch(const posix::EventLoop::Ready& ready) {
     resume_streams(false);
   } else if ((ready.tag & k_tag_progress) != 0) {
     read_progress(static_cast<int>(ready.tag & ~k_tag_progress));
+  } else if (ready.tag == k_tag_serve) {
+    m_loop.remove(m_serve_fd);
+    m_serve_fd = -1;
+    std::exchange(m_serve, nullptr)();
   } else if (ready.tag == k_tag_store) {
     m_store->on_ready(ready.events, std::chrono::steady_clock::now());
   } else {

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -41,6 +42,9 @@ class Driver {
   // tests): an internal error at a worker's first output, as a node that
   // breaks mid-run. Each argument must outlive the Driver.
   void run(Agent& agent, ProcessSpawner& spawner, StoreLink* link, AsyncClient* store, bool fault);
+  // Calls `serve` (once) when `listen_fd` first has a connection waiting:
+  // a one-node job's store gets its thread only if a worker uses it.
+  void serve_when_connected(int listen_fd, std::function<void()> serve);
 
   // After run() threw: tells the other nodes at once (a verdict naming this
   // node's error, and no results from it, so node 0 waits for none), waiting
@@ -77,6 +81,8 @@ class Driver {
   uint64_t m_generation_watched = 0;
   std::set<int> m_worker_fds;  // the pipes of this round's workers in the loop
   std::set<uint64_t> m_grown;  // stream tags whose pipe was enlarged (a flood)
+  int m_serve_fd = -1;         // serve_when_connected()'s listener, until a client comes
+  std::function<void()> m_serve;
   // One read of a worker's pipe: as large as a flooding worker's pipe
   // (k_flood_pipe_size), so a full pipe is one read and one wake-up of its
   // writer. Heap, uninitialised: its pages cost memory only once a flood

@@ -215,7 +215,10 @@ int run_launch(const Config& config, const EnvMap& env) {
   try {
     agent.start();
     if (workers_store) {
-      workers_store->serve();  // not before: it costs the first spawn nothing
+      // Its thread starts when a worker first connects: a job whose workers
+      // never use the store pays one epoll_ctl for it, after the spawn.
+      driver.serve_when_connected(workers_store->listen_fd(),
+                                  [&workers_store] { workers_store->serve(); });
     }
     driver.run(agent, spawner, link.get(), store.get(),
                fault != env.end() && fault->second == "output");

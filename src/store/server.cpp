@@ -670,6 +670,10 @@ int StoreServer::port() const {
   return m_impl->port;
 }
 
+int StoreServer::listen_fd() const {
+  return m_impl->listener.get();
+}
+
 void StoreServer::stop() {
   if (m_impl->stopped) {
     return;

@@ -55,6 +55,8 @@ class StoreServer {
   StoreServer& operator=(const StoreServer&) = delete;
 
   int port() const;
+  // The listening socket (watch it for a first client, then serve()).
+  int listen_fd() const;
   // Starts the thread (with serve_later). Idempotent.
   void serve();
   // Closes every connection and joins the thread. Idempotent.
