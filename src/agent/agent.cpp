@@ -94,6 +94,14 @@ void Agent::begin(const Topology& topology, int node_rank) {
     }
   }
   if (m_config.report_bindings) {
+    if (!layout.socket_ifname.empty()) {
+      // The workers' env says which (unless the user set it): say why too.
+      log::info("node {}: gloo and NCCL use interface {} ({}){}", layout.node_rank,
+                layout.socket_ifname,
+                m_config.local_addr.empty() ? "the one this node reaches its peers from"
+                                            : "the one holding --local-addr",
+                m_env.contains("GLOO_SOCKET_IFNAME") ? "; GLOO_SOCKET_IFNAME set by you wins" : "");
+    }
     for (const auto& w : m_plan->workers) {
       const auto i = static_cast<size_t>(w.local_rank);
       log::info("rank {} (node {}, local rank {}): {}", w.rank, layout.node_rank, w.local_rank,

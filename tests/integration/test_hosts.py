@@ -111,11 +111,13 @@ def test_a_multi_nic_node_0_gives_gloo_the_interface_its_peers_reach(jobs, hosts
     name maps to 127.0.1.1: after rendezvous, when node 1's address is known,
     node 0's workers get the interface that reaches it (eth0), as node 1's do."""
     add_management_nic(hosts, "node0")
-    procs = start_agents(jobs, hosts, ["--nproc-per-node", 1, "--", *worker("env")])
+    procs = start_agents(jobs, hosts, ["--nproc-per-node", 1, "--report-bindings", "--",
+                                       *worker("env")])
     envs = {}
     for rc, out, err in finish(procs):
         assert rc == 0, err
         envs.update(env_lines(out))
+        assert "gloo and NCCL use interface eth0 (the one this node reaches its peers from)" in err, err
     assert {e["GLOO_SOCKET_IFNAME"] for e in envs.values()} == {"eth0"}, envs
 
 
