@@ -6,10 +6,14 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -94,15 +98,57 @@ int local_port(int fd) {
   return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
 }
 
+namespace {
+
+// The low end of the kernel's ephemeral port range, from which connect()
+// takes every outgoing connection's local port.
+int ephemeral_low() {
+  if (auto text = read_small_file("/proc/sys/net/ipv4/ip_local_port_range", 64)) {
+    const int low = std::atoi(text->c_str());
+    if (low > 2048 && low <= 65535) {
+      return low;
+    }
+  }
+  return 32768;
+}
+
+bool bindable(int fd, int port) {
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  return bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+}
+
+}  // namespace
+
+// A port from bind(0) lies in the ephemeral range, so between this check and
+// the workers' bind (PyTorch's TCPStore on MASTER_PORT) any outgoing
+// connection on the host could take it. A port drawn below that range is
+// taken only by an explicit bind; it is checked by binding it. bind(0) is
+// the fallback when every draw is taken.
 int pick_free_port() {
+  const int low = ephemeral_low();
+  const int from = std::max(1024, low / 2);
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    uint32_t draw = 0;
+    if (getrandom(&draw, sizeof(draw), 0) != sizeof(draw)) {
+      break;
+    }
+    const int port = from + static_cast<int>(draw % static_cast<uint32_t>(low - from));
+    Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) {
+      throw_errno("socket");
+    }
+    if (bindable(fd.get(), port)) {
+      return port;
+    }
+  }
   Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) {
     throw_errno("socket");
   }
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  if (!bindable(fd.get(), 0)) {
     throw_errno("bind to pick a free port");
   }
   return local_port(fd.get());

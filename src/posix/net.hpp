@@ -19,7 +19,9 @@ Fd listen_tcp(const std::string& host, int port, int backlog = 1024);
 // The port a bound socket listens on.
 int local_port(int fd);
 
-// A port that was free on this host a moment ago (bind to port 0, read it, close).
+// A port that was free on this host a moment ago, drawn at random below the
+// kernel's ephemeral range (where no outgoing connection takes one) and
+// checked by binding it; else what bind to port 0 gives.
 int pick_free_port();
 
 // Starts a non-blocking connect to the first address of host:port (IPv4
