@@ -84,6 +84,8 @@ constexpr const char* k_help_footer =
     "    mpirun -N 1 ddplaunch --nproc-per-node 4 -- train.py\n"
     "  The job's store from a worker's shell (see ddplaunch store --help):\n"
     "    ddplaunch store set KEY VALUE; ddplaunch store get KEY\n"
+    "  A job token every multi-node job of yours then uses (docs/SECURITY.md):\n"
+    "    ddplaunch token init\n"
     "\n"
     "Every option also reads torchrun's PET_<NAME> variable where torchrun has one;\n"
     "a flag wins. --dry-run shows where each value came from.\n"

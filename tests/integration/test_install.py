@@ -82,10 +82,12 @@ def test_the_bash_completion_loads_and_completes_options_and_subcommands():
         source {script} || exit 9
         COMP_WORDS=(ddplaunch --nproc-per-n); COMP_CWORD=1; _ddplaunch; echo "1:${{COMPREPLY[*]}}"
         COMP_WORDS=(ddplaunch store ca); COMP_CWORD=2; _ddplaunch; echo "2:${{COMPREPLY[*]}}"
+        COMP_WORDS=(ddplaunch token i); COMP_CWORD=2; _ddplaunch; echo "3:${{COMPREPLY[*]}}"
         complete -p ddplaunch
     """], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "1:--nproc-per-node" in r.stdout and "2:cas" in r.stdout, r.stdout
+    assert "3:init" in r.stdout, r.stdout
     assert "complete -F _ddplaunch ddplaunch" in r.stdout
 
 
