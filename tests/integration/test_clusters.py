@@ -139,7 +139,7 @@ def test_srun_step_forms_one_job_with_nothing_typed(jobs):
 def test_srun_with_two_tasks_per_node_is_refused(jobs):
     r = jobs.run(["--nproc-per-node", 2, "--", *worker()], env=srun_task(0, tasks_per_node="2(x2)"))
     assert r.returncode == 2
-    assert "srun --ntasks-per-node=1" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "srun -n 2 --ntasks-per-node=1" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 @needs_mpirun

@@ -106,9 +106,9 @@ class AgentTest : public ::testing::Test {
     if (multi_node) {
       config.nnodes = 2;
     }
-    agent = std::make_unique<Agent>(config, env,
-                                    NodeIdentity{"b", "10.0.0.2", nproc, 4321, {}, "", {}, {}, "", {}},
-                                    spawner, clock, multi_node ? &link : nullptr, console);
+    agent = std::make_unique<Agent>(
+        config, env, NodeIdentity{"b", "10.0.0.2", nproc, 4321, {}, "", {}, {}, "", {}}, spawner,
+        clock, multi_node ? &link : nullptr, console);
     agent->start();
   }
   // Worker `lr` ends: its pipes close, then it is reaped.
