@@ -392,12 +392,14 @@ void AsyncClient::enqueue(uint32_t id, std::string frame, Duration wait, Callbac
   if (id != 0) {
     protocol::set_request_id(frame, id);
   }
-  if (m_mac_out) {
-    m_mac_out->seal(frame);
-  }
   const bool was_empty = m_out.empty();
-  m_queued_total += frame.size();
-  m_out += frame;
+  const size_t before = m_out.size();
+  if (m_mac_out) {
+    m_mac_out->seal(frame, m_out);
+  } else {
+    m_out += frame;
+  }
+  m_queued_total += m_out.size() - before;
   m_pending.emplace(id, Pending{std::move(callback), wait, std::nullopt, m_queued_total});
   if (m_state == State::k_ready && was_empty) {
     flush(Clock::now());

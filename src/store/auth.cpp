@@ -200,16 +200,14 @@ std::string FrameMac::tag(std::string_view body) {
   return std::string(reinterpret_cast<const char*>(out), k_tag_bytes);
 }
 
-void FrameMac::seal(std::string& frames) {
-  std::string sealed;
-  sealed.reserve(frames.size() + k_tag_bytes);
+void FrameMac::seal(std::string_view frames, std::string& sealed) {
   size_t at = 0;
   while (frames.size() - at >= 4) {
     uint32_t len = 0;
     for (size_t i = 0; i < 4; ++i) {
       len = (len << 8) | static_cast<unsigned char>(frames[at + i]);
     }
-    const std::string_view body = std::string_view(frames).substr(at + 4, len);
+    const std::string_view body = frames.substr(at + 4, len);
     const uint32_t sealed_len = len + static_cast<uint32_t>(k_tag_bytes);
     for (int i = 0; i < 4; ++i) {
       sealed += static_cast<char>((sealed_len >> (24 - 8 * i)) & 0xff);
@@ -217,7 +215,6 @@ void FrameMac::seal(std::string& frames) {
     sealed.append(body).append(tag(body));
     at += 4 + body.size();
   }
-  frames = std::move(sealed);
 }
 
 bool FrameMac::open(std::string_view body, std::string_view& payload) {

@@ -72,8 +72,9 @@ class FrameMac {
   FrameMac(const FrameMac&) = delete;
   FrameMac& operator=(const FrameMac&) = delete;
 
-  // Seals every whole frame in `frames` (one or more, back to back).
-  void seal(std::string& frames);
+  // Appends every whole frame of `frames` (one or more, back to back) to
+  // `out`, sealed: one copy, straight into the send buffer.
+  void seal(std::string_view frames, std::string& out);
   // Checks a received frame's body (its tag at the end) against the next
   // sequence number; true and the body without its tag, or false.
   bool open(std::string_view body, std::string_view& payload);

@@ -88,9 +88,7 @@ void queue(Conn& c, const std::string& reply) {
     c.last_output = Clock::now();
   }
   if (c.mac_out) {
-    std::string sealed = reply;
-    c.mac_out->seal(sealed);
-    c.out += sealed;
+    c.mac_out->seal(reply, c.out);
   } else {
     c.out += reply;
   }

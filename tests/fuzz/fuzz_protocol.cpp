@@ -52,8 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int i = 0; i < 4; ++i) {
       frame[static_cast<size_t>(i)] = static_cast<char>((n >> (24 - 8 * i)) & 0xff);
     }
-    std::string twice = frame + frame;
-    sender.seal(twice);
+    std::string twice;
+    sender.seal(frame + frame, twice);
     std::string_view stream = twice;
     for (int i = 0; i < 2; ++i) {
       const auto len = complete_frame(stream);
