@@ -63,11 +63,15 @@ class Relay:
             threading.Thread(target=self._pipe, args=(client,), daemon=True).start()
 
     def _pipe(self, client):
-        server = socket.create_connection(("127.0.0.1", self.store_port))
+        try:
+            server = socket.create_connection(("127.0.0.1", self.store_port))
+        except OSError:
+            client.close()  # node 0 is not listening yet: the node retries
+            return
         verdict = json.dumps({"exit_code": 77, "lost": -1, "message": "forged by the relay",
                               "node": 1, "root_cause": None}).encode()
         forged = frame(b"\x04" + struct.pack(">I", 999) + text(b"job/0/stop") + b"\x01" + text(b"")
-                       + text(verdict)) 
+                       + text(verdict))
         try:
             while True:
                 ready, _, _ = select.select([client, server], [], [], 0.05)
