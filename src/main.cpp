@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "cluster/precedence.hpp"
 #include "config/env_map.hpp"
 #include "ddplaunch/error.hpp"
+#include "launcher/agent_channel.hpp"
+#include "launcher/launch_hosts.hpp"
 #include "log.hpp"
 #include "tool/store_tool.hpp"
 #include "tool/token_tool.hpp"
@@ -27,6 +30,11 @@ extern "C" const char* __lsan_default_suppressions() {
   return "leak:libpmix.so\n";
 }
 #endif
+
+namespace {
+// How long an agent waits for its launching command's header on stdin.
+constexpr int k_channel_timeout_ms = 60'000;
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace ddplaunch;
@@ -56,9 +64,31 @@ int main(int argc, char** argv) {
       std::fputs(command_line.print_and_exit->c_str(), stdout);
       return k_exit_ok;
     }
-    const Config config = configure(command_line, env);
+    // An agent (or a subtree's root) started by a launching command: the job
+    // token and the forwarded environment come on stdin, never in argv.
+    std::optional<AgentChannel> channel;
+    EnvMap job_env = env;
+    if (command_line.flags.contains("launcher_channel")) {
+      channel = open_agent_channel(k_channel_timeout_ms);
+      for (const auto& [name, value] : channel->header.env) {
+        job_env[name] = value;
+      }
+      if (!channel->header.token.empty()) {
+        job_env["DDPLAUNCH_RDZV_TOKEN"] = channel->header.token;
+      }
+    }
+    const Config config = configure(command_line, job_env);
     log::setup(config.log_level);
-    return run_launch(config, env);
+    if (config.slurm_nodes > 1 && config.hosts.empty() && config.hostfile.empty()) {
+      exec_srun_launch(config, job_env, {argv + 1, argv + argc});
+    }
+    if (config.starts_agents()) {
+      return run_hosts_launch(config, command_line, job_env, channel ? &*channel : nullptr);
+    }
+    if (channel) {
+      announce_ready(config.node_rank.value_or(0));
+    }
+    return run_launch(config, job_env, channel ? &*channel : nullptr);
   } catch (const LaunchError& e) {
     log::raw(fmt::format("ddplaunch: error: {}\n", e.what()));
     return e.exit_code();

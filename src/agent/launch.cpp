@@ -83,7 +83,7 @@ StoreAddress resolve_store_address(const Config& config, const EnvMap& env, Driv
         "give every node the same secret with --rdzv-token-file FILE or DDPLAUNCH_RDZV_TOKEN",
         address.host, address.port);
   }
-  if (!config.master_via_pmix && posix::is_loopback(address.host)) {
+  if (!config.master_via_pmix && !config.launcher_channel && posix::is_loopback(address.host)) {
     log::info(
         "--master-addr {} is a loopback address: every node of this job must run on this "
         "host; for a job across hosts give node 0's host name or address",
@@ -133,7 +133,11 @@ int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleW
   if (agent.error()) {
     throw LaunchError(summary.exit_code, *agent.error());
   }
-  std::string text = format_failure_report(summary);
+  // Under a launching command (--hosts) node 0's report speaks for the job;
+  // another node's adds only what node 0 could not say (node 0 lost).
+  const bool quiet = config.launcher_channel && config.node_rank.value_or(0) != 0 &&
+                     summary.exit_code != k_exit_node_lost;
+  std::string text = quiet ? std::string() : format_failure_report(summary);
   if (!text.empty()) {
     console.write_own(2, text);
   }
@@ -142,7 +146,7 @@ int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleW
 
 }  // namespace
 
-int run_launch(const Config& config, const EnvMap& env) {
+int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   // Signals first, before any thread (the store server, PMIx's) exists: from
   // here to exit they arrive only through this signalfd, which the Driver
   // always reads. A SIGHUP ignored at start (nohup) stays ignored: the job
@@ -160,6 +164,10 @@ int run_launch(const Config& config, const EnvMap& env) {
     auto mode = env.find("DDPLAUNCH_GUARD");
     guard.emplace(mode == env.end() || mode->second != "process");
     worker_env["DDPLAUNCH_AGENT_ID"] = guard->marker();
+  }
+  if (channel != nullptr) {
+    // After the guard's fork: its bytes become this process's signals.
+    watch_agent_channel(*channel);
   }
   // After the guard's fork, and before anything else is printed: from here a
   // console nobody reads delays what is shown, never the loop. Destroyed last.

@@ -7,11 +7,14 @@
 
 #include "config/config.hpp"
 #include "config/env_map.hpp"
+#include "launcher/agent_channel.hpp"
 
 namespace ddplaunch {
 
 // Runs the job `config` describes, with the inherited environment `env`, and
 // returns ddplaunch's exit code. --dry-run prints the plan instead.
-int run_launch(const Config& config, const EnvMap& env);
+// `channel`: the launcher channel of the command that started this agent
+// (--launcher-channel), watched from the start of the run; nullptr: none.
+int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel = nullptr);
 
 }  // namespace ddplaunch

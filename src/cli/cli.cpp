@@ -80,6 +80,8 @@ constexpr const char* k_help_footer =
     "    ddplaunch --nnodes 2 --nproc-per-node 4 --master-addr node0 -- train.py\n"
     "  Under Slurm (one task per node; the job's shape comes from srun):\n"
     "    srun -N 2 --ntasks-per-node=1 ddplaunch --nproc-per-node gpu -- train.py\n"
+    "  Every host from this one, over ssh (or in a Slurm allocation, through srun):\n"
+    "    ddplaunch --hosts node0:4,node1:4 -- train.py\n"
     "  Under mpirun (one launcher per host):\n"
     "    mpirun -N 1 ddplaunch --nproc-per-node 4 -- train.py\n"
     "  The job's store from a worker's shell (see ddplaunch store --help):\n"
@@ -138,8 +140,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       // (add_flag(name, std::string&) would bind the string as the flag's result)
       opt = app.add_flag(spec.names)->description(help);
     } else {
+      // A repeatable option's values arrive one a line (its apply() splits them).
       opt = app.add_option(spec.names, values.emplace_back(), help)
-                ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+                ->multi_option_policy(spec.repeatable ? CLI::MultiOptionPolicy::Join
+                                                      : CLI::MultiOptionPolicy::TakeLast);
     }
     opt->group(spec.group);
     bound.emplace_back(&spec, opt);

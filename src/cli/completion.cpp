@@ -40,6 +40,9 @@ std::string zsh_text(const std::string& help) {
 std::string bash_script() {
   std::string options = "--help --version";
   for (const auto& spec : option_table()) {
+    if (*spec.group == '\0') {
+      continue;  // set by ddplaunch for ddplaunch, never typed
+    }
     for (const auto& n : split_names(spec.names)) {
       options += " " + n;
     }
@@ -83,6 +86,9 @@ std::string bash_script() {
 std::string zsh_script() {
   std::string args;
   for (const auto& spec : option_table()) {
+    if (*spec.group == '\0') {
+      continue;
+    }
     const auto names = split_names(spec.names);
     std::string group;
     for (const auto& n : names) {

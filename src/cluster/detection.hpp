@@ -28,6 +28,10 @@ struct Detection {
   // A PMIx server started this process (srun --mpi=pmix): node 0 may hand
   // the job token to every node through it.
   bool token_via_pmix = false;
+  // A scheduler's allocation of this many nodes that this process runs in,
+  // outside any step of it (an sbatch script): the srun launcher can start
+  // the job on all of them. 0: none.
+  int allocation_nodes = 0;
 };
 
 }  // namespace ddplaunch

@@ -1,5 +1,6 @@
 #include "cluster/precedence.hpp"
 
+#include <algorithm>
 #include <string_view>
 
 #include "cluster/openmpi.hpp"
@@ -85,6 +86,18 @@ Config resolve(const CommandLine& command_line, const std::vector<Detection>& de
     if (d.token_via_pmix) {
       c.token_via_pmix = true;
     }
+    if (d.allocation_nodes > 1) {
+      // An sbatch script: the srun launcher starts every node, unless the
+      // command line keeps the job here (--nnodes 1) or names its hosts.
+      const bool kept_here = command_line.flags.contains("nnodes") && c.nnodes == 1;
+      if (c.launcher == Launcher::k_srun ||
+          (c.launcher == Launcher::k_auto && !kept_here && c.hosts.empty() && c.hostfile.empty())) {
+        c.slurm_nodes = d.allocation_nodes;
+      } else if (kept_here) {
+        c.notes.push_back("this is a Slurm allocation of " + std::to_string(d.allocation_nodes) +
+                          " nodes: --nnodes 1 keeps the job on this node");
+      }
+    }
     if (d.master_via_pmix && c.source_of("master_addr") == "default") {
       c.master_via_pmix = true;
       c.sources["master_addr"] = "PMIx";
@@ -94,6 +107,13 @@ Config resolve(const CommandLine& command_line, const std::vector<Detection>& de
         throw UsageError(message);
       }
     }
+  }
+  const bool in_allocation = std::any_of(detections.begin(), detections.end(),
+                                         [](const Detection& d) { return d.allocation_nodes > 0; });
+  if (c.launcher == Launcher::k_srun && !in_allocation && c.source_of("node_rank") == "default") {
+    throw UsageError(
+        "--launcher srun: this is not a Slurm allocation (no SLURM_JOB_ID); run ddplaunch in an "
+        "sbatch or salloc script, or start the hosts with --hosts");
   }
   note_disagreements(c, detections);
   if (!command_line.command.empty()) {

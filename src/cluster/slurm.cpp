@@ -1,5 +1,6 @@
 #include "cluster/slurm.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 #include "cluster/nodelist.hpp"
@@ -43,12 +44,9 @@ Detection detect_slurm(const EnvMap& env) {
   const std::string* step_list = find(env, {"SLURM_STEP_NODELIST"}, &list_var);
   const std::string* step_id = find(env, {"SLURM_STEP_ID", "SLURM_STEPID"});
   if (step_list == nullptr || step_id == nullptr) {
+    // An sbatch/salloc script: the srun launcher may start every node.
     const long long nodes = number_or(find(env, {"SLURM_JOB_NUM_NODES", "SLURM_NNODES"}), 1);
-    if (nodes > 1) {
-      d.notes.push_back("this is Slurm job " + *job + " of " + std::to_string(nodes) +
-                        " nodes, but not an srun step: only this node takes part; to use every "
-                        "node, start ddplaunch with srun --ntasks-per-node=1");
-    }
+    d.allocation_nodes = static_cast<int>(std::clamp<long long>(nodes, 0, 1 << 20));
     return d;
   }
   std::vector<std::string> hosts;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "config/hosts.hpp"
+
 namespace ddplaunch {
 
 enum class NprocMode {
@@ -27,6 +29,14 @@ enum class CpuBind {
   k_none,   // inherit the launcher's affinity
   k_cores,  // split the allowed CPUs into one contiguous share per local rank
   k_numa,   // each local rank gets the allowed CPUs of one NUMA node, ranks spread in blocks
+};
+
+// How the agents of a job started from one command reach their hosts.
+enum class Launcher {
+  k_auto,   // ssh with --hosts/--hostfile; srun inside a Slurm allocation outside a step
+  k_ssh,    // one ssh connection per host (the launching host itself runs its agent directly)
+  k_srun,   // one srun step with a task on every node of the allocation
+  k_local,  // every agent on this machine (tests, benchmarks, simulations)
 };
 
 // Which standard streams a torchrun-style --redirects/--tee value selects:
@@ -111,6 +121,31 @@ struct Config {
   double heartbeat_interval_s = 1;  // Default: 1 second
   double heartbeat_timeout_s = 15;  // Default: 15 seconds
 
+  // --- Starting every node from one command -----------------------------------
+  // --hosts/-H and --hostfile: the job's hosts, node 0 first unless
+  // --master-addr names another. Default: none (this node only).
+  std::vector<HostSlots> hosts;
+  std::string hostfile;                  // Default: empty. Read at start into `hosts`.
+  Launcher launcher = Launcher::k_auto;  // Default: k_auto
+  // The Slurm detector's word: this is an allocation of `slurm_nodes` nodes
+  // outside any srun step, where the srun launcher starts every node.
+  int slurm_nodes = 0;  // Default: 0 (not in such an allocation)
+  // -x VAR / -x VAR=value (mpirun's) and --env-forward PATTERN: what of this
+  // environment reaches the remote agents and their workers, beside the
+  // default patterns (launcher/forward.hpp). Default: none.
+  std::vector<std::string> env_export;
+  std::vector<std::string> env_forward;
+  std::string ssh_args;          // Default: empty. Split on spaces, before the host.
+  int ssh_port = 0;              // Default: 0 = ssh's own (its config, else 22)
+  std::string remote_cwd;        // Default: empty = this directory
+  std::string remote_ddplaunch;  // Default: empty = this binary's path, else ddplaunch on PATH
+  int fanout = 32;               // Default: 32 ssh connections per host; more go through a tree
+  // Set by the launching command for what it starts: the agent reads the
+  // launcher channel (launcher/channel.hpp) on stdin; a subtree's root starts
+  // --hosts as nodes `subtree`.. of a larger job. Default: false, -1.
+  bool launcher_channel = false;
+  int subtree = -1;
+
   // --- Supervision -------------------------------------------------------------
   double term_timeout_s = 30;  // Default: 30 seconds between SIGTERM and SIGKILL
   double hang_timeout_s = 0;   // a rank without progress this long is hung; 0: off
@@ -136,6 +171,11 @@ struct Config {
   // --nnodes MIN:MAX with MIN < MAX: nodes may leave and join between rounds.
   bool elastic() const { return nnodes_min > 0 && nnodes_min < nnodes; }
   int min_nodes() const { return elastic() ? nnodes_min : nnodes; }
+  // This command starts the job's agents (on hosts, or through srun) rather
+  // than being one.
+  bool starts_agents() const {
+    return !hosts.empty() || !hostfile.empty() || subtree >= 0 || slurm_nodes > 1;
+  }
 
   // Where each value came from, by option key ("nnodes" -> "flag" or
   // "PET_NNODES"). A key that is absent has its default.

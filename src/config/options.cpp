@@ -317,7 +317,97 @@ const char* const k_workers = "Workers";
 const char* const k_nodes = "Nodes and rendezvous";
 const char* const k_supervision = "Supervision";
 const char* const k_output = "Output";
+const char* const k_hosts = "Starting every node from here";
 const char* const k_launcher = "Launcher";
+
+void apply_hosts(Config& c, const std::string& value, const std::string& flag) {
+  c.hosts = parse_host_list(value, flag);
+}
+
+std::string show_hosts(const Config& c) {
+  std::string out;
+  for (const auto& h : c.hosts) {
+    out += (out.empty() ? "" : ",") + h.host + (h.slots ? ":" + std::to_string(*h.slots) : "");
+  }
+  return out;
+}
+
+void apply_launcher(Config& c, const std::string& value, const std::string& flag) {
+  if (value == "ssh") {
+    c.launcher = Launcher::k_ssh;
+  } else if (value == "srun") {
+    c.launcher = Launcher::k_srun;
+  } else if (value == "local") {
+    c.launcher = Launcher::k_local;
+  } else if (value == "auto") {
+    c.launcher = Launcher::k_auto;
+  } else {
+    throw UsageError(flag + " takes ssh, srun, local or auto; got '" + value + "'");
+  }
+}
+
+std::string show_launcher(const Config& c) {
+  switch (c.launcher) {
+    case Launcher::k_ssh:
+      return "ssh";
+    case Launcher::k_srun:
+      return "srun";
+    case Launcher::k_local:
+      return "local";
+    case Launcher::k_auto:
+      break;
+  }
+  return "auto";
+}
+
+// A repeatable option's values, one a line (as cli/ joins them).
+std::vector<std::string> lines_of(const std::string& value) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= value.size()) {
+    size_t end = value.find('\n', start);
+    end = end == std::string::npos ? value.size() : end;
+    out.push_back(value.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string show_lines(const std::vector<std::string>& values) {
+  std::string out;
+  for (const auto& v : values) {
+    out += (out.empty() ? "" : " ") + v;
+  }
+  return out;
+}
+
+void apply_export(Config& c, const std::string& value, const std::string& flag) {
+  for (auto& item : lines_of(value)) {
+    const std::string name = item.substr(0, item.find('='));
+    const bool ok = !name.empty() &&
+                    name.find_first_not_of(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                        "0123456789_") == std::string::npos &&
+                    !(name[0] >= '0' && name[0] <= '9');
+    if (!ok) {
+      throw UsageError(flag + " takes VAR or VAR=value with VAR a variable name; got '" + item +
+                       "'");
+    }
+    c.env_export.push_back(std::move(item));
+  }
+}
+
+void apply_env_forward(Config& c, const std::string& value, const std::string& flag) {
+  for (auto& item : lines_of(value)) {
+    if (item.empty() || item.find_first_of("= \t") != std::string::npos) {
+      throw UsageError(flag +
+                       " takes a variable name or a glob like 'NCCL_*' (or 'none' to "
+                       "forward only what -x names); got '" +
+                       item + "'");
+    }
+    c.env_forward.push_back(std::move(item));
+  }
+}
 
 // clang-format off
 const OptionSpec k_options[] = {
@@ -593,6 +683,58 @@ const OptionSpec k_options[] = {
    },
    nullptr},
 
+  {"hosts", "-H,--hosts,--host", k_hosts,
+   "Start the job on these hosts, one agent each, from this command: HOST[:SLOTS],... "
+   "(node 0 first; SLOTS is the host's --nproc-per-node)", false, nullptr, nullptr,
+   apply_hosts, show_hosts},
+  {"hostfile", "--hostfile", k_hosts,
+   "Like --hosts, from a file of 'HOST slots=N' lines (mpirun's and DeepSpeed's format)", false,
+   nullptr, nullptr, DDPLAUNCH_STRING(hostfile)},
+  {"launcher", "--launcher", k_hosts,
+   "How agents start: ssh (the default with hosts), srun (the default in a Slurm allocation "
+   "outside a step), local (every agent here), auto", false, nullptr, nullptr, apply_launcher,
+   show_launcher},
+  {"env_export", "-x", k_hosts,
+   "Pass VAR (or set VAR=value) to every remote agent and worker; repeatable (mpirun's -x)",
+   false, nullptr, nullptr, apply_export,
+   [](const Config& c) { return show_lines(c.env_export); }, true},
+  {"env_forward", "--env-forward", k_hosts,
+   "Also forward the variables matching this glob; repeatable; 'none' drops the default "
+   "patterns (docs/HOSTS.md)", false, nullptr, nullptr, apply_env_forward,
+   [](const Config& c) { return show_lines(c.env_forward); }, true},
+  {"ssh_args", "--ssh-args", k_hosts, "Extra ssh arguments, space-separated (-F FILE, -i KEY)",
+   false, nullptr, nullptr, DDPLAUNCH_STRING(ssh_args)},
+  {"ssh_port", "--ssh-port", k_hosts, "ssh port (0: ssh's own choice)", false, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.ssh_port = parse_int_in(v, f, 0, 65535, "a port from 0 to 65535");
+   },
+   [](const Config& c) { return std::to_string(c.ssh_port); }},
+  {"remote_cwd", "--remote-cwd", k_hosts,
+   "Directory the remote agents start in (empty: this directory)", false, nullptr, nullptr,
+   DDPLAUNCH_STRING(remote_cwd)},
+  {"remote_ddplaunch", "--remote-ddplaunch", k_hosts,
+   "ddplaunch on the remote hosts (empty: this binary's path if there, else ddplaunch on PATH)",
+   false, nullptr, nullptr, DDPLAUNCH_STRING(remote_ddplaunch)},
+  {"fanout", "--fanout", k_hosts,
+   "The most ssh connections one host opens; above it, agents start further agents in a tree",
+   false, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.fanout = parse_int_in(v, f, 2, 1024, "a number from 2 to 1024");
+   },
+   [](const Config& c) { return std::to_string(c.fanout); }},
+
+  // Set by a launching command for the agents it starts (src/launcher/).
+  {"launcher_channel", "--launcher-channel", "",
+   "Read the job token and environment from stdin (docs/PROTOCOL.md)", true, nullptr, nullptr,
+   DDPLAUNCH_FLAG(launcher_channel)},
+  {"subtree", "--subtree", "",
+   "Start the --hosts listed as nodes N.. of a larger job, the first being this host", false,
+   nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.subtree = parse_int_in(v, f, 0, k_max_nodes - 1, "a node rank");
+   },
+   [](const Config& c) { return std::to_string(c.subtree); }},
+
   {"dry_run", "--dry-run", k_launcher,
    "Print the configuration, where each value came from, and every local rank's environment "
    "as JSON; launch nothing", true, nullptr, nullptr, DDPLAUNCH_FLAG(dry_run)},
@@ -623,6 +765,9 @@ const OptionSpec* find_option(std::string_view key) {
 std::string long_name(const OptionSpec& spec) {
   std::string_view names = spec.names;
   size_t start = names.find("--");
+  if (start == std::string_view::npos) {
+    start = 0;  // a short option only: -x
+  }
   size_t end = names.find(',', start);
   return std::string(names.substr(start, end == std::string_view::npos ? end : end - start));
 }

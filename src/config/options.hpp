@@ -36,6 +36,8 @@ struct OptionSpec {
   void (*apply)(Config& config, const std::string& value, const std::string& flag);
   // The value as --help and --dry-run show it; nullptr: nothing to show.
   std::string (*show)(const Config& config);
+  // May be given many times; apply() then sees every value, one a line.
+  bool repeatable = false;
 };
 
 // Every option, in the order they are applied (later ones may refine earlier ones).

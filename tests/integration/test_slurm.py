@@ -91,6 +91,59 @@ srun {BIN} --nproc-per-node 2 --log-dir {shared}/logs -- {worker('env')[0]} env
     assert {e["SLURMD_NODENAME"] for e in envs.values()} == {"node0", "node1"}
 
 
+def test_sbatch_script_without_srun_runs_on_every_node_and_scancel_ends_it(cluster, jobs,
+                                                                          shared):
+    """`ddplaunch` alone in an sbatch script starts the job on both nodes of
+    the allocation through srun, as mpirun would, and says so in one line;
+    scancel then ends every worker on both hosts."""
+    script = shared / "job.sh"
+    script.write_text(f"""#!/bin/sh
+#SBATCH -N 2
+#SBATCH -o {shared}/out.txt
+#SBATCH -e {shared}/err.txt
+{BIN} --nproc-per-node 2 --log-dir {shared}/logs -- {worker()[0]} env ready={shared} \\
+    pidfile={shared} waitfile={shared}/go
+""")
+    job_id = cluster.run(["sbatch", "--parsable", str(script)], env=jobs.env()).stdout.strip()
+    assert job_id, cluster.logs()
+    try:
+        assert wait_until(lambda: len(list(shared.glob("ready.*"))) == 4, timeout=120), \
+            (shared / "err.txt").read_text() + cluster.logs()
+        envs = logged_envs(shared / "logs")
+        assert {e["WORLD_SIZE"] for e in envs.values()} == {"4"}
+        assert {e["SLURMD_NODENAME"] for e in envs.values()} == {"node0", "node1"}
+        assert "DDPLAUNCH_RDZV_TOKEN" not in next(iter(envs.values()))
+        err = (shared / "err.txt").read_text()
+        assert "starting the job on 2 of its nodes with srun" in err, err
+        assert cluster.run(["scancel", job_id]).returncode == 0
+        pids = [int(f.name) for f in shared.iterdir() if f.name.isdigit()]
+        assert len(pids) == 4
+
+        def all_gone():
+            return not [pid for pid in pids if os.path.exists(f"/proc/{pid}") and
+                        open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+        assert wait_until(all_gone, timeout=60), "workers left running after scancel"
+    finally:
+        cluster.run(["scancel", job_id])
+
+
+def test_sbatch_script_with_nnodes_1_stays_on_the_batch_host(cluster, jobs, shared):
+    script = shared / "job.sh"
+    script.write_text(f"""#!/bin/sh
+#SBATCH -N 2
+#SBATCH -o {shared}/out.txt
+#SBATCH -e {shared}/err.txt
+{BIN} --nnodes 1 --nproc-per-node 2 --log-dir {shared}/logs -- {worker('env')[0]} env
+""")
+    r = cluster.run(["sbatch", "--wait", str(script)], timeout=180, env=jobs.env())
+    assert r.returncode == 0, r.stderr + (shared / "err.txt").read_text() + cluster.logs()
+    envs = logged_envs(shared / "logs")
+    assert sorted(envs) == [0, 1]
+    assert {e["WORLD_SIZE"] for e in envs.values()} == {"2"}
+    assert len({e["SLURMD_NODENAME"] for e in envs.values()}) == 1
+    assert "--nnodes 1 keeps the job on this node" in (shared / "err.txt").read_text()
+
+
 def test_two_tasks_per_node_is_refused_with_how_to_call_srun(cluster, jobs):
     r = cluster.run(["srun", "-N2", "--ntasks-per-node=2", BIN, "--nproc-per-node", "2", "--",
                      *worker()], env=jobs.env())

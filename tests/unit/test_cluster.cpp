@@ -69,16 +69,30 @@ TEST(Slurm, TwoTasksOnANodeAreRefusedWithHowToCallSrun) {
   }
 }
 
-TEST(Slurm, ABatchScriptWithoutSrunRunsHereAndSaysSo) {
+TEST(Slurm, ABatchScriptOutsideSrunStartsEveryNodeThroughSrun) {
   EnvMap env = {{"SLURM_JOB_ID", "7"},
                 {"SLURM_JOB_NODELIST", "n[1-4]"},
                 {"SLURM_NNODES", "4"},
                 {"SLURM_NODEID", "0"},
                 {"SLURM_TASKS_PER_NODE", "1(x4)"}};
   Config c = configure_args({"train"}, env);
-  EXPECT_EQ(c.nnodes, 1);
-  ASSERT_EQ(c.notes.size(), 1u);
-  EXPECT_NE(c.notes[0].find("srun --ntasks-per-node=1"), std::string::npos);
+  EXPECT_EQ(c.slurm_nodes, 4);
+  EXPECT_TRUE(c.starts_agents());
+  // --nnodes 1 keeps it on the batch host, and says so.
+  Config here = configure_args({"--nnodes", "1", "train"}, env);
+  EXPECT_EQ(here.slurm_nodes, 0);
+  EXPECT_FALSE(here.starts_agents());
+  ASSERT_EQ(here.notes.size(), 1u);
+  EXPECT_NE(here.notes[0].find("--nnodes 1 keeps the job on this node"), std::string::npos);
+  // A host list wins over the allocation.
+  EXPECT_EQ(configure_args({"--hosts", "a,b", "train"}, env).slurm_nodes, 0);
+  // A one-node allocation runs here.
+  env["SLURM_NNODES"] = "1";
+  EXPECT_FALSE(configure_args({"train"}, env).starts_agents());
+}
+
+TEST(Slurm, SrunLauncherOutsideAnAllocationIsAUsageError) {
+  EXPECT_THROW(configure_args({"--launcher", "srun", "train"}, {}), UsageError);
 }
 
 TEST(Slurm, AFlagWinsAndTheDisagreementIsSaid) {

@@ -1,0 +1,639 @@
+#include "launcher/launch_hosts.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <system_error>
+
+#include "ddplaunch/error.hpp"
+#include "launcher/forward.hpp"
+#include "launcher/plan.hpp"
+#include "log.hpp"
+#include "output/console.hpp"
+#include "output/lines.hpp"
+#include "posix/event_loop.hpp"
+#include "posix/fd.hpp"
+#include "posix/interfaces.hpp"
+#include "posix/net.hpp"
+#include "posix/signals.hpp"
+#include "rendezvous/store_host.hpp"
+#include "supervise/exit_info.hpp"
+#include "supervise/signal_policy.hpp"
+
+extern char** environ;
+
+namespace ddplaunch {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t k_tag_signals = 1ULL << 62;
+constexpr uint64_t k_tag_console = 1ULL << 61;
+constexpr uint64_t k_tag_upstream = 1ULL << 60;
+// A started process's fds: 4 * index + 0 stdout, 1 stderr, 2 stdin.
+constexpr uint64_t k_tag_in = 2;
+// The first progress line after this long, then one every k_progress_every.
+constexpr auto k_progress_after = std::chrono::seconds(2);
+constexpr auto k_progress_every = std::chrono::seconds(5);
+constexpr int k_ssh_unreachable = 255;  // ssh's own exit code for its failures
+
+// One process this command started: an agent (here, or over ssh) or a
+// subtree's root.
+struct Started {
+  AgentStart start;
+  pid_t pid = -1;
+  posix::Fd in, out, err;
+  std::string to_write;  // channel bytes not yet taken by its stdin
+  LineSplitter out_lines, err_lines;
+  int ready = 0;  // nodes of it that said they started
+  std::optional<ExitInfo> exit;
+  std::string last_error;  // its last stderr line
+};
+
+std::vector<HostSlots> hosts_of(const Config& config) {
+  if (config.hostfile.empty()) {
+    return config.hosts;
+  }
+  if (!config.hosts.empty()) {
+    throw UsageError("--hosts and --hostfile both name the hosts; give one of them");
+  }
+  const auto text = posix::read_small_file(config.hostfile, 16 << 20);
+  if (!text) {
+    throw UsageError("--hostfile " + config.hostfile + ": cannot read it: " + std::strerror(errno));
+  }
+  return parse_hostfile(*text, config.hostfile);
+}
+
+std::string self_path() {
+  std::string path(4096, '\0');
+  const ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size());
+  if (n <= 0) {
+    throw std::system_error(errno, std::generic_category(), "readlink /proc/self/exe");
+  }
+  path.resize(static_cast<size_t>(n));
+  return path;
+}
+
+std::string current_dir() {
+  std::string dir(4096, '\0');
+  if (::getcwd(dir.data(), dir.size()) == nullptr) {
+    throw std::system_error(errno, std::generic_category(), "getcwd");
+  }
+  dir.resize(std::strlen(dir.c_str()));
+  return dir;
+}
+
+// Whether `host` is this machine: its agent then runs here, without ssh.
+bool is_this_host(const std::string& host) {
+  if (host == "localhost" || posix::is_loopback(posix::resolve_numeric(host))) {
+    return true;
+  }
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  const std::string self = name;
+  if (host == self || host == self.substr(0, self.find('.'))) {
+    return true;
+  }
+  return posix::is_local_address(host);
+}
+
+// Starts `argv` in a process group of its own, with the given fds as its
+// stdin, stdout and stderr, and the signals back to their defaults.
+pid_t spawn(const std::vector<std::string>& argv, int in, int out, int err) {
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawnattr_init(&attr);
+  posix_spawn_file_actions_adddup2(&actions, in, 0);
+  posix_spawn_file_actions_adddup2(&actions, out, 1);
+  posix_spawn_file_actions_adddup2(&actions, err, 2);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (const int sig : {SIGPIPE, SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD, SIGHUP}) {
+    if (sig != SIGHUP || !posix::inherited_ignore(SIGHUP)) {
+      sigaddset(&defaults, sig);
+    }
+  }
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  std::vector<char*> args;
+  for (const auto& a : argv) {
+    args.push_back(const_cast<char*>(a.c_str()));
+  }
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = argv.front().find('/') == std::string::npos
+                     ? posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ)
+                     : posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    throw LaunchError(k_exit_cannot_execute,
+                      "cannot execute '" + argv.front() + "': " + std::strerror(rc) +
+                          (argv.front() == "ssh" ? " (install openssh-client)" : ""));
+  }
+  return pid;
+}
+
+std::string describe_start(const AgentStart& s) {
+  std::string where = s.local ? "here" : "over ssh";
+  if (s.hosts > 1) {
+    return "nodes " + std::to_string(s.node_rank) + "-" +
+           std::to_string(s.node_rank + s.hosts - 1) + " (through " + s.host + ")";
+  }
+  return "node " + std::to_string(s.node_rank) + " (" + s.host + ", " + where + ")";
+}
+
+void print_plan(const HostsPlan& plan, ConsoleWriter& console) {
+  std::string text =
+      "ddplaunch: " + std::to_string(plan.nnodes) + " nodes; node 0 is " + plan.master_addr + "\n";
+  for (const auto& s : plan.starts) {
+    text += describe_start(s) + ":";
+    for (const auto& a : s.argv) {
+      text += " " + shell_quote(a);
+    }
+    text += "\n";
+  }
+  console.write_own(1, text);
+}
+
+class HostsLauncher {
+ public:
+  HostsLauncher(posix::SignalFd& signals, ConsoleWriter& console, AgentChannel* upstream,
+                bool elastic, const char* via)
+      : m_signals(signals),
+        m_console(console),
+        m_upstream(upstream),
+        m_elastic(elastic),
+        m_via(via) {
+    m_loop.set(signals.fd(), EPOLLIN, k_tag_signals);
+    m_loop.set(console.wake_fd(), EPOLLIN, k_tag_console);
+    if (m_upstream != nullptr) {
+      posix::set_nonblocking(m_upstream->fd.get());
+      m_loop.set(m_upstream->fd.get(), EPOLLIN, k_tag_upstream);
+    }
+  }
+
+  // `connect_cost` (a simulation's): each connection waits this long before
+  // it starts, one after another, as the CPU cost of an ssh handshake on
+  // the host that opens it.
+  void start_all(const HostsPlan& plan, const std::string& header,
+                 std::chrono::milliseconds connect_cost) {
+    m_started.reserve(plan.starts.size());
+    m_total_nodes = 0;
+    for (const auto& s : plan.starts) {
+      m_total_nodes += s.hosts;
+    }
+    for (const auto& s : plan.starts) {
+      if (s.connection && connect_cost.count() > 0) {
+        ::usleep(static_cast<useconds_t>(connect_cost.count() * 1000));
+      }
+      auto in = posix::make_pipe();
+      auto out = posix::make_pipe();
+      auto err = posix::make_pipe();
+      Started& started = m_started.emplace_back();
+      started.start = s;
+      started.pid = spawn(s.argv, in.read.get(), out.write.get(), err.write.get());
+      started.in = std::move(in.write);
+      started.out = std::move(out.read);
+      started.err = std::move(err.read);
+      started.to_write = header;
+      if (m_upstream != nullptr) {
+        started.to_write += m_upstream->pending;
+      }
+      for (const int fd : {started.in.get(), started.out.get(), started.err.get()}) {
+        posix::set_nonblocking(fd);
+      }
+      const uint64_t base = 4 * (m_started.size() - 1);
+      m_loop.set(started.out.get(), EPOLLIN, base);
+      m_loop.set(started.err.get(), EPOLLIN, base + 1);
+      flush_in(started, base);
+    }
+    if (m_upstream != nullptr) {
+      m_upstream->pending.clear();
+    }
+    m_started_at = Clock::now();
+    m_next_progress = m_started_at + k_progress_after;
+  }
+
+  // Relays until every started process has ended and its pipes are empty.
+  void run() {
+    while (!done()) {
+      std::optional<Clock::time_point> deadline;
+      if (m_ready_nodes < m_total_nodes && !m_failed) {
+        deadline = m_next_progress;
+      }
+      for (const auto& ready : m_loop.wait(deadline)) {
+        dispatch(ready);
+      }
+      if (deadline && Clock::now() >= *deadline) {
+        say_progress();
+      }
+    }
+  }
+
+  // The job's exit code: the first failing node's (in node order), this
+  // command's own 3 when a node could not be started.
+  int exit_code() const {
+    if (m_failed_start) {
+      return k_exit_rendezvous;
+    }
+    std::optional<int> lost;
+    for (const auto& s : m_started) {
+      if (!s.exit || s.exit->success()) {
+        continue;
+      }
+      if (!s.start.local && !s.exit->by_signal() && s.exit->code() == k_ssh_unreachable) {
+        lost = k_exit_node_lost;  // the connection, not the job: another node's code first
+        continue;
+      }
+      return s.exit->shell_code();
+    }
+    if (m_stop_signal) {
+      return 128 + *m_stop_signal;
+    }
+    return lost.value_or(k_exit_ok);
+  }
+
+ private:
+  bool done() const {
+    return std::all_of(m_started.begin(), m_started.end(),
+                       [](const Started& s) { return s.exit && !s.out.valid() && !s.err.valid(); });
+  }
+
+  void dispatch(const posix::EventLoop::Ready& ready) {
+    if (ready.tag == k_tag_signals) {
+      while (auto sig = m_signals.read_one()) {
+        on_signal(*sig);
+      }
+      return;
+    }
+    if (ready.tag == k_tag_console) {
+      m_console.read_wake();
+      return;
+    }
+    if (ready.tag == k_tag_upstream) {
+      read_upstream();
+      return;
+    }
+    const size_t index = ready.tag / 4;
+    const uint64_t kind = ready.tag % 4;
+    if (index >= m_started.size()) {
+      return;
+    }
+    Started& s = m_started[index];
+    if (kind == k_tag_in) {
+      flush_in(s, 4 * index);
+    } else {
+      read_stream(s, kind == 0);
+    }
+  }
+
+  void on_signal(int sig) {
+    if (sig == SIGCHLD) {
+      reap();
+      return;
+    }
+    if (is_stop_signal(sig) && !m_stop_signal) {
+      m_stop_signal = sig;
+    }
+    // Every agent acts on it as if it had received it: a stop signal ends
+    // the job on every node, SIGUSR1/2 reach every worker.
+    send_to_all(std::string(1, static_cast<char>(sig)));
+  }
+
+  void send_to_all(const std::string& bytes) {
+    for (size_t i = 0; i < m_started.size(); ++i) {
+      Started& s = m_started[i];
+      if (s.in.valid() && !s.exit) {
+        s.to_write += bytes;
+        flush_in(s, 4 * i);
+      }
+    }
+  }
+
+  void read_upstream() {
+    char buf[256];
+    while (true) {
+      const ssize_t n = ::read(m_upstream->fd.get(), buf, sizeof(buf));
+      if (n > 0) {
+        send_to_all(std::string(buf, static_cast<size_t>(n)));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n < 0 && errno == EAGAIN) {
+        return;
+      }
+      // The launching command above is gone: so is every channel below.
+      m_loop.remove(m_upstream->fd.get());
+      m_upstream->fd.close();
+      for (auto& s : m_started) {
+        m_loop.remove(s.in.get());
+        s.in.close();
+      }
+      return;
+    }
+  }
+
+  void flush_in(Started& s, uint64_t base) {
+    while (!s.to_write.empty() && s.in.valid()) {
+      const ssize_t n = ::write(s.in.get(), s.to_write.data(), s.to_write.size());
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n < 0 && errno == EAGAIN) {
+        m_loop.set(s.in.get(), EPOLLOUT, base + k_tag_in);
+        return;
+      }
+      if (n < 0) {
+        // It ended (EPIPE): nothing more reaches it.
+        m_loop.remove(s.in.get());
+        s.in.close();
+        s.to_write.clear();
+        return;
+      }
+      s.to_write.erase(0, static_cast<size_t>(n));
+    }
+    if (s.in.valid() && m_loop.contains(s.in.get())) {
+      m_loop.remove(s.in.get());
+    }
+  }
+
+  void read_stream(Started& s, bool is_out) {
+    posix::Fd& fd = is_out ? s.out : s.err;
+    while (fd.valid()) {
+      const ssize_t n = ::read(fd.get(), m_buffer, sizeof(m_buffer));
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n < 0 && errno == EAGAIN) {
+        return;
+      }
+      if (n <= 0) {
+        auto& lines = is_out ? s.out_lines : s.err_lines;
+        lines.finish([&](std::string_view text, LineEnd end) { on_line(s, is_out, text, end); });
+        m_loop.remove(fd.get());
+        fd.close();
+        return;
+      }
+      auto& lines = is_out ? s.out_lines : s.err_lines;
+      lines.feed(std::string_view(m_buffer, static_cast<size_t>(n)),
+                 [&](std::string_view text, LineEnd end) { on_line(s, is_out, text, end); });
+    }
+  }
+
+  void on_line(Started& s, bool is_out, std::string_view text, LineEnd end) {
+    if (is_out && end == LineEnd::k_newline && text.starts_with(k_agent_ready)) {
+      ++s.ready;
+      ++m_ready_nodes;
+      if (m_upstream != nullptr) {
+        m_console.write(1, std::string(text) + "\n");  // the launching command above counts it
+      }
+      if (m_ready_nodes == m_total_nodes && Clock::now() >= m_started_at + k_progress_after) {
+        log::info("all {} nodes started", m_total_nodes);
+      }
+      return;
+    }
+    if (!is_out && !text.empty()) {
+      s.last_error = std::string(text.substr(0, 400));
+    }
+    std::string line(text);
+    switch (end) {
+      case LineEnd::k_newline:
+      case LineEnd::k_bare_newline:
+        line += '\n';
+        break;
+      case LineEnd::k_return:
+        line += '\r';
+        break;
+      case LineEnd::k_piece:
+        break;
+    }
+    m_console.write(is_out ? 1 : 2, line);
+  }
+
+  void reap() {
+    while (true) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) {
+        return;
+      }
+      for (auto& s : m_started) {
+        if (s.pid == pid) {
+          s.exit = ExitInfo::from_wait_status(status);
+          m_loop.remove(s.in.get());
+          s.in.close();
+          if (s.ready < s.start.hosts) {
+            on_start_failed(s);
+          }
+        }
+      }
+    }
+  }
+
+  // `s` ended before every node it starts said so: it could not be started
+  // (ssh could not connect, ddplaunch is missing there, ...). A fixed-size
+  // job cannot run without it: every other node is stopped.
+  void on_start_failed(const Started& s) {
+    std::string why;
+    if (!s.start.local && !s.exit->by_signal() && s.exit->code() == k_ssh_unreachable) {
+      why = "ssh could not reach " + s.start.host;
+    } else if (!s.start.local && !s.exit->by_signal() && s.exit->code() == 127) {
+      why = "ddplaunch is not found on " + s.start.host + " (give --remote-ddplaunch PATH)";
+    } else {
+      why = "it ended with " + s.exit->describe() + " before it started";
+    }
+    if (!s.last_error.empty()) {
+      why += ": " + s.last_error;
+    }
+    if (m_elastic) {
+      log::warn("{} could not be started: {}; the job goes on without it", describe_start(s.start),
+                why);
+      return;
+    }
+    log::error("{} could not be started: {}; stopping the job on every node",
+               describe_start(s.start), why);
+    if (!m_failed) {
+      m_failed = true;
+      m_failed_start = true;
+      send_to_all(std::string(1, static_cast<char>(SIGTERM)));
+    }
+  }
+
+  void say_progress() {
+    std::string waiting;
+    int shown = 0;
+    int more = 0;
+    for (const auto& s : m_started) {
+      if (s.ready < s.start.hosts && !s.exit) {
+        if (shown < 3) {
+          waiting += (waiting.empty() ? "" : ", ") + s.start.host;
+          ++shown;
+        } else {
+          ++more;
+        }
+      }
+    }
+    if (more > 0) {
+      waiting += " and " + std::to_string(more) + " more";
+    }
+    log::info("{}: {}/{} connected, waiting for {}", m_via, m_ready_nodes, m_total_nodes, waiting);
+    m_next_progress = Clock::now() + k_progress_every;
+  }
+
+  posix::SignalFd& m_signals;
+  ConsoleWriter& m_console;
+  AgentChannel* m_upstream;
+  bool m_elastic;
+  const char* m_via;  // "ssh" or "local", for the progress lines
+  posix::EventLoop m_loop;
+  std::vector<Started> m_started;
+  int m_total_nodes = 0;
+  int m_ready_nodes = 0;
+  bool m_failed = false;
+  bool m_failed_start = false;
+  std::optional<int> m_stop_signal;
+  Clock::time_point m_started_at;
+  Clock::time_point m_next_progress;
+  char m_buffer[65536];
+};
+
+}  // namespace
+
+int run_hosts_launch(const Config& config, const CommandLine& command_line, const EnvMap& env,
+                     AgentChannel* upstream) {
+  posix::SignalFd signals(handled_signals(posix::inherited_ignore(SIGHUP)));
+  ::signal(SIGPIPE, SIG_IGN);
+
+  PlanContext context;
+  context.self_path = self_path();
+  context.cwd = current_dir();
+  const bool subtree = config.subtree >= 0;
+  if (subtree) {
+    if (upstream == nullptr) {
+      throw UsageError("--subtree is for the ddplaunch a launching command starts");
+    }
+    context.hosts = config.hosts;
+    context.first_node_rank = config.subtree;
+    context.nnodes = config.nnodes;
+    context.master_addr = config.master_addr;
+    context.master_port = config.master_port;
+    context.is_local.assign(context.hosts.size(), false);
+    context.is_local.front() = true;
+  } else {
+    context.hosts = order_hosts(config, hosts_of(config));
+    const bool local = config.launcher == Launcher::k_local;
+    for (const auto& h : context.hosts) {
+      context.is_local.push_back(local ? context.is_local.empty() : is_this_host(h.host));
+    }
+    if (config.source_of("master_addr") == "flag") {
+      context.master_addr = config.master_addr;
+    } else if (local) {
+      context.master_addr = "127.0.0.1";
+    }
+    if (config.source_of("master_port") == "flag") {
+      context.master_port = config.master_port;
+    } else {
+      // Node 0 here: a port free now; elsewhere, the default.
+      context.master_port = context.is_local.front() ? posix::pick_free_port() : config.master_port;
+    }
+  }
+  if (config.launcher == Launcher::k_srun) {
+    throw UsageError(
+        "--launcher srun starts every node of a Slurm allocation; it takes no host "
+        "list (use --launcher ssh with --hosts)");
+  }
+  const HostsPlan plan = plan_hosts(config, command_line, context);
+
+  ConsoleWriter console;
+  if (config.dry_run) {
+    print_plan(plan, console);
+    return k_exit_ok;
+  }
+  ChannelHeader header;
+  if (upstream != nullptr) {
+    header = upstream->header;
+  } else {
+    const bool users_token =
+        !config.rdzv_token_file.empty() || env.contains("DDPLAUNCH_RDZV_TOKEN");
+    header.token = users_token ? load_token(config, env) : random_secret();
+    header.env = forwarded_environment(env, config.env_export, config.env_forward);
+  }
+  if (!subtree) {
+    log::debug("starting {} nodes from here; node 0 is {}:{}", plan.nnodes, plan.master_addr,
+               context.master_port);
+  }
+  HostsLauncher launcher(signals, console, upstream, config.elastic(),
+                         config.launcher == Launcher::k_local ? "local" : "ssh");
+  std::chrono::milliseconds connect_cost{0};
+  if (auto it = env.find("DDPLAUNCH_SIM_CONNECT_MS"); it != env.end()) {
+    connect_cost = std::chrono::milliseconds(std::clamp(std::atoi(it->second.c_str()), 0, 10'000));
+  }
+  launcher.start_all(plan, encode_channel_header(header), connect_cost);
+  launcher.run();
+  return launcher.exit_code();
+}
+
+[[noreturn]] void exec_srun_launch(const Config& config, const EnvMap& env,
+                                   const std::vector<std::string>& args) {
+  const int nodes = config.source_of("nnodes") == "flag" ? config.nnodes : config.slurm_nodes;
+  if (nodes > config.slurm_nodes) {
+    throw UsageError("--nnodes " + std::to_string(nodes) + " is more than the " +
+                     std::to_string(config.slurm_nodes) +
+                     " nodes of this Slurm allocation; ask sbatch/salloc for more, or use fewer");
+  }
+  std::vector<std::string> argv = {"srun",
+                                   "--nodes=" + std::to_string(nodes),
+                                   "--ntasks=" + std::to_string(nodes),
+                                   "--ntasks-per-node=1",
+                                   "--kill-on-bad-exit=1",
+                                   self_path()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  log::info(
+      "inside Slurm allocation {} outside any step: starting the job on {} of its nodes with "
+      "srun --nodes={} --ntasks-per-node=1 (--nnodes 1 keeps it on this node)",
+      env.contains("SLURM_JOB_ID") ? env.at("SLURM_JOB_ID") : std::string("?"), nodes, nodes);
+  // The job's token reaches every node in srun's environment (which only
+  // this user can read), never on a command line.
+  std::vector<std::string> envp;
+  const bool users_token = !config.rdzv_token_file.empty() || env.contains("DDPLAUNCH_RDZV_TOKEN");
+  for (const auto& [name, value] : env) {
+    envp.push_back(name + "=" + value);
+  }
+  if (!users_token) {
+    envp.push_back("DDPLAUNCH_RDZV_TOKEN=" + random_secret());
+  }
+  std::vector<char*> a, e;
+  for (auto& s : argv) {
+    a.push_back(s.data());
+  }
+  a.push_back(nullptr);
+  for (auto& s : envp) {
+    e.push_back(s.data());
+  }
+  e.push_back(nullptr);
+  ::execvpe("srun", a.data(), e.data());
+  throw LaunchError(k_exit_cannot_execute,
+                    std::string("cannot execute srun for the Slurm allocation: ") +
+                        std::strerror(errno) + " (or run with --nnodes 1 to stay on this node)");
+}
+
+}  // namespace ddplaunch

@@ -1,0 +1,177 @@
+"""One command for a job across hosts: `ddplaunch --hosts`/`--hostfile` on
+this machine starts an agent on each host over real ssh (an OpenSSH server
+in each network-namespace host, sshd.py), prints every rank's lines, and
+exits with the job's code; nothing is left running on any host, whatever
+happens to the launching command."""
+import os
+import signal
+import subprocess
+
+import pytest
+
+import netns
+import sshd
+from conftest import (BIN, SOURCE_DIR, TORCH_PYTHON, WORKER, env_lines, needs_torch, read_until,
+                      wait_until, worker)
+
+why_not = netns.available() or sshd.available()
+pytestmark = pytest.mark.skipif(why_not is not None, reason=str(why_not))
+
+PREFIX = ["--prefix", "[rank {rank}]: "]
+
+
+@pytest.fixture
+def ssh_hosts(tmp_path):
+    made = []
+
+    def make(count=3, **kwargs):
+        h = sshd.SshHosts(count, tmp_path, **kwargs)
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.remove()
+
+
+def launch(jobs, hosts, args, hostlist=None, env=None, **kwargs):
+    hostlist = hostlist or ",".join(hosts.names)
+    return jobs.start(["--hosts", hostlist, "--ssh-args", hosts.ssh_args,
+                       "--rdzv-timeout", 60, *args], env=env, **kwargs)
+
+
+def nothing_left(hosts):
+    return all(not hosts.processes(h) for h in hosts.names)
+
+
+def test_a_hostfile_with_slots_runs_one_job_across_three_hosts(jobs, ssh_hosts, tmp_path):
+    hosts = ssh_hosts(3)
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("# the lab's machines\nnode0 slots=2\n\nnode1 slots=1  # small one\n"
+                        "node2 slots=3\n")
+    p = jobs.start(["--hostfile", hostfile, "--ssh-args", hosts.ssh_args, *PREFIX, "--",
+                    *worker("env")])
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    envs = env_lines(out)
+    assert sorted(envs) == list(range(6)), out
+    assert {e["WORLD_SIZE"] for e in envs.values()} == {"6"}
+    by_node = {}
+    for e in envs.values():
+        by_node.setdefault(e["GROUP_RANK"], []).append(int(e["LOCAL_RANK"]))
+        assert e["MASTER_ADDR"] in ("node0", hosts.addrs["node0"]), e
+    assert {k: sorted(v) for k, v in by_node.items()} == {"0": [0, 1], "1": [0], "2": [0, 1, 2]}
+    assert nothing_left(hosts)
+
+
+def test_the_default_prefix_names_each_rank_host(jobs, ssh_hosts):
+    hosts = ssh_hosts(2)
+    p = launch(jobs, hosts, ["--", *worker("out=hello")])
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert sorted(out.splitlines()) == ["[node0 rank 0]: hello", "[node1 rank 1]: hello"], out
+
+
+@needs_torch
+def test_real_pytorch_across_hosts_from_one_command(jobs, ssh_hosts):
+    hosts = ssh_hosts(2)
+    example = os.path.join(SOURCE_DIR, "examples", "ddp_gloo.py")
+    p = launch(jobs, hosts, ["--nproc-per-node", 2, "--python", TORCH_PYTHON, "--", example, 2],
+               hostlist="node0,node1")
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    lines = [l for l in out.splitlines() if "replicas" in l]
+    assert len(lines) == 4 and all("/4: all-reduce" in l for l in lines), out
+
+
+def test_a_host_that_refuses_ssh_is_named_and_nothing_is_left_elsewhere(jobs, ssh_hosts):
+    hosts = ssh_hosts(3, without_sshd=("node2",))
+    p = launch(jobs, hosts, ["--", *worker("sleep=60")])
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 3, err
+    assert "node 2 (node2, over ssh) could not be started: ssh could not reach node2" in err, err
+    assert "Connection refused" in err, err
+    assert wait_until(lambda: nothing_left(hosts), timeout=30), \
+        {h: hosts.processes(h) for h in hosts.names}
+
+
+def test_the_launching_command_killed_leaves_nothing_on_any_host(jobs, ssh_hosts, tmp_path):
+    hosts = ssh_hosts(2)
+    p = launch(jobs, hosts, ["--nproc-per-node", 2, "--", *worker(f"ready={tmp_path}", "sleep=300")])
+    assert wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 4, timeout=60)
+    p.kill()
+    p.wait()
+    assert wait_until(lambda: nothing_left(hosts), timeout=30), \
+        {h: hosts.processes(h) for h in hosts.names}
+
+
+def test_ctrl_c_ends_the_job_on_every_host(jobs, ssh_hosts, tmp_path):
+    hosts = ssh_hosts(2)
+    p = launch(jobs, hosts, ["--", *worker(f"ready={tmp_path}", "sleep=300")])
+    assert wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 2, timeout=60)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert "SIGINT" in err, err
+    assert wait_until(lambda: nothing_left(hosts), timeout=30)
+
+
+def test_x_and_env_forward_choose_what_reaches_remote_workers(jobs, ssh_hosts):
+    hosts = ssh_hosts(2)
+    env = {"NCCL_DEBUG": "INFO", "MY_SETTING": "from here", "OTHER_SETTING": "kept here",
+           "LAB_A": "1", "LAB_B": "2"}
+    p = launch(jobs, hosts, ["-x", "MY_SETTING", "-x", "SET_BY_X=a b'c", "--env-forward",
+                             "LAB_*", *PREFIX, "--", *worker("env")], env=env)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    envs = env_lines(out)
+    assert sorted(envs) == [0, 1]
+    for e in envs.values():
+        assert e["NCCL_DEBUG"] == "INFO"  # a default pattern
+        assert e["MY_SETTING"] == "from here" and e["SET_BY_X"] == "a b'c"
+        assert e["LAB_A"] == "1" and e["LAB_B"] == "2"
+        assert "OTHER_SETTING" not in e
+        assert "DDPLAUNCH_RDZV_TOKEN" not in e
+
+
+def test_a_program_missing_on_one_host_fails_the_job_with_127_naming_it(jobs, ssh_hosts, tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    prog = bindir / "train"
+    prog.write_text("#!/bin/sh\nexec sleep 60\n")
+    prog.chmod(0o755)
+    hosts = ssh_hosts(2, hidden={"node1": str(bindir)})
+    p = launch(jobs, hosts, ["--", str(prog)])
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 127, err
+    assert str(prog) in err and "node 1" in err, err
+    assert wait_until(lambda: nothing_left(hosts), timeout=30)
+
+
+def test_a_missing_remote_ddplaunch_is_named(jobs, ssh_hosts):
+    hosts = ssh_hosts(2)
+    p = launch(jobs, hosts, ["--remote-ddplaunch", "/nonexistent/ddplaunch", "--",
+                             *worker("sleep=60")])
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 3, err
+    assert "ddplaunch is not found on node0" in err or "ddplaunch is not found on node1" in err, err
+    assert wait_until(lambda: nothing_left(hosts), timeout=30)
+
+
+def test_a_token_never_appears_in_a_process_list(jobs, ssh_hosts, tmp_path):
+    hosts = ssh_hosts(2)
+    p = launch(jobs, hosts, ["--", *worker(f"ready={tmp_path}", f"waitfile={tmp_path}/go")],
+               env={"DDPLAUNCH_RDZV_TOKEN": "s3cret-token-of-this-job"})
+    assert wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 2, timeout=60)
+    cmdlines = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdlines.append(f.read())
+            except OSError:
+                pass
+    (tmp_path / "go").write_text("")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert not [c for c in cmdlines if b"s3cret" in c]
