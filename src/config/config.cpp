@@ -69,6 +69,23 @@ namespace {
 }  // namespace
 
 void validate(const Config& c) {
+  if ((!c.hosts.empty() || !c.hostfile.empty()) && c.subtree < 0) {
+    if (!c.hosts.empty() && !c.hostfile.empty()) {
+      throw UsageError("--hosts and --hostfile both name the hosts; give one of them");
+    }
+    if (c.source_of("node_rank") == "flag") {
+      throw UsageError(
+          "--node-rank cannot be given with --hosts/--hostfile: each host's place in the list is "
+          "its node rank");
+    }
+    if (!c.hosts.empty() && c.source_of("nnodes") == "flag" &&
+        c.nnodes != static_cast<int>(c.hosts.size())) {
+      throw UsageError("--nnodes " + std::to_string(c.nnodes) + " does not match the " +
+                       std::to_string(c.hosts.size()) +
+                       " hosts listed; leave --nnodes out (the list sets it) or list that many "
+                       "hosts");
+    }
+  }
   if (c.standalone && c.nnodes != 1) {
     fail(c, "--standalone runs one node; drop --nnodes or --standalone", {"standalone", "nnodes"});
   }

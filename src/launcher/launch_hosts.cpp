@@ -189,46 +189,28 @@ class HostsLauncher {
     }
   }
 
-  // `connect_cost` (a simulation's): each connection waits this long before
-  // it starts, one after another, as the CPU cost of an ssh handshake on
-  // the host that opens it.
-  void start_all(const HostsPlan& plan, const std::string& header,
+  // Starts `plan`'s processes, each given `header` on its channel. Direct
+  // starts begin at once; with a `connect_cost` (a simulation's), the
+  // connections begin one per `connect_cost`, as the CPU cost of an ssh
+  // handshake serialises them on the host that opens them.
+  void start_all(const HostsPlan& plan, std::string header,
                  std::chrono::milliseconds connect_cost) {
-    m_started.reserve(plan.starts.size());
+    m_plan = plan.starts;
+    m_header = std::move(header);
+    m_connect_cost = connect_cost;
+    m_started.reserve(m_plan.size());
     m_total_nodes = 0;
-    for (const auto& s : plan.starts) {
+    for (const auto& s : m_plan) {
       m_total_nodes += s.hosts;
-    }
-    for (const auto& s : plan.starts) {
-      if (s.connection && connect_cost.count() > 0) {
-        ::usleep(static_cast<useconds_t>(connect_cost.count() * 1000));
-      }
-      auto in = posix::make_pipe();
-      auto out = posix::make_pipe();
-      auto err = posix::make_pipe();
-      Started& started = m_started.emplace_back();
-      started.start = s;
-      started.pid = spawn(s.argv, in.read.get(), out.write.get(), err.write.get());
-      started.in = std::move(in.write);
-      started.out = std::move(out.read);
-      started.err = std::move(err.read);
-      started.to_write = header;
-      if (m_upstream != nullptr) {
-        started.to_write += m_upstream->pending;
-      }
-      for (const int fd : {started.in.get(), started.out.get(), started.err.get()}) {
-        posix::set_nonblocking(fd);
-      }
-      const uint64_t base = 4 * (m_started.size() - 1);
-      m_loop.set(started.out.get(), EPOLLIN, base);
-      m_loop.set(started.err.get(), EPOLLIN, base + 1);
-      flush_in(started, base);
-    }
-    if (m_upstream != nullptr) {
-      m_upstream->pending.clear();
     }
     m_started_at = Clock::now();
     m_next_progress = m_started_at + k_progress_after;
+    m_next_start = m_started_at + connect_cost;
+    if (m_upstream != nullptr) {
+      m_sent += m_upstream->pending;  // signals that came with the header
+      m_upstream->pending.clear();
+    }
+    start_due(m_started_at);
   }
 
   // Relays until every started process has ended and its pipes are empty.
@@ -238,10 +220,15 @@ class HostsLauncher {
       if (m_ready_nodes < m_total_nodes && !m_failed) {
         deadline = m_next_progress;
       }
+      if (starting()) {
+        deadline = std::min(deadline.value_or(m_next_start), m_next_start);
+      }
       for (const auto& ready : m_loop.wait(deadline)) {
         dispatch(ready);
       }
-      if (deadline && Clock::now() >= *deadline) {
+      const auto now = Clock::now();
+      start_due(now);
+      if (m_ready_nodes < m_total_nodes && !m_failed && now >= m_next_progress) {
         say_progress();
       }
     }
@@ -271,9 +258,48 @@ class HostsLauncher {
   }
 
  private:
+  bool starting() const { return m_started.size() < m_plan.size() && !m_failed && !m_stop_signal; }
+
   bool done() const {
-    return std::all_of(m_started.begin(), m_started.end(),
-                       [](const Started& s) { return s.exit && !s.out.valid() && !s.err.valid(); });
+    return !starting() && std::all_of(m_started.begin(), m_started.end(), [](const Started& s) {
+      return s.exit && !s.out.valid() && !s.err.valid();
+    });
+  }
+
+  // Starts what is due by `now`: each connection of a simulation one
+  // connect_cost after the one before.
+  void start_due(Clock::time_point now) {
+    while (starting()) {
+      const AgentStart& s = m_plan[m_started.size()];
+      if (s.connection && m_connect_cost.count() > 0) {
+        if (now < m_next_start) {
+          return;
+        }
+        m_next_start += m_connect_cost;
+      }
+      start_one(s);
+    }
+  }
+
+  void start_one(const AgentStart& s) {
+    auto in = posix::make_pipe();
+    auto out = posix::make_pipe();
+    auto err = posix::make_pipe();
+    const pid_t pid = spawn(s.argv, in.read.get(), out.write.get(), err.write.get());
+    Started& started = m_started.emplace_back();
+    started.start = s;
+    started.pid = pid;
+    started.in = std::move(in.write);
+    started.out = std::move(out.read);
+    started.err = std::move(err.read);
+    started.to_write = m_header + m_sent;
+    for (const int fd : {started.in.get(), started.out.get(), started.err.get()}) {
+      posix::set_nonblocking(fd);
+    }
+    const uint64_t base = 4 * (m_started.size() - 1);
+    m_loop.set(started.out.get(), EPOLLIN, base);
+    m_loop.set(started.err.get(), EPOLLIN, base + 1);
+    flush_in(started, base);
   }
 
   void dispatch(const posix::EventLoop::Ready& ready) {
@@ -309,15 +335,18 @@ class HostsLauncher {
       reap();
       return;
     }
-    if (is_stop_signal(sig) && !m_stop_signal) {
-      m_stop_signal = sig;
-    }
     // Every agent acts on it as if it had received it: a stop signal ends
     // the job on every node, SIGUSR1/2 reach every worker.
     send_to_all(std::string(1, static_cast<char>(sig)));
   }
 
   void send_to_all(const std::string& bytes) {
+    m_sent += bytes;  // and to what starts later
+    for (const char b : bytes) {
+      if (is_stop_signal(static_cast<unsigned char>(b)) && !m_stop_signal) {
+        m_stop_signal = static_cast<unsigned char>(b);
+      }
+    }
     for (size_t i = 0; i < m_started.size(); ++i) {
       Started& s = m_started[i];
       if (s.in.valid() && !s.exit) {
@@ -443,6 +472,11 @@ class HostsLauncher {
           s.in.close();
           if (s.ready < s.start.hosts) {
             on_start_failed(s);
+          } else if (!s.start.local && !s.exit->by_signal() &&
+                     s.exit->code() == k_ssh_unreachable) {
+            log::warn("the ssh connection to {} dropped{}: the agents there stop their workers",
+                      describe_start(s.start),
+                      s.last_error.empty() ? "" : " (" + s.last_error + ")");
           }
         }
       }
@@ -482,14 +516,17 @@ class HostsLauncher {
     std::string waiting;
     int shown = 0;
     int more = 0;
-    for (const auto& s : m_started) {
-      if (s.ready < s.start.hosts && !s.exit) {
-        if (shown < 3) {
-          waiting += (waiting.empty() ? "" : ", ") + s.start.host;
-          ++shown;
-        } else {
-          ++more;
-        }
+    for (size_t i = 0; i < m_plan.size(); ++i) {
+      const bool waited =
+          i >= m_started.size() || (m_started[i].ready < m_plan[i].hosts && !m_started[i].exit);
+      if (!waited) {
+        continue;
+      }
+      if (shown < 3) {
+        waiting += (waiting.empty() ? "" : ", ") + m_plan[i].host;
+        ++shown;
+      } else {
+        ++more;
       }
     }
     if (more > 0) {
@@ -505,7 +542,12 @@ class HostsLauncher {
   bool m_elastic;
   const char* m_via;  // "ssh" or "local", for the progress lines
   posix::EventLoop m_loop;
-  std::vector<Started> m_started;
+  std::vector<AgentStart> m_plan;
+  std::string m_header;
+  std::string m_sent;  // the signal bytes sent so far, for what starts later
+  std::chrono::milliseconds m_connect_cost{0};
+  Clock::time_point m_next_start;  // when the next simulated connection may begin
+  std::vector<Started> m_started;  // m_plan's first ones, in order
   int m_total_nodes = 0;
   int m_ready_nodes = 0;
   bool m_failed = false;

@@ -175,3 +175,27 @@ def test_a_token_never_appears_in_a_process_list(jobs, ssh_hosts, tmp_path):
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     assert not [c for c in cmdlines if b"s3cret" in c]
+
+
+def test_an_ssh_connection_that_drops_mid_job_ends_the_job_everywhere(jobs, ssh_hosts, tmp_path):
+    hosts = ssh_hosts(2)
+    p = launch(jobs, hosts, ["--", *worker(f"ready={tmp_path}", "sleep=300")])
+    assert wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 2, timeout=60)
+    ssh = [pid for pid in _children(p.pid) if _cmdline(pid).startswith(b"ssh\0")
+           and b"\0node1\0" in _cmdline(pid)]
+    assert len(ssh) == 1
+    os.kill(ssh[0], signal.SIGKILL)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode != 0, err
+    assert wait_until(lambda: nothing_left(hosts), timeout=30), \
+        {h: hosts.processes(h) for h in hosts.names}
+
+
+def _children(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+
+
+def _cmdline(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read()

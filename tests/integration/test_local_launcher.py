@@ -1,0 +1,96 @@
+"""One command for several agents on this machine: `--launcher local` (every
+agent here: tests, benchmarks, simulations) and a host list naming this
+machine (its agent runs without ssh). The same launching command as over
+ssh: the channel, the relayed lines, the signals, the job's code, the tree
+of --fanout."""
+import os
+import signal
+
+from conftest import env_lines, wait_until, worker
+
+PREFIX = ["--prefix", "[rank {rank}]: "]
+# ssh would fail at once: proof that a local host is never reached through it.
+NO_SSH = ["--ssh-args", "-o ProxyCommand=false"]
+
+
+def test_this_host_in_the_list_runs_without_ssh(jobs):
+    r = jobs.run(["--hosts", "localhost:2,127.0.0.1:1", *NO_SSH, *PREFIX, "--", *worker("env")])
+    assert r.returncode == 0, r.stderr
+    envs = env_lines(r.stdout)
+    assert sorted(envs) == [0, 1, 2]
+    assert {e["WORLD_SIZE"] for e in envs.values()} == {"3"}
+
+
+def test_local_launcher_relays_every_line_and_the_failing_rank_code(jobs):
+    r = jobs.run(["--hosts", "a:2,b:2,c:2", "--launcher", "local", "--", *worker("lines=200",
+                                                                                 "exit=0")])
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 6 * 200
+    r = jobs.run(["--hosts", "a:2,b:2", "--launcher", "local", "--", "sh", "-c",
+                  '[ "$RANK" = 3 ] && exit 7; exec sleep 60'])
+    assert r.returncode == 7, r.stderr
+    # One report, node 0's, for the whole job.
+    assert r.stderr.count("job failed: rank 3") == 1, r.stderr
+
+
+def test_a_tree_of_launchers_runs_every_node_and_ends_with_the_code(jobs):
+    hosts = ",".join(f"h{i}" for i in range(9))
+    r = jobs.run(["--hosts", hosts, "--launcher", "local", "--fanout", 2, *PREFIX, "--",
+                  *worker("env")])
+    assert r.returncode == 0, r.stderr
+    envs = env_lines(r.stdout)
+    assert sorted(envs) == list(range(9))
+    assert sorted(int(e["GROUP_RANK"]) for e in envs.values()) == list(range(9))
+    r = jobs.run(["--hosts", hosts, "--launcher", "local", "--fanout", 2, "--", "sh", "-c",
+                  '[ "$RANK" = 7 ] && exit 5; exec sleep 60'])
+    assert r.returncode == 5, r.stderr
+
+
+def test_killing_the_root_of_a_tree_leaves_nothing(jobs, tmp_path):
+    hosts = ",".join(f"h{i}" for i in range(7))
+    p = jobs.start(["--hosts", hosts, "--launcher", "local", "--fanout", 2, "--",
+                    *worker(f"ready={tmp_path}", "sleep=300")])
+    assert wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 7, timeout=60)
+    p.kill()
+    p.wait()
+    # The jobs fixture fails the test if any process of the job is left.
+
+
+def test_ctrl_c_during_a_slow_start_stops_what_started_and_starts_no_more(jobs, tmp_path):
+    p = jobs.start(["--hosts", "a,b,c,d", "--launcher", "local", "--", *worker(f"ready={tmp_path}",
+                                                                              "sleep=300")],
+                   env={"DDPLAUNCH_SIM_CONNECT_MS": "1500"})
+    # The progress line names who is awaited.
+    line = ""
+    while "connected, waiting for" not in line:
+        line = p.stderr.readline()
+        assert line, "no progress line"
+    assert "local: " in line and "/4 connected" in line, line
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert len(list(tmp_path.glob("ready.*"))) < 4
+
+
+def test_hosts_and_hostfile_errors_are_one_line_usage_errors(jobs, tmp_path):
+    cases = [
+        (["--hosts", "a:0"], "--hosts: 'a:0' has no valid slot count"),
+        (["--hosts", "a,b", "--node-rank", "1"], "--node-rank cannot be given with --hosts"),
+        (["--hosts", "a,b", "--nnodes", "3"], "--nnodes 3 does not match the 2 hosts"),
+        (["--hostfile", tmp_path / "missing"], "cannot read it"),
+        (["-x", "1BAD"], "-x takes VAR or VAR=value"),
+        (["--launcher", "pdsh"], "--launcher takes ssh, srun, local or auto"),
+        (["--launcher", "srun"], "not a Slurm allocation"),
+    ]
+    for args, message in cases:
+        r = jobs.run([*args, "--", "true"])
+        assert r.returncode == 2, (args, r.stderr)
+        errors = [l for l in r.stderr.splitlines() if l.startswith("ddplaunch: error:")]
+        assert len(errors) == 1 and message in errors[0], (args, r.stderr)
+
+
+def test_dry_run_prints_each_agent_command_and_starts_nothing(jobs):
+    r = jobs.run(["--hosts", "n0:4,n1:2", "--dry-run", "--", "train.py"])
+    assert r.returncode == 0, r.stderr
+    assert "node 0 (n0, over ssh): ssh " in r.stdout and "--nproc-per-node=4" in r.stdout
+    assert "node 1 (n1, over ssh): ssh " in r.stdout and "--node-rank=1" in r.stdout
