@@ -46,7 +46,9 @@ constexpr uint64_t k_tag_in = 2;
 // The first progress line after this long, then one every k_progress_every.
 constexpr auto k_progress_after = std::chrono::seconds(2);
 constexpr auto k_progress_every = std::chrono::seconds(5);
-constexpr int k_ssh_unreachable = 255;  // ssh's own exit code for its failures
+constexpr int k_ssh_unreachable = 255;
+// How long agents may run on after one failed before this command stops them.
+constexpr auto k_stop_grace = std::chrono::seconds(2);  // ssh's own exit code for its failures
 
 // One process this command started: an agent (here, or over ssh) or a
 // subtree's root.
@@ -223,38 +225,43 @@ class HostsLauncher {
       if (starting()) {
         deadline = std::min(deadline.value_or(m_next_start), m_next_start);
       }
+      if (m_stop_at && *m_stop_at != Clock::time_point::max()) {
+        deadline = std::min(deadline.value_or(*m_stop_at), *m_stop_at);
+      }
       for (const auto& ready : m_loop.wait(deadline)) {
         dispatch(ready);
       }
       const auto now = Clock::now();
+      if (m_stop_at && now >= *m_stop_at && !done()) {
+        log::warn("{} and the other nodes still run: stopping them", m_stop_reason);
+        send_to_all(std::string(1, static_cast<char>(SIGTERM)));
+        m_stop_at = Clock::time_point::max();
+      }
       start_due(now);
-      if (m_ready_nodes < m_total_nodes && !m_failed && now >= m_next_progress) {
+      if (m_ready_nodes < m_total_nodes && !m_failed && now >= m_next_progress &&
+          m_upstream == nullptr) {  // a subtree's progress is its root's to tell
         say_progress();
       }
     }
   }
 
-  // The job's exit code: the first failing node's (in node order), this
-  // command's own 3 when a node could not be started.
+  // The job's exit code: the first agent to end with a failure says it
+  // (they agree on the job's verdict, and one that failed alone ended
+  // first); this command's own 3 when a node could not be started; 4 when
+  // only ssh connections failed (each agent ended by its dropped channel).
   int exit_code() const {
     if (m_failed_start) {
       return k_exit_rendezvous;
     }
-    std::optional<int> lost;
-    for (const auto& s : m_started) {
-      if (!s.exit || s.exit->success()) {
-        continue;
-      }
-      if (!s.start.local && !s.exit->by_signal() && s.exit->code() == k_ssh_unreachable) {
-        lost = k_exit_node_lost;  // the connection, not the job: another node's code first
-        continue;
-      }
-      return s.exit->shell_code();
+    if (m_first_failure) {
+      return *m_first_failure;
     }
+    const bool lost = std::any_of(m_started.begin(), m_started.end(),
+                                  [](const Started& s) { return s.exit && !s.exit->success(); });
     if (m_stop_signal) {
       return 128 + *m_stop_signal;
     }
-    return lost.value_or(k_exit_ok);
+    return lost ? k_exit_node_lost : k_exit_ok;
   }
 
  private:
@@ -435,8 +442,14 @@ class HostsLauncher {
       if (m_upstream != nullptr) {
         m_console.write(1, std::string(text) + "\n");  // the launching command above counts it
       }
-      if (m_ready_nodes == m_total_nodes && Clock::now() >= m_started_at + k_progress_after) {
-        log::info("all {} nodes started", m_total_nodes);
+      if (m_ready_nodes == m_total_nodes && m_upstream == nullptr) {
+        const auto took = Clock::now() - m_started_at;
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
+        if (took >= k_progress_after) {
+          log::info("all {} nodes started, after {} ms", m_total_nodes, ms);
+        } else {
+          log::debug("all {} nodes started, after {} ms", m_total_nodes, ms);
+        }
       }
       return;
     }
@@ -477,6 +490,8 @@ class HostsLauncher {
             log::warn("the ssh connection to {} dropped{}: the agents there stop their workers",
                       describe_start(s.start),
                       s.last_error.empty() ? "" : " (" + s.last_error + ")");
+          } else if (!s.exit->success()) {
+            on_agent_failed(s);
           }
         }
       }
@@ -509,6 +524,20 @@ class HostsLauncher {
       m_failed = true;
       m_failed_start = true;
       send_to_all(std::string(1, static_cast<char>(SIGTERM)));
+    }
+  }
+
+  // An agent ended with a failure. The job's verdict reaches every node
+  // through the store within milliseconds; an agent that failed before it
+  // joined (a rendezvous error) leaves no verdict, so the others are stopped
+  // if still running after k_stop_grace.
+  void on_agent_failed(const Started& s) {
+    if (!m_first_failure) {
+      m_first_failure = s.exit->shell_code();
+    }
+    if (!m_elastic && !m_stop_at) {
+      m_stop_at = Clock::now() + k_stop_grace;
+      m_stop_reason = describe_start(s.start) + " ended with " + s.exit->describe();
     }
   }
 
@@ -553,6 +582,9 @@ class HostsLauncher {
   bool m_failed = false;
   bool m_failed_start = false;
   std::optional<int> m_stop_signal;
+  std::optional<int> m_first_failure;          // the first agent's failing exit code
+  std::optional<Clock::time_point> m_stop_at;  // when to stop agents a failure left running
+  std::string m_stop_reason;
   Clock::time_point m_started_at;
   Clock::time_point m_next_progress;
   char m_buffer[65536];

@@ -222,6 +222,13 @@ void AsyncClient::flush(TimePoint now) {
       if (errno == EAGAIN) {
         break;
       }
+      if (!m_handshaken && (errno == EPIPE || errno == ECONNRESET) &&
+          ++m_silent_closes < k_max_silent_closes) {
+        // Closed by a store whose handshake pool is full (see receive()),
+        // before this side had sent all of its handshake: tried again.
+        retry_busy("the store closed the connection during the handshake", now);
+        return;
+      }
       fail(m_handshaken ? Failure::k_lost : Failure::k_refused,
            std::string("send failed: ") + std::strerror(errno));
       return;

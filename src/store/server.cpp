@@ -249,11 +249,21 @@ std::optional<Clock::time_point> StoreServer::Impl::evict_oldest_handshake(
     if (refusals.summary_due == Clock::time_point{}) {
       refusals.summary_due = Clock::now() + std::chrono::seconds(10);
     }
+    // The client reads a reply with an id only once it has HELLO's answer:
+    // one still queued goes first (a small frame into an empty socket).
+    bool answered = c.hello;
+    if (answered && !c.out.empty()) {
+      const ssize_t n = ::send(fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      answered = n == static_cast<ssize_t>(c.out.size());
+    }
     const std::string busy =
-        c.hello ? protocol::reply::busy(0, "the store is busy with other handshakes; try again")
-                : protocol::reply::hello_error("the store is busy with other handshakes; try again",
-                                               protocol::Status::k_busy);
-    (void)!::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        answered
+            ? protocol::reply::busy(0, "the store is busy with other handshakes; try again")
+            : protocol::reply::hello_error("the store is busy with other handshakes; try again",
+                                           protocol::Status::k_busy);
+    if (answered || c.out.empty()) {
+      (void)!::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     reset_conn(fd);
     return std::nullopt;
   }
