@@ -78,7 +78,11 @@ int main(int argc, char** argv) {
       }
     }
     const Config config = configure(command_line, job_env);
-    log::setup(config.log_level);
+    // Under a launching command, node 0 says what every node would: the
+    // others keep to warnings unless --log-level says otherwise.
+    const bool echo = channel && config.node_rank.value_or(0) != 0 && !config.starts_agents() &&
+                      config.source_of("log_level") != "flag";
+    log::setup(echo ? "warn" : config.log_level);
     if (config.slurm_nodes > 1 && config.hosts.empty() && config.hostfile.empty()) {
       exec_srun_launch(config, job_env, {argv + 1, argv + argc});
     }

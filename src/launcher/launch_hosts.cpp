@@ -318,6 +318,7 @@ class HostsLauncher {
     }
     if (ready.tag == k_tag_console) {
       m_console.read_wake();
+      resume_streams();
       return;
     }
     if (ready.tag == k_tag_upstream) {
@@ -432,6 +433,26 @@ class HostsLauncher {
       auto& lines = is_out ? s.out_lines : s.err_lines;
       lines.feed(std::string_view(m_buffer, static_cast<size_t>(n)),
                  [&](std::string_view text, LineEnd end) { on_line(s, is_out, text, end); });
+      if (m_console.backlogged(is_out ? 1 : 2)) {
+        // The console is behind: this pipe waits (and, through it, ssh, the
+        // agent and its workers) until the console has room; no line is dropped.
+        m_loop.remove(fd.get());
+        m_paused.push_back(fd.get());
+        return;
+      }
+    }
+  }
+
+  void resume_streams() {
+    for (size_t i = 0; i < m_started.size(); ++i) {
+      for (const bool is_out : {true, false}) {
+        const int fd = is_out ? m_started[i].out.get() : m_started[i].err.get();
+        if (fd >= 0 && std::find(m_paused.begin(), m_paused.end(), fd) != m_paused.end() &&
+            !m_console.backlogged(is_out ? 1 : 2)) {
+          m_loop.set(fd, EPOLLIN, 4 * i + (is_out ? 0 : 1));
+          m_paused.erase(std::find(m_paused.begin(), m_paused.end(), fd));
+        }
+      }
     }
   }
 
@@ -577,6 +598,7 @@ class HostsLauncher {
   std::chrono::milliseconds m_connect_cost{0};
   Clock::time_point m_next_start;  // when the next simulated connection may begin
   std::vector<Started> m_started;  // m_plan's first ones, in order
+  std::vector<int> m_paused;       // stdout/stderr pipes not read while the console is behind
   int m_total_nodes = 0;
   int m_ready_nodes = 0;
   bool m_failed = false;

@@ -94,3 +94,23 @@ def test_dry_run_prints_each_agent_command_and_starts_nothing(jobs):
     assert r.returncode == 0, r.stderr
     assert "node 0 (n0, over ssh): ssh " in r.stdout and "--nproc-per-node=4" in r.stdout
     assert "node 1 (n1, over ssh): ssh " in r.stdout and "--node-rank=1" in r.stdout
+
+
+def test_a_slow_console_loses_no_line_of_any_host(jobs):
+    """120 MB through the launching command into a pipe read only after 2 s:
+    the relay waits for the console (and the agents for it), nothing is
+    dropped."""
+    p = jobs.start(["--hosts", "a:2,b:2", "--launcher", "local", "--no-prefix", "--",
+                    *worker("flood=30000000")])
+    import time
+    time.sleep(2)  # the reader is slow on purpose: not a synchronisation
+    total = 0
+    while True:
+        chunk = p.stdout.read(1 << 20)
+        if not chunk:
+            break
+        total += len(chunk)
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 0, err
+    assert "did not keep up" not in err, err
+    assert total >= 4 * 30_000_000, total
