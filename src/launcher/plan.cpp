@@ -123,6 +123,7 @@ HostsPlan plan_hosts(const Config& config, const CommandLine& command_line,
   std::vector<std::string> common;
   std::vector<std::string> subtree_only;
   bool prefix_given = false;
+  std::string summary_json;
   for (const auto& spec : option_table()) {
     auto it = command_line.flags.find(spec.key);
     if (it == command_line.flags.end()) {
@@ -130,6 +131,12 @@ HostsPlan plan_hosts(const Config& config, const CommandLine& command_line,
     }
     const std::string_view key = spec.key;
     prefix_given = prefix_given || key == "prefix" || key == "no_prefix";
+    if (key == "summary_json") {
+      // Node 0's summary holds every rank: one writer, even on a shared
+      // file system.
+      summary_json = it->second.value;
+      continue;
+    }
     if (k_subtree_keys.contains(key)) {
       add_flag(subtree_only, spec, it->second);
     } else if (!k_launcher_keys.contains(key)) {
@@ -194,6 +201,9 @@ HostsPlan plan_hosts(const Config& config, const CommandLine& command_line,
 
   auto agent_args = [&](size_t i) {
     std::vector<std::string> args = common;
+    if (context.first_node_rank + static_cast<int>(i) == 0 && !summary_json.empty()) {
+      args.push_back("--summary-json=" + summary_json);
+    }
     args.push_back("--node-rank=" + std::to_string(context.first_node_rank + static_cast<int>(i)));
     if (hosts[i].slots && config.source_of("nproc_per_node") != "flag") {
       args.push_back("--nproc-per-node=" + std::to_string(*hosts[i].slots));
@@ -203,6 +213,9 @@ HostsPlan plan_hosts(const Config& config, const CommandLine& command_line,
   };
   auto subtree_args = [&](size_t first, size_t last) {
     std::vector<std::string> args = common;
+    if (context.first_node_rank + static_cast<int>(first) == 0 && !summary_json.empty()) {
+      args.push_back("--summary-json=" + summary_json);
+    }
     args.insert(args.end(), subtree_only.begin(), subtree_only.end());
     args.push_back("--hosts=" + host_list(hosts, first, last));
     args.push_back("--subtree=" +

@@ -153,6 +153,12 @@ TEST(Plan, AboveTheFanoutHostsGoInContiguousSubtrees) {
   EXPECT_EQ(covered, 10);
 }
 
+TEST(Plan, OnlyNodeZeroWritesTheSummary) {
+  const auto plan = plan_of({"--hosts", "a,b", "--summary-json", "/shared/s.json", "--", "t"});
+  EXPECT_NE(plan.starts[0].argv.back().find("--summary-json=/shared/s.json"), std::string::npos);
+  EXPECT_EQ(plan.starts[1].argv.back().find("--summary-json"), std::string::npos);
+}
+
 TEST(Plan, QuotingSurvivesAPosixShell) {
   EXPECT_EQ(shell_quote("plain-word_1.2"), "plain-word_1.2");
   EXPECT_EQ(shell_quote(""), "''");
