@@ -431,8 +431,21 @@ class HostsLauncher {
         return;
       }
       auto& lines = is_out ? s.out_lines : s.err_lines;
-      lines.feed(std::string_view(m_buffer, static_cast<size_t>(n)),
-                 [&](std::string_view text, LineEnd end) { on_line(s, is_out, text, end); });
+      std::string_view chunk(m_buffer, static_cast<size_t>(n));
+      const size_t last = chunk.rfind('\n');
+      if (lines.at_line_start() && last != std::string_view::npos &&
+          chunk.find(k_agent_ready) == std::string_view::npos) {
+        // Whole lines with nothing to count: one write for all of them.
+        const std::string_view whole = chunk.substr(0, last + 1);
+        if (!is_out && last > 0) {
+          const size_t before = whole.rfind('\n', last - 1);
+          const size_t begin = before == std::string_view::npos ? 0 : before + 1;
+          s.last_error = std::string(whole.substr(begin, std::min<size_t>(last - begin, 400)));
+        }
+        m_console.write(is_out ? 1 : 2, whole);
+        chunk.remove_prefix(last + 1);
+      }
+      lines.feed(chunk, [&](std::string_view text, LineEnd end) { on_line(s, is_out, text, end); });
       if (m_console.backlogged(is_out ? 1 : 2)) {
         // The console is behind: this pipe waits (and, through it, ssh, the
         // agent and its workers) until the console has room; no line is dropped.
