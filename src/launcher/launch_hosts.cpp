@@ -78,13 +78,11 @@ std::vector<HostSlots> hosts_of(const Config& config) {
 }
 
 std::string self_path() {
-  std::string path(4096, '\0');
-  const ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size());
-  if (n <= 0) {
+  auto path = posix::self_exe();
+  if (!path) {
     throw std::system_error(errno, std::generic_category(), "readlink /proc/self/exe");
   }
-  path.resize(static_cast<size_t>(n));
-  return path;
+  return *path;
 }
 
 std::string current_dir() {

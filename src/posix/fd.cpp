@@ -102,4 +102,14 @@ std::optional<rlimit> raise_fd_limit() {
   return before;
 }
 
+std::optional<std::string> self_exe() {
+  std::string path(4096, '\0');
+  const ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size() - 1);
+  if (n <= 0) {
+    return std::nullopt;
+  }
+  path.resize(static_cast<size_t>(n));
+  return path;
+}
+
 }  // namespace ddplaunch::posix

@@ -59,6 +59,9 @@ std::optional<std::string> read_small_file(const std::string& path, size_t max_b
 // $TMPDIR, else /tmp.
 std::string temp_dir();
 
+// This program's own path (/proc/self/exe); nullopt when it cannot be read.
+std::optional<std::string> self_exe();
+
 // A new private (0700) directory temp_dir()/ddplaunch-job-XXXXXX; empty when
 // none can be made.
 std::string make_job_dir();

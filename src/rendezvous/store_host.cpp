@@ -13,6 +13,7 @@
 
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
+#include "posix/fd.hpp"
 #include "posix/interfaces.hpp"
 #include "posix/net.hpp"
 #include "posix/secret_file.hpp"
@@ -158,10 +159,8 @@ std::unique_ptr<StoreServer> give_workers_a_store(const Config& config, const St
   worker_env["DDPLAUNCH_STORE_PREFIX"] = "user/";
   // The launcher's own path, so that `"$DDPLAUNCH_EXE" store ...` works in a
   // worker when ddplaunch was started by path and is not on PATH.
-  std::array<char, 4096> exe{};
-  const ssize_t n = ::readlink("/proc/self/exe", exe.data(), exe.size() - 1);
-  if (n > 0) {
-    worker_env["DDPLAUNCH_EXE"] = std::string(exe.data(), static_cast<size_t>(n));
+  if (auto exe = posix::self_exe()) {
+    worker_env["DDPLAUNCH_EXE"] = std::move(*exe);
   }
   return own;
 }
