@@ -216,8 +216,10 @@ class HostsLauncher {
   // Relays until every started process has ended and its pipes are empty.
   void run() {
     while (!done()) {
+      // A subtree's progress is its root's to tell.
+      const bool telling = m_ready_nodes < m_total_nodes && !m_failed && m_upstream == nullptr;
       std::optional<Clock::time_point> deadline;
-      if (m_ready_nodes < m_total_nodes && !m_failed) {
+      if (telling) {
         deadline = m_next_progress;
       }
       if (starting()) {
@@ -236,8 +238,7 @@ class HostsLauncher {
         m_stop_at = Clock::time_point::max();
       }
       start_due(now);
-      if (m_ready_nodes < m_total_nodes && !m_failed && now >= m_next_progress &&
-          m_upstream == nullptr) {  // a subtree's progress is its root's to tell
+      if (telling && m_ready_nodes < m_total_nodes && !m_failed && now >= m_next_progress) {
         say_progress();
       }
     }
