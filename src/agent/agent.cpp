@@ -15,7 +15,7 @@
 namespace ddplaunch {
 
 Agent::Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner& spawner,
-             const Clock& clock, JobLink* link, ConsoleSink& console)
+             const Clock& clock, JobLink* link, ConsoleSink& console, MpiHost* mpi)
     : m_config(config),
       m_env(env),
       m_self(std::move(self)),
@@ -23,7 +23,8 @@ Agent::Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner
       m_clock(clock),
       m_link(link),
       m_router(config, console),
-      m_error_files(m_self.job_dir) {}
+      m_error_files(m_self.job_dir),
+      m_mpi(mpi) {}
 
 std::string Agent::node_name() const {
   if (m_plan) {
@@ -124,6 +125,7 @@ void Agent::begin(const Topology& topology, int node_rank) {
         w.env.erase("TORCHELASTIC_ERROR_FILE");
       }
     }
+    start_mpi_round(topology);
     m_start_time = m_clock.wall_now();
     m_pids = m_spawner.spawn(m_plan->workers);
   } catch (const LaunchError& e) {
@@ -208,6 +210,9 @@ RankOutcome Agent::root_outcome(int local_rank) const {
       log::debug("rank {}'s error file is not PyTorch's format: not shown", o.rank);
     }
   }
+  if (!o.error) {
+    o.error = mpi_error(local_rank);
+  }
   return o;
 }
 
@@ -277,7 +282,7 @@ void Agent::on_worker_exit(int local_rank, const ExitInfo& info) {
   }
   m_end_times.at(static_cast<size_t>(local_rank)) = m_clock.wall_now();
   log::debug("local rank {} ended: {}", local_rank, info.describe());
-  apply(m_supervisor->on_worker_exit(local_rank, info, m_clock.now()));
+  apply(m_supervisor->on_worker_exit(local_rank, mpi_exit(local_rank, info), m_clock.now()));
   advance();
 }
 

@@ -21,6 +21,7 @@
 #include "config/config.hpp"
 #include "config/env_map.hpp"
 #include "env/launch_spec.hpp"
+#include "mpi/mpi_host.hpp"
 #include "node/identity.hpp"
 #include "output/error_files.hpp"
 #include "output/router.hpp"
@@ -45,9 +46,10 @@ class Agent : public JobLink::Listener {
   using TimePoint = Clock::TimePoint;
   using Stream = OutputRouter::Stream;
 
-  // Everything referenced must outlive the Agent; `link` is null for one node.
+  // Everything referenced must outlive the Agent; `link` is null for one node;
+  // `mpi` (the PMIx server its workers' MPI_Init finds) is null with --no-pmix.
   Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner& spawner,
-        const Clock& clock, JobLink* link, ConsoleSink& console);
+        const Clock& clock, JobLink* link, ConsoleSink& console, MpiHost* mpi = nullptr);
 
   // Joins the job (multi-node) or starts the workers (one node).
   void start();
@@ -64,6 +66,9 @@ class Agent : public JobLink::Listener {
   // `local_rank`'s streams because the console is behind: while any is
   // stopped, the rank's hang clock stands still (it cannot show progress).
   void on_output_paused(int local_rank, bool paused);
+  // The MPI host has news (its fd was readable): workers that called
+  // MPI_Init, MPI_Finalize or MPI_Abort, fences to move along.
+  void on_mpi();
   // The debugger printing hung worker `local_rank`'s native stacks ended.
   void on_stacks_dumped(int local_rank);
   // Call once now >= next_deadline().
@@ -105,6 +110,14 @@ class Agent : public JobLink::Listener {
   bool hang_clock_runs(size_t local_rank) const;
   void check_hangs(TimePoint now);
   std::string socket_ifname(const Topology& topology, int node_rank) const;
+  // --- MPI (agent_mpi.cpp) ----------------------------------------------------
+  // The round's PMIx namespace, and each worker's variables for it.
+  void start_mpi_round(const Topology& topology);
+  // How an MPI worker's end counts: an MPI_Abort's status, or a failure for
+  // a clean exit that skipped MPI_Finalize; `info` unchanged otherwise.
+  ExitInfo mpi_exit(int local_rank, const ExitInfo& info);
+  // Why an MPI worker failed, for the report (nullopt: nothing MPI-specific).
+  std::optional<WorkerError> mpi_error(int local_rank) const;
   void abort_hung(TimePoint now);  // SIGABRT: Python prints its stacks and it ends
   // This node's own view of how the round ended (its Supervisor's).
   LocalEnd local_end() const;
@@ -165,6 +178,16 @@ class Agent : public JobLink::Listener {
     bool dumping = false;  // a debugger prints its native stacks first
   };
   std::optional<Hung> m_hung;
+
+  // The PMIx server and what each local rank told it this round.
+  MpiHost* m_mpi;
+  struct MpiState {
+    bool connected = false;
+    bool finalized = false;
+    std::optional<std::pair<int, std::string>> aborted;  // status, message
+    bool skipped_finalize = false;                       // it ended with 0 without MPI_Finalize
+  };
+  std::vector<MpiState> m_mpi_state;
 
   bool m_advancing = false;
   bool m_again = false;

@@ -26,6 +26,7 @@ constexpr uint64_t k_tag_console = 1ULL << 60;
 constexpr uint64_t k_tag_progress = 1ULL << 59;  // | local rank: its DDPLAUNCH_PROGRESS_FD pipe
 constexpr uint64_t k_tag_waited = 1ULL << 58;    // wait_readable()'s fd
 constexpr uint64_t k_tag_serve = 1ULL << 57;     // a store to serve once a client comes
+constexpr uint64_t k_tag_mpi = 1ULL << 56;       // the PMIx server's queue
 // A read this large means the worker filled its pipe; then it gets this size.
 constexpr size_t k_pipe_size_at = 64 * 1024;
 constexpr int k_flood_pipe_size = 1 << 20;
@@ -76,6 +77,10 @@ void Driver::serve_when_connected(int listen_fd, std::function<void()> serve) {
   m_serve_fd = listen_fd;
   m_serve = std::move(serve);
   m_loop.set(listen_fd, EPOLLIN, k_tag_serve);
+}
+
+void Driver::watch_mpi(int fd) {
+  m_loop.set(fd, EPOLLIN, k_tag_mpi);
 }
 
 void Driver::run(Agent& agent, ProcessSpawner& spawner, StoreLink* link, AsyncClient* store,
@@ -230,6 +235,8 @@ void Driver::dispatch(const posix::EventLoop::Ready& ready) {
     std::exchange(m_serve, nullptr)();
   } else if (ready.tag == k_tag_store) {
     m_store->on_ready(ready.events, std::chrono::steady_clock::now());
+  } else if (ready.tag == k_tag_mpi) {
+    m_agent->on_mpi();
   } else {
     read_stream(static_cast<int>(ready.tag / 2), static_cast<Stream>(ready.tag % 2));
   }

@@ -45,6 +45,9 @@ class Driver {
   // Calls `serve` (once) when `listen_fd` first has a connection waiting:
   // a one-node job's store gets its thread only if a worker uses it.
   void serve_when_connected(int listen_fd, std::function<void()> serve);
+  // Watches the PMIx server's queue (`fd`, readable while it holds
+  // something) from here on: run() then calls Agent::on_mpi().
+  void watch_mpi(int fd);
 
   // After run() threw: tells the other nodes at once (a verdict naming this
   // node's error, and no results from it, so node 0 waits for none), waiting

@@ -11,6 +11,7 @@
 #include "agent/driver.hpp"
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
+#include "mpi/pmix_server.hpp"
 #include "node/identity.hpp"
 #include "node/resources.hpp"
 #include "output/console.hpp"
@@ -215,7 +216,20 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
                                           address.token);
     link = make_store_link(config, address, *store, clock, store_server != nullptr);
   }
-  Agent agent(config, worker_env, self, spawner, clock, link.get(), console);
+  // The PMIx server its MPI workers' MPI_Init finds; fences across nodes go
+  // through the store connection.
+  std::unique_ptr<PmixServer> pmix;
+  if (config.pmix) {
+    std::string why;
+    pmix = PmixServer::start(self.job_dir, why);
+    if (!pmix) {
+      log::debug("no PMIx server for the workers ({}): MPI programs will not initialise", why);
+    } else {
+      pmix->attach_store(store.get(), config.node_rank.value_or(0));
+      driver.watch_mpi(pmix->event_fd());
+    }
+  }
+  Agent agent(config, worker_env, self, spawner, clock, link.get(), console, pmix.get());
   if (link) {
     link->set_listener(agent);
   }
@@ -236,6 +250,9 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   }
   // The connection first, so that node 0's store sees it close, not a reset;
   // node 0's store goes away only now.
+  if (pmix) {
+    pmix->attach_store(nullptr, 0);
+  }
   link.reset();
   store.reset();
   store_server.reset();

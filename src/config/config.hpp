@@ -58,8 +58,11 @@ struct Config {
   int nproc_per_node = 1;  // Default: 1. Resolved to a number for every mode before planning.
   std::string program;     // Required: the program (or .py script, or module with -m)
   std::vector<std::string> program_args;
-  bool no_python = false;        // Default: false. --no-python runs `program` as given.
-  bool module = false;           // Default: false. -m/--module runs `python -m program`.
+  bool no_python = false;  // Default: false. --no-python runs `program` as given.
+  bool module = false;     // Default: false. -m/--module runs `python -m program`.
+  // Default: true. Each agent hosts a PMIx server for its workers, so an MPI
+  // program's MPI_Init joins the job (docs/MPI.md); --no-pmix turns it off.
+  bool pmix = true;
   std::string python;            // Default: empty = $PYTHON_EXEC, else python3 on PATH
   std::string role = "default";  // Default: "default" (ROLE_NAME)
   int max_restarts = 0;          // Default: 0. Passed to workers as TORCHELASTIC_MAX_RESTARTS.

@@ -13,3 +13,42 @@ void add_mpi_env(EnvMap& env, const JobLayout& layout, int local_rank) {
 }
 
 }  // namespace ddplaunch
+
+namespace ddplaunch {
+
+std::vector<std::pair<std::string, std::string>> open_mpi_defaults(const EnvMap& env,
+                                                                   const JobLayout& layout,
+                                                                   bool cohosted,
+                                                                   const std::string& job_dir) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto set = [&env, &out](std::initializer_list<const char*> family, const char* name,
+                          const std::string& value) {
+    for (const char* f : family) {
+      if (env.contains(f)) {
+        return;
+      }
+    }
+    if (!value.empty()) {
+      out.emplace_back(name, value);
+    }
+  };
+  set({"OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_btl_tcp_if_exclude"}, "OMPI_MCA_btl_tcp_if_include",
+      layout.socket_ifname);
+  set({"OMPI_MCA_btl_vader_single_copy_mechanism"}, "OMPI_MCA_btl_vader_single_copy_mechanism",
+      "none");
+  set({"OMPI_MCA_orte_tmpdir_base"}, "OMPI_MCA_orte_tmpdir_base", job_dir);
+  // Open MPI 4 decides how it was started by its "schizo" components: with
+  // only its own, neither "a singleton" (no mpirun daemon) nor "srun's task"
+  // (SLURM_STEP_ID) is declared, and it takes the PMIx server it is given.
+  set({"OMPI_MCA_schizo"}, "OMPI_MCA_schizo", "ompi");
+  if (cohosted) {
+    set({"OMPI_MCA_btl_vader_backing_directory"}, "OMPI_MCA_btl_vader_backing_directory", job_dir);
+  }
+  return out;
+}
+
+bool is_outer_step_identity(const std::string& name) {
+  return name.starts_with("SLURM_PMIX") || name.starts_with("PMI_");
+}
+
+}  // namespace ddplaunch

@@ -1,6 +1,5 @@
 #include "rendezvous/pmix_exchange.hpp"
 
-#include <dlfcn.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include "log.hpp"
 #include "posix/fd.hpp"
 #include "posix/interfaces.hpp"
+#include "posix/library.hpp"
 
 #if DDPLAUNCH_HAVE_PMIX
 #include <pmix.h>
@@ -52,26 +52,13 @@ struct PmixApi {
   decltype(&PMIx_Error_string) error_string = nullptr;
 
   bool load(std::string& why) {
-    for (const char* name : {"libpmix.so.2", "libpmix.so"}) {
-      handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-      if (handle != nullptr) {
-        break;
-      }
-    }
-    if (handle == nullptr) {
-      why = "cannot load libpmix.so.2 (install Debian's libpmix2): " + std::string(dlerror());
-      return false;
-    }
+    handle = posix::open_libpmix(why);
     auto sym = [this, &why](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle, name));
-      if (fn == nullptr) {
-        why = std::string("libpmix has no ") + name;
-      }
-      return fn != nullptr;
+      return posix::load_symbol(handle, fn, name, why);
     };
-    return sym(init, "PMIx_Init") && sym(finalize, "PMIx_Finalize") && sym(put, "PMIx_Put") &&
-           sym(commit, "PMIx_Commit") && sym(fence, "PMIx_Fence") && sym(get, "PMIx_Get") &&
-           sym(error_string, "PMIx_Error_string");
+    return handle != nullptr && sym(init, "PMIx_Init") && sym(finalize, "PMIx_Finalize") &&
+           sym(put, "PMIx_Put") && sym(commit, "PMIx_Commit") && sym(fence, "PMIx_Fence") &&
+           sym(get, "PMIx_Get") && sym(error_string, "PMIx_Error_string");
   }
 };
 

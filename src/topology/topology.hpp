@@ -47,6 +47,9 @@ struct Topology {
   // By node rank: every node where all are known (the store host, a
   // one-node job, workers with reserved ports), else only this agent's own.
   std::vector<NodeEntry> nodes;
+  // Every node's host name by node rank, where the plan carried them (for
+  // the PMIx server's node map); empty otherwise.
+  std::vector<std::string> hosts;
   bool operator==(const Topology&) const = default;
 
   int nnodes() const;

@@ -1,8 +1,17 @@
-// A worker that calls MPI_Init: under ddplaunch started by mpirun it must be a
-// singleton (size 1), not a confused member of the outer mpirun's job.
+// A worker that is an MPI program: MPI_Init, its rank and size, an
+// MPI_Allreduce of the ranks and a ring send/recv, then MPI_Finalize. It
+// prints one line: "mpi rank R size S sum X from P RANK=<ddplaunch's RANK>".
+// One argument makes one rank misbehave, for the tests of what ddplaunch
+// makes of it:
+//   abort:R:CODE       rank R calls MPI_Abort(MPI_COMM_WORLD, CODE); the others wait in a barrier
+//   nofinalize:R       rank R exits 0 right after MPI_Init; the others wait in a barrier
+//   hang:R             every rank but R waits in a barrier, R in pause(): the test kills one
+//   fail-first-round:R rank R exits 3 after MPI_Init when TORCHELASTIC_RESTART_COUNT is 0
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #if defined(__SANITIZE_ADDRESS__)
 /* Open MPI keeps what MPI_Init allocates; those leaks are its own. */
 const char* __asan_default_options(void) {
@@ -10,12 +19,50 @@ const char* __asan_default_options(void) {
 }
 #endif
 
+static int target_rank(const char* arg, const char* mode) {
+  size_t n = strlen(mode);
+  return strncmp(arg, mode, n) == 0 && arg[n] == ':' ? atoi(arg + n + 1) : -1;
+}
+
 int main(int argc, char** argv) {
   int rank = -1, size = -1;
+  const char* mode = argc > 1 ? argv[1] : "";
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  printf("mpi rank %d size %d RANK=%s\n", rank, size, getenv("RANK"));
+  if (target_rank(mode, "abort") == rank) {
+    const char* code = strchr(strchr(mode, ':') + 1, ':');
+    fprintf(stderr, "rank %d aborts\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, code != NULL ? atoi(code + 1) : 1);
+  } else if (target_rank(mode, "nofinalize") == rank) {
+    fprintf(stderr, "rank %d leaves without MPI_Finalize\n", rank);
+    fflush(stderr);
+    return 0;
+  } else if (target_rank(mode, "hang") == rank) {
+    printf("pid %d waits\n", (int)getpid());
+    fflush(stdout);
+    pause();
+  } else if (target_rank(mode, "fail-first-round") == rank) {
+    const char* round = getenv("TORCHELASTIC_RESTART_COUNT");
+    if (round != NULL && strcmp(round, "0") == 0) {
+      fprintf(stderr, "rank %d fails in round 0\n", rank);
+      return 3;
+    }
+  }
+  if (target_rank(mode, "abort") >= 0 || target_rank(mode, "nofinalize") >= 0 ||
+      target_rank(mode, "hang") >= 0) {
+    printf("pid %d in barrier\n", (int)getpid());
+    fflush(stdout);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  int sum = 0;
+  MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  int from = -1;
+  MPI_Sendrecv(&rank, 1, MPI_INT, (rank + 1) % size, 0, &from, 1, MPI_INT, (rank + size - 1) % size,
+               0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  const char* ddp_rank = getenv("RANK");
+  printf("mpi rank %d size %d sum %d from %d RANK=%s\n", rank, size, sum, from,
+         ddp_rank != NULL ? ddp_rank : "-");
   MPI_Finalize();
   return 0;
 }

@@ -40,8 +40,11 @@ def test_mpirun_one_agent_per_node_forms_one_job(jobs, tmp_path):
     assert {int(e["NODE_RANK"]) for e in envs.values()} == {0, 1}
     assert len({e["MASTER_PORT"] for e in envs.values()}) == 1
     for e in envs.values():
-        leaked = [k for k in e if k.startswith(("OMPI_COMM_WORLD_", "PMIX_"))]
+        leaked = [k for k in e if k.startswith("OMPI_COMM_WORLD_")]
         assert not leaked, f"the outer mpirun's identity reached a worker: {leaked}"
+        # Its PMIx variables are its own agent's server's, never mpirun's.
+        assert e["PMIX_NAMESPACE"].startswith("ddplaunch."), e["PMIX_NAMESPACE"]
+        assert e["PMIX_RANK"] == e["RANK"]
     # Secure with nothing typed: node 0 made a job token and handed it to
     # every node through PMIx; the workers hold the credential derived from it.
     assert len({e.get("DDPLAUNCH_STORE_TOKEN") for e in envs.values()}) == 1
@@ -81,12 +84,14 @@ MPI_HELLO = os.environ.get("DDPLAUNCH_MPI_HELLO")
 
 @needs_mpirun
 @pytest.mark.skipif(not MPI_HELLO, reason="the MPI_Init helper was not built (libopenmpi-dev)")
-def test_mpi_init_in_a_worker_is_not_confused_by_the_outer_mpirun(jobs, tmp_path):
+def test_mpi_init_in_a_worker_joins_ddplaunchs_job_not_the_outer_mpiruns(jobs, tmp_path):
     rc, out, err = mpirun(jobs, 2, ["--nproc-per-node", 2, "--log-dir", tmp_path, "--", MPI_HELLO])
     assert rc == 0, err
     logs = [(tmp_path / d / "stdout.log").read_text() for d in os.listdir(tmp_path)]
-    # Each worker is its own MPI singleton, not a member of mpirun's 2-process job.
-    assert sorted(logs) == sorted(f"mpi rank 0 size 1 RANK={r}\n" for r in range(4)), logs
+    # One MPI world of ddplaunch's 4 ranks (through each agent's own PMIx
+    # server), not mpirun's 2-process job and not 4 singletons.
+    assert sorted(logs) == sorted(f"mpi rank {r} size 4 sum 6 from {(r + 3) % 4} RANK={r}\n"
+                                  for r in range(4)), logs
 
 
 @needs_mpirun

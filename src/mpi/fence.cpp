@@ -1,0 +1,42 @@
+#include "mpi/fence.hpp"
+
+#include <algorithm>
+#include <memory>
+
+#include "mpi/pmix_job.hpp"
+
+namespace ddplaunch {
+
+void FenceExchange::enter(const std::string& nspace, const std::string& signature,
+                          const std::vector<int>& nodes, std::string data, Done done) {
+  const long seq = m_seq[nspace + "/" + signature]++;
+  auto keys = std::make_shared<FenceKeys>(fence_keys(nspace, signature, seq, nodes));
+  const auto me = std::find(nodes.begin(), nodes.end(), m_node_rank) - nodes.begin();
+  const auto total = static_cast<int64_t>(nodes.size());
+  StoreConnection& conn = m_connection;
+  auto finish = [&conn, keys, done = std::move(done)](std::optional<std::string>) {
+    conn.multi_get(keys->records, [done](std::vector<std::optional<std::string>> records) {
+      std::string all;
+      for (const auto& r : records) {
+        if (!r) {
+          done(false, {});
+          return;
+        }
+        all += *r;
+      }
+      done(true, std::move(all));
+    });
+  };
+  // The record first: whoever sees the count complete knows every record is in.
+  conn.set(keys->records.at(static_cast<size_t>(me)), data,
+           [&conn, keys, total, finish = std::move(finish)]() mutable {
+             conn.add(keys->counter, 1, [&conn, keys, total](int64_t arrived) {
+               if (arrived == total) {
+                 conn.set(keys->done, "1", [] {});
+               }
+             });
+             conn.get(keys->done, StoreConnection::Duration(0), std::move(finish));
+           });
+}
+
+}  // namespace ddplaunch

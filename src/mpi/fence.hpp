@@ -1,0 +1,41 @@
+// FenceExchange: a PMIx fence across nodes, as an allgather through the job's
+// store. Each node's server hands in its local ranks' combined data; this
+// node writes it as one record, counts itself in (ADD), and the node that
+// completes the count sets the fence's "done" key. Every node waits for that
+// key (parked on the server, never polled), then reads all records in one
+// MULTI_GET and gets their concatenation in node order. Per node: four
+// requests whatever the node count, and the bytes of the job's data.
+// Driven by the thread that drives the connection; not thread-safe.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "store/connection.hpp"
+
+namespace ddplaunch {
+
+class FenceExchange {
+ public:
+  // `ok` false: a record was missing (the store lost data); `data` is then empty.
+  using Done = std::function<void(bool ok, std::string data)>;
+
+  // `connection` must outlive this object; `node_rank` is this node.
+  FenceExchange(StoreConnection& connection, int node_rank)
+      : m_connection(connection), m_node_rank(node_rank) {}
+
+  // One fence of `nspace` among `nodes` (sorted node ranks, this one among
+  // them): `signature` names the participant set, the same on every node.
+  // Fences with one signature complete in the order they are entered.
+  void enter(const std::string& nspace, const std::string& signature, const std::vector<int>& nodes,
+             std::string data, Done done);
+
+ private:
+  StoreConnection& m_connection;
+  int m_node_rank;
+  std::map<std::string, long> m_seq;  // by nspace + signature: fences entered so far
+};
+
+}  // namespace ddplaunch

@@ -1,0 +1,41 @@
+// MpiHost: what the Agent asks of the MPI runtime it hosts for its workers
+// (the PMIx server, mpi/pmix_server.hpp; a fake in the agent's unit tests):
+// a namespace per round, and what the workers told it. Not thread-safe: the
+// main thread calls it.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpi/pmix_job.hpp"
+
+namespace ddplaunch {
+
+// Something a worker told its PMIx server.
+struct MpiEvent {
+  enum class Kind {
+    k_connected,  // PMIx_Init (MPI_Init)
+    k_finalized,  // PMIx_Finalize (MPI_Finalize)
+    k_aborted,    // PMIx_Abort (MPI_Abort): `status` and `message` say why
+  };
+  Kind kind = Kind::k_connected;
+  int rank = 0;  // the worker's global rank
+  int status = 0;
+  std::string message;
+};
+
+class MpiHost {
+ public:
+  using EnvVars = std::vector<std::pair<std::string, std::string>>;
+  virtual ~MpiHost() = default;
+  // Registers `job`'s namespace (forgetting the previous round's) before its
+  // workers start; returns what each local rank's environment needs, by
+  // local rank. Throws std::runtime_error when the server refuses.
+  virtual std::vector<EnvVars> start_round(const PmixJob& job) = 0;
+  // What the current round's workers told the server since the last call;
+  // also moves the fences they wait in along.
+  virtual std::vector<MpiEvent> take_events() = 0;
+};
+
+}  // namespace ddplaunch

@@ -1,0 +1,60 @@
+// PmixJob: what a node's PMIx server tells the MPI library of the job it is
+// part of, derived from ddplaunch's layout: the namespace, which ranks live on
+// which node, and each node's name. Also the store keys a fence uses. Pure:
+// no system calls; unit-tested in tests/unit/test_pmix_job.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "topology/topology.hpp"
+
+namespace ddplaunch {
+
+struct PmixJob {
+  std::string nspace;  // "ddplaunch.<run id>.<round>": new each round
+  int node_rank = 0;   // this node
+  int world_size = 1;
+  // By node rank: its first rank and its rank count (ranks are contiguous).
+  std::vector<int> first_rank;
+  std::vector<int> nproc;
+  // By node rank: the name the node map gives it. A host name, made unique
+  // when several nodes share one host (loopback jobs): "host", "host.n1".
+  std::vector<std::string> hosts;
+  // Several nodes of this job run on one host (each has its own server).
+  bool cohosted = false;
+
+  int nnodes() const { return static_cast<int>(nproc.size()); }
+  int local_size() const { return nproc.at(static_cast<size_t>(node_rank)); }
+  int local_first() const { return first_rank.at(static_cast<size_t>(node_rank)); }
+  // The node holding `rank`, or -1 outside the job.
+  int node_of(int rank) const;
+  // PMIX_NODE_MAP's input: "a,b,c".
+  std::string node_list() const;
+  // PMIX_PROC_MAP's input: "0,1;2,3" (node by node).
+  std::string proc_list() const;
+  // PMIX_LOCAL_PEERS: this node's ranks, "2,3".
+  std::string local_peers() const;
+};
+
+// The namespace name for a run and round: at most PMIx's 255 bytes, the run
+// id cut and anything but [A-Za-z0-9_-] made '_' so the name stays a name.
+std::string pmix_nspace(const std::string& run_id, int round, int restarts);
+
+// `hosts`: each node's host name by node rank where known (Topology::hosts);
+// a node whose name is unknown is called "node<N>".
+PmixJob make_pmix_job(const JobLayout& layout, const std::vector<std::string>& hosts);
+
+// The store keys of one fence of `nspace` among `nodes` (sorted node ranks):
+// every participant's record, the arrival counter, and the "all in" flag.
+// `signature` names the participant set ("all" for the whole namespace);
+// `seq` counts the fences with that signature, the same on every node.
+struct FenceKeys {
+  std::vector<std::string> records;  // by position in `nodes`
+  std::string counter;
+  std::string done;
+};
+FenceKeys fence_keys(const std::string& nspace, const std::string& signature, long seq,
+                     const std::vector<int>& nodes);
+
+}  // namespace ddplaunch

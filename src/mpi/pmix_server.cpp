@@ -1,0 +1,445 @@
+#include "mpi/pmix_server.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <stdexcept>
+
+#include "log.hpp"
+#include "posix/error.hpp"
+#include "posix/library.hpp"
+
+#if DDPLAUNCH_HAVE_PMIX
+#include <pmix.h>
+#include <pmix_server.h>
+#endif
+
+namespace ddplaunch {
+
+#if !DDPLAUNCH_HAVE_PMIX
+
+struct PmixServer::Upcall {};
+
+PmixServer::PmixServer() = default;
+PmixServer::~PmixServer() = default;
+std::unique_ptr<PmixServer> PmixServer::start(const std::string&, std::string& why) {
+  why = "this ddplaunch was built without PMIx (Debian: libpmix-dev)";
+  return nullptr;
+}
+void PmixServer::attach_store(StoreConnection*, int) {}
+std::vector<MpiHost::EnvVars> PmixServer::start_round(const PmixJob&) {
+  return {};
+}
+std::vector<MpiEvent> PmixServer::take_events() {
+  return {};
+}
+void PmixServer::post(std::unique_ptr<Upcall>) {}
+void PmixServer::fence(Upcall&) {}
+void PmixServer::complete_fence(Upcall&, bool, std::string) {}
+
+#else
+
+namespace {
+
+// The server calls, loaded from Debian's libpmix2.
+struct ServerApi {
+  void* handle = nullptr;
+  decltype(&PMIx_server_init) init = nullptr;
+  decltype(&PMIx_server_finalize) finalize = nullptr;
+  decltype(&PMIx_server_register_nspace) register_nspace = nullptr;
+  decltype(&PMIx_server_deregister_nspace) deregister_nspace = nullptr;
+  decltype(&PMIx_server_register_client) register_client = nullptr;
+  decltype(&PMIx_server_setup_fork) setup_fork = nullptr;
+  decltype(&PMIx_generate_regex) generate_regex = nullptr;
+  decltype(&PMIx_generate_ppn) generate_ppn = nullptr;
+  decltype(&PMIx_Error_string) error_string = nullptr;
+
+  bool load(std::string& why) {
+    handle = posix::open_libpmix(why);
+    auto sym = [this, &why](auto& fn, const char* name) {
+      return posix::load_symbol(handle, fn, name, why);
+    };
+    return handle != nullptr && sym(init, "PMIx_server_init") &&
+           sym(finalize, "PMIx_server_finalize") &&
+           sym(register_nspace, "PMIx_server_register_nspace") &&
+           sym(deregister_nspace, "PMIx_server_deregister_nspace") &&
+           sym(register_client, "PMIx_server_register_client") &&
+           sym(setup_fork, "PMIx_server_setup_fork") &&
+           sym(generate_regex, "PMIx_generate_regex") && sym(generate_ppn, "PMIx_generate_ppn") &&
+           sym(error_string, "PMIx_Error_string");
+  }
+};
+
+ServerApi g_api;
+// libpmix's upcalls carry no pointer of ours: the one server of this process.
+std::atomic<PmixServer*> g_server{nullptr};
+
+// pmix_info_t arrays built by hand (PMIx's macros call into the library,
+// which is not linked): every string they point at is owned here, and each
+// array stays put while libpmix reads it.
+class InfoList {
+ public:
+  void u32(const char* key, uint32_t v) { add(key, PMIX_UINT32).data.uint32 = v; }
+  void u16(const char* key, uint16_t v) { add(key, PMIX_UINT16).data.uint16 = v; }
+  void rank(const char* key, uint32_t v) { add(key, PMIX_PROC_RANK).data.rank = v; }
+  void flag(const char* key, bool v) { add(key, PMIX_BOOL).data.flag = v; }
+  void str(const char* key, std::string v) {
+    m_strings.push_back(std::move(v));
+    add(key, PMIX_STRING).data.string = m_strings.back().data();
+  }
+  // `inner` must outlive this list's use.
+  void array(const char* key, InfoList& inner) {
+    m_arrays.push_back(pmix_data_array_t{PMIX_INFO, inner.size(), inner.data()});
+    add(key, PMIX_DATA_ARRAY).data.darray = &m_arrays.back();
+  }
+  pmix_info_t* data() { return m_info.empty() ? nullptr : m_info.data(); }
+  size_t size() const { return m_info.size(); }
+
+ private:
+  pmix_value_t& add(const char* key, pmix_data_type_t type) {
+    pmix_info_t info;
+    std::memset(&info, 0, sizeof info);
+    std::strncpy(info.key, key, PMIX_MAX_KEYLEN);
+    info.value.type = type;
+    m_info.push_back(info);
+    return m_info.back().value;
+  }
+  std::vector<pmix_info_t> m_info;  // data() is read only once the list is complete
+  std::deque<std::string> m_strings;
+  std::deque<pmix_data_array_t> m_arrays;
+};
+
+std::string error_text(pmix_status_t rc) {
+  return g_api.error_string != nullptr ? g_api.error_string(rc) : std::to_string(rc);
+}
+
+pmix_proc_t make_proc(const std::string& nspace, uint32_t rank) {
+  pmix_proc_t p;
+  std::memset(&p, 0, sizeof p);
+  std::strncpy(p.nspace, nspace.c_str(), PMIX_MAX_NSLEN);
+  p.rank = rank;
+  return p;
+}
+
+// A string libpmix malloc'd, freed when done with.
+struct Malloced {
+  char* p = nullptr;
+  ~Malloced() { std::free(p); }
+};
+
+}  // namespace
+
+struct PmixServer::Upcall {
+  enum class Kind { k_event, k_fence } kind = Kind::k_event;
+  std::string nspace;
+  MpiEvent event;
+  // A fence: its participants (rank -1: the whole namespace), whether data
+  // is collected, this node's data, and libpmix's completion.
+  std::vector<int> ranks;
+  std::string data;
+  pmix_modex_cbfunc_t cbfunc = nullptr;
+  void* cbdata = nullptr;
+};
+
+namespace {
+
+void post_event(const pmix_proc_t* proc, MpiEvent::Kind kind, int status, const char* message) {
+  PmixServer* server = g_server.load();
+  if (server == nullptr || proc == nullptr) {
+    return;
+  }
+  auto up = std::make_unique<PmixServer::Upcall>();
+  up->nspace = proc->nspace;
+  up->event.kind = kind;
+  up->event.rank = static_cast<int>(proc->rank);
+  up->event.status = status;
+  up->event.message = message != nullptr ? message : "";
+  server->post(std::move(up));
+}
+
+pmix_status_t on_connected(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t, void*) {
+  post_event(proc, MpiEvent::Kind::k_connected, 0, nullptr);
+  return PMIX_OPERATION_SUCCEEDED;
+}
+
+pmix_status_t on_connected2(const pmix_proc_t* proc, void*, pmix_info_t[], size_t, pmix_op_cbfunc_t,
+                            void*) {
+  post_event(proc, MpiEvent::Kind::k_connected, 0, nullptr);
+  return PMIX_OPERATION_SUCCEEDED;
+}
+
+pmix_status_t on_finalized(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t, void*) {
+  post_event(proc, MpiEvent::Kind::k_finalized, 0, nullptr);
+  return PMIX_OPERATION_SUCCEEDED;
+}
+
+// MPI_Abort: queued before the caller is released, so the main thread knows
+// of it before it can see the process end.
+pmix_status_t on_abort(const pmix_proc_t* proc, void*, int status, const char msg[], pmix_proc_t[],
+                       size_t, pmix_op_cbfunc_t, void*) {
+  post_event(proc, MpiEvent::Kind::k_aborted, status, msg);
+  return PMIX_OPERATION_SUCCEEDED;
+}
+
+pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
+                       size_t ninfo, char* data, size_t ndata, pmix_modex_cbfunc_t cbfunc,
+                       void* cbdata) {
+  PmixServer* server = g_server.load();
+  if (server == nullptr || cbfunc == nullptr) {
+    return PMIX_ERR_NOT_SUPPORTED;
+  }
+  auto up = std::make_unique<PmixServer::Upcall>();
+  up->kind = PmixServer::Upcall::Kind::k_fence;
+  for (size_t i = 0; i < nprocs; ++i) {
+    if (up->nspace.empty()) {
+      up->nspace = procs[i].nspace;
+    }
+    up->ranks.push_back(procs[i].rank == PMIX_RANK_WILDCARD ? -1 : static_cast<int>(procs[i].rank));
+  }
+  bool collect = false;
+  for (size_t i = 0; i < ninfo; ++i) {
+    if (std::strncmp(info[i].key, PMIX_COLLECT_DATA, PMIX_MAX_KEYLEN) == 0) {
+      collect = info[i].value.type != PMIX_BOOL || info[i].value.data.flag;
+    }
+  }
+  if (collect && data != nullptr) {
+    up->data.assign(data, ndata);
+  }
+  up->cbfunc = cbfunc;
+  up->cbdata = cbdata;
+  server->post(std::move(up));
+  return PMIX_SUCCESS;
+}
+
+void release_data(void* p) {
+  delete static_cast<std::string*>(p);
+}
+
+pmix_server_module_t g_module = [] {
+  pmix_server_module_t m;
+  std::memset(&m, 0, sizeof m);
+  m.client_connected = on_connected;
+  m.client_connected2 = on_connected2;
+  m.client_finalized = on_finalized;
+  m.abort = on_abort;
+  m.fence_nb = on_fence;
+  return m;
+}();
+
+}  // namespace
+
+PmixServer::PmixServer() : m_wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (!m_wake) {
+    throw posix::errno_error("eventfd for the PMIx server");
+  }
+}
+
+std::unique_ptr<PmixServer> PmixServer::start(const std::string& tmpdir, std::string& why) {
+  if (g_server.load() != nullptr) {
+    why = "a PMIx server already runs in this process";
+    return nullptr;
+  }
+  if (g_api.handle == nullptr && !g_api.load(why)) {
+    return nullptr;
+  }
+  std::unique_ptr<PmixServer> server(new PmixServer());
+  InfoList info;
+  if (!tmpdir.empty()) {
+    info.str(PMIX_SERVER_TMPDIR, tmpdir);
+    info.str(PMIX_SYSTEM_TMPDIR, tmpdir);
+  }
+  g_server = server.get();
+  const pmix_status_t rc = g_api.init(&g_module, info.data(), info.size());
+  if (rc != PMIX_SUCCESS) {
+    g_server = nullptr;
+    why = "PMIx_server_init: " + error_text(rc);
+    return nullptr;
+  }
+  return server;
+}
+
+PmixServer::~PmixServer() {
+  if (g_server.load() != this) {
+    return;
+  }
+  const pmix_status_t rc = g_api.finalize();
+  g_server = nullptr;
+  if (rc != PMIX_SUCCESS) {
+    log::debug("PMIx_server_finalize: {}", error_text(rc));
+  }
+  // Fences libpmix never heard the end of die with it.
+}
+
+void PmixServer::attach_store(StoreConnection* connection, int node_rank) {
+  m_fences =
+      connection != nullptr ? std::make_unique<FenceExchange>(*connection, node_rank) : nullptr;
+}
+
+void PmixServer::post(std::unique_ptr<Upcall> upcall) {
+  {
+    std::lock_guard lock(m_mutex);
+    m_queue.push_back(std::move(upcall));
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(m_wake.get(), &one, sizeof one);
+}
+
+std::vector<MpiHost::EnvVars> PmixServer::start_round(const PmixJob& job) {
+  if (!m_registered.empty()) {
+    // The previous round's namespace: its clients are gone.
+    g_api.deregister_nspace(m_registered.c_str(), nullptr, nullptr);
+    m_registered.clear();
+  }
+  m_job = job;
+  Malloced node_map;
+  Malloced proc_map;
+  if (g_api.generate_regex(job.node_list().c_str(), &node_map.p) != PMIX_SUCCESS ||
+      g_api.generate_ppn(job.proc_list().c_str(), &proc_map.p) != PMIX_SUCCESS) {
+    throw std::runtime_error("PMIx could not encode the job's node and process maps");
+  }
+  const auto world = static_cast<uint32_t>(job.world_size);
+  const auto local = static_cast<uint32_t>(job.local_size());
+  InfoList info;
+  info.u32(PMIX_UNIV_SIZE, world);
+  info.u32(PMIX_JOB_SIZE, world);
+  info.u32(PMIX_MAX_PROCS, world);
+  info.u32(PMIX_APP_SIZE, world);
+  info.u32(PMIX_APPNUM, 0);
+  info.rank(PMIX_APPLDR, 0);
+  info.flag(PMIX_SPAWNED, false);
+  info.str(PMIX_JOBID, job.nspace);
+  info.u32(PMIX_NUM_NODES, static_cast<uint32_t>(job.nnodes()));
+  info.str(PMIX_NODE_MAP, node_map.p);
+  info.str(PMIX_PROC_MAP, proc_map.p);
+  info.u32(PMIX_LOCAL_SIZE, local);
+  info.u32(PMIX_NODE_SIZE, local);
+  info.str(PMIX_LOCAL_PEERS, job.local_peers());
+  info.rank(PMIX_LOCALLDR, static_cast<uint32_t>(job.local_first()));
+  info.u32(PMIX_NODEID, static_cast<uint32_t>(job.node_rank));
+  info.str(PMIX_HOSTNAME, job.hosts.at(static_cast<size_t>(job.node_rank)));
+  // Each local rank's own: its ranks on this node and where it runs.
+  std::deque<InfoList> procs(static_cast<size_t>(local));
+  for (uint32_t i = 0; i < local; ++i) {
+    InfoList& p = procs[i];
+    p.rank(PMIX_RANK, static_cast<uint32_t>(job.local_first()) + i);
+    p.u32(PMIX_APPNUM, 0);
+    p.u16(PMIX_LOCAL_RANK, static_cast<uint16_t>(i));
+    p.u16(PMIX_NODE_RANK, static_cast<uint16_t>(i));
+    p.u32(PMIX_NODEID, static_cast<uint32_t>(job.node_rank));
+    p.str(PMIX_HOSTNAME, job.hosts.at(static_cast<size_t>(job.node_rank)));
+    info.array(PMIX_PROC_DATA, p);
+  }
+  pmix_status_t rc = g_api.register_nspace(job.nspace.c_str(), static_cast<int>(local), info.data(),
+                                           info.size(), nullptr, nullptr);
+  if (rc != PMIX_SUCCESS && rc != PMIX_OPERATION_SUCCEEDED) {
+    throw std::runtime_error("PMIx_server_register_nspace: " + error_text(rc));
+  }
+  m_registered = job.nspace;
+  std::vector<EnvVars> envs(local);
+  for (uint32_t i = 0; i < local; ++i) {
+    const pmix_proc_t proc = make_proc(job.nspace, static_cast<uint32_t>(job.local_first()) + i);
+    rc = g_api.register_client(&proc, ::getuid(), ::getgid(), nullptr, nullptr, nullptr);
+    if (rc != PMIX_SUCCESS && rc != PMIX_OPERATION_SUCCEEDED) {
+      throw std::runtime_error("PMIx_server_register_client: " + error_text(rc));
+    }
+    char** env = nullptr;
+    rc = g_api.setup_fork(&proc, &env);
+    if (rc != PMIX_SUCCESS) {
+      throw std::runtime_error("PMIx_server_setup_fork: " + error_text(rc));
+    }
+    for (char** e = env; e != nullptr && *e != nullptr; ++e) {
+      std::string entry(*e);
+      std::free(*e);
+      const auto eq = entry.find('=');
+      if (eq != std::string::npos) {
+        envs[i].emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
+      }
+    }
+    std::free(env);
+  }
+  return envs;
+}
+
+std::vector<MpiEvent> PmixServer::take_events() {
+  uint64_t count = 0;
+  [[maybe_unused]] ssize_t n = ::read(m_wake.get(), &count, sizeof count);
+  std::vector<std::unique_ptr<Upcall> > queue;
+  {
+    std::lock_guard lock(m_mutex);
+    queue.swap(m_queue);
+  }
+  std::vector<MpiEvent> events;
+  for (auto& up : queue) {
+    if (!m_job || up->nspace != m_job->nspace) {
+      // A past round's, or not a job's.
+      if (up->kind == Upcall::Kind::k_fence) {
+        complete_fence(*up, false, {});
+      }
+      continue;
+    }
+    if (up->kind == Upcall::Kind::k_fence) {
+      fence(*up);
+    } else {
+      events.push_back(std::move(up->event));
+    }
+  }
+  return events;
+}
+
+void PmixServer::fence(Upcall& call) {
+  const PmixJob& job = *m_job;
+  std::vector<int> nodes;
+  std::string signature = "all";
+  const bool all = std::find(call.ranks.begin(), call.ranks.end(), -1) != call.ranks.end();
+  if (all) {
+    for (int n = 0; n < job.nnodes(); ++n) {
+      nodes.push_back(n);
+    }
+  } else {
+    std::vector<int> ranks = call.ranks;
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    uint64_t hash = 1469598103934665603ULL;  // FNV-1a of the rank list
+    for (int r : ranks) {
+      hash = (hash ^ static_cast<uint64_t>(r)) * 1099511628211ULL;
+      if (const int node = job.node_of(r); node >= 0) {
+        nodes.push_back(node);
+      }
+    }
+    std::sort(nodes.begin(), nodes.end());
+    nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+    signature = fmt::format("{:016x}", hash);
+  }
+  const bool only_here = nodes.size() <= 1;
+  if (only_here || !m_fences) {
+    complete_fence(call, only_here, std::move(call.data));
+    return;
+  }
+  auto shared = std::make_shared<Upcall>(std::move(call));
+  m_fences->enter(
+      job.nspace, signature, nodes, shared->data,
+      [this, shared](bool ok, std::string data) { complete_fence(*shared, ok, std::move(data)); });
+}
+
+void PmixServer::complete_fence(Upcall& call, bool ok, std::string data) {
+  if (call.cbfunc == nullptr) {
+    return;
+  }
+  if (!ok) {
+    call.cbfunc(PMIX_ERROR, nullptr, 0, call.cbdata, nullptr, nullptr);
+    return;
+  }
+  auto owned = std::make_unique<std::string>(std::move(data));
+  const char* bytes = owned->data();
+  const size_t size = owned->size();
+  call.cbfunc(PMIX_SUCCESS, bytes, size, call.cbdata, release_data, owned.release());
+}
+
+#endif
+
+}  // namespace ddplaunch

@@ -1,0 +1,27 @@
+// Libraries loaded at run time (dlopen), so that the binary needs only libc
+// and a missing optional library is a message, not a failure to start:
+// libpmix for the PMIx client (rendezvous/pmix_exchange) and server (mpi/).
+#pragma once
+
+#include <dlfcn.h>
+
+#include <string>
+#include <type_traits>
+
+namespace ddplaunch::posix {
+
+// libpmix (Debian's libpmix2), opened once per process and never closed;
+// nullptr with `why` set when it cannot be loaded.
+void* open_libpmix(std::string& why);
+
+// Sets `fn` to `name` in `handle`; false, with `why` set, when it is missing.
+template <typename F>
+bool load_symbol(void* handle, F& fn, const char* name, std::string& why) {
+  fn = reinterpret_cast<F>(dlsym(handle, name));
+  if (fn == nullptr) {
+    why = std::string("libpmix has no ") + name;
+  }
+  return fn != nullptr;
+}
+
+}  // namespace ddplaunch::posix

@@ -1,0 +1,103 @@
+"""MPI programs as workers: each agent hosts a PMIx server (Debian's
+libpmix), so a real Open MPI program's MPI_Init joins one MPI_COMM_WORLD
+whose ranks are ddplaunch's RANKs, on one node and across nodes (fences
+through the store), and MPI_Abort, a rank that skips MPI_Finalize and a rank
+killed in a barrier each end the job everywhere with one verdict."""
+import os
+import re
+import signal
+import subprocess
+
+import pytest
+
+from conftest import SOURCE_DIR, TORCH_PYTHON, wait_until
+
+MPI_HELLO = os.environ.get("DDPLAUNCH_MPI_HELLO")
+pytestmark = pytest.mark.skipif(not MPI_HELLO, reason="the MPI helper was not built (libopenmpi-dev)")
+LOCAL2x2 = ["--hosts", "a:2,b:2", "--launcher", "local", "--rdzv-timeout", 60]
+
+
+def results(out):
+    """{rank: (size, sum, from, RANK)} from the helper's result lines."""
+    found = {}
+    for m in re.finditer(r"mpi rank (\d+) size (\d+) sum (\d+) from (\d+) RANK=(\S+)", out):
+        found[int(m[1])] = (int(m[2]), int(m[3]), int(m[4]), m[5])
+    return found
+
+
+def one_world(out, n):
+    return results(out) == {r: (n, n * (n - 1) // 2, (r + n - 1) % n, str(r)) for r in range(n)}
+
+
+def test_one_node_of_four_ranks_is_one_world(jobs):
+    r = jobs.run(["--nproc-per-node", 4, "--", MPI_HELLO])
+    assert r.returncode == 0, r.stderr
+    assert one_world(r.stdout, 4), r.stdout
+
+
+def test_two_nodes_on_loopback_are_one_world_in_rank_order(jobs):
+    r = jobs.run([*LOCAL2x2, "--", MPI_HELLO])
+    assert r.returncode == 0, r.stderr
+    # MPI's rank is ddplaunch's RANK, and the allreduce and the ring cross the nodes.
+    assert one_world(r.stdout, 4), r.stdout
+
+
+def test_mpi_abort_ends_every_node_with_its_code_and_names_it(jobs):
+    r = jobs.run([*LOCAL2x2, "--", MPI_HELLO, "abort:2:7"])
+    assert r.returncode == 7, r.stderr
+    assert "job failed: rank 2 (node 1" in r.stderr, r.stderr
+    assert "rank 2 raised MPI_Abort with error code 7" in r.stderr, r.stderr
+    assert results(r.stdout) == {}
+
+
+def test_a_rank_that_skips_mpi_finalize_fails_the_job(jobs, tmp_path):
+    summary = tmp_path / "summary.json"
+    r = jobs.run([*LOCAL2x2, "--summary-json", summary, "--", MPI_HELLO, "nofinalize:1"])
+    assert r.returncode == 1, r.stderr
+    assert "job failed: rank 1 (node 0" in r.stderr, r.stderr
+    assert "without calling MPI_Finalize" in r.stderr, r.stderr
+
+
+def test_a_rank_killed_in_a_barrier_ends_the_job_everywhere(jobs, tmp_path):
+    logs = tmp_path / "logs"
+    p = jobs.start([*LOCAL2x2, "--log-dir", logs, "--", MPI_HELLO, "hang:3"])
+
+    def pid_of(rank, what):
+        path = logs / str(rank) / "stdout.log"
+        m = re.search(r"pid (\d+) " + what, path.read_text()) if path.exists() else None
+        return int(m[1]) if m else None
+
+    assert wait_until(lambda: all(pid_of(r, "in barrier") for r in range(3)), timeout=60)
+    os.kill(pid_of(1, "in barrier"), signal.SIGKILL)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGKILL, err
+    assert "job failed: rank 1 (node 0" in err and "SIGKILL" in err, err
+    # The jobs fixture fails the test if any rank is left.
+
+
+def test_a_restarted_round_initialises_mpi_again(jobs):
+    r = jobs.run([*LOCAL2x2, "--max-restarts", 1, "--", MPI_HELLO, "fail-first-round:3"])
+    assert r.returncode == 0, r.stderr
+    assert "restarting every worker (restart 1 of 1)" in r.stderr, r.stderr
+    assert one_world(r.stdout, 4), r.stdout
+
+
+def test_no_pmix_leaves_each_rank_a_singleton(jobs):
+    r = jobs.run(["--no-pmix", "--nproc-per-node", 2, "--", MPI_HELLO])
+    assert r.returncode == 0, r.stderr
+    assert {k: v[0] for k, v in results(r.stdout).items()} == {0: 1}, r.stdout
+    assert r.stdout.count("size 1 ") == 2, r.stdout
+
+
+def _mpi4py():
+    return subprocess.run([TORCH_PYTHON, "-c", "import mpi4py"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _mpi4py(), reason="python3-mpi4py is not installed")
+def test_mpi4py_allreduce_and_bcast_across_two_nodes(jobs):
+    script = os.path.join(SOURCE_DIR, "tests", "helpers", "mpi4py_job.py")
+    r = jobs.run([*LOCAL2x2, "--python", TORCH_PYTHON, "--", script], timeout=180)
+    assert r.returncode == 0, r.stderr
+    lines = sorted(l.split("]: ", 1)[-1] for l in r.stdout.splitlines() if "mpi4py rank" in l)
+    assert lines == [f"mpi4py rank {i} size 4 sum 6 word hello-from-0 RANK={i}"
+                     for i in range(4)], r.stdout
