@@ -149,7 +149,26 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     bound.emplace_back(&spec, opt);
   }
 
+  // mpirun's -np, which CLI11 cannot name (one dash, two letters), is --np
+  // among the options; the program's own arguments are left alone.
   std::vector<std::string> argv_rev(args.rbegin(), args.rend());
+  for (size_t i = argv_rev.size(); i-- > 0;) {
+    std::string& arg = argv_rev[i];
+    if (arg == "--" || !arg.starts_with("-")) {
+      break;
+    }
+    if (arg == "-np" || arg.starts_with("-np=")) {
+      arg.insert(0, "-");
+    }
+    const auto spec =
+        std::find_if(option_table().begin(), option_table().end(), [&arg](const OptionSpec& o) {
+          const std::string names = std::string(",") + o.names + ",";
+          return names.find("," + arg + ",") != std::string::npos;
+        });
+    if (spec != option_table().end() && !spec->is_flag && i > 0) {
+      --i;  // its value
+    }
+  }
   try {
     app.parse(argv_rev);
   } catch (const CLI::CallForHelp&) {

@@ -86,6 +86,22 @@ void validate(const Config& c) {
                        "hosts");
     }
   }
+  if (c.np) {
+    const bool per_node_given = c.source_of("nproc_per_node") != "default";
+    if (*c.np % c.nnodes != 0) {
+      fail(c,
+           "-np " + std::to_string(*c.np) + " does not split evenly over --nnodes " +
+               std::to_string(c.nnodes) + "; give --nproc-per-node N (N workers on each node)",
+           {"np", "nnodes"});
+    }
+    if (per_node_given && (c.nproc_mode != NprocMode::k_fixed ||
+                           static_cast<long>(c.nproc_per_node) * c.nnodes != *c.np)) {
+      fail(c,
+           "-np " + std::to_string(*c.np) + " disagrees with --nnodes " + std::to_string(c.nnodes) +
+               " x --nproc-per-node " + std::to_string(c.nproc_per_node) + "; give one of them",
+           {"np", "nnodes", "nproc_per_node"});
+    }
+  }
   if (c.standalone && c.nnodes != 1) {
     fail(c, "--standalone runs one node; drop --nnodes or --standalone", {"standalone", "nnodes"});
   }

@@ -63,6 +63,9 @@ struct Config {
   // Default: true. Each agent hosts a PMIx server for its workers, so an MPI
   // program's MPI_Init joins the job (docs/MPI.md); --no-pmix turns it off.
   bool pmix = true;
+  // mpirun's -np/-n: the job's process count, checked against (or giving)
+  // --nproc-per-node across --nnodes. Default: unset.
+  std::optional<int> np;
   std::string python;            // Default: empty = $PYTHON_EXEC, else python3 on PATH
   std::string role = "default";  // Default: "default" (ROLE_NAME)
   int max_restarts = 0;          // Default: 0. Passed to workers as TORCHELASTIC_MAX_RESTARTS.

@@ -248,6 +248,43 @@ void apply_numa_binding(Config& c, const std::string& value, const std::string& 
   }
 }
 
+// mpirun's --map-by: ppr:N:node is N workers per node; slot and core are
+// ddplaunch's own order (consecutive ranks fill a node); the rest is refused
+// with what to type instead.
+void apply_map_by(Config& c, const std::string& value, const std::string& flag) {
+  const std::string policy = value.substr(0, value.find(':', value.starts_with("ppr:") ? 4 : 0));
+  if (value.starts_with("ppr:") && value.ends_with(":node")) {
+    const std::string count = value.substr(4, value.size() - 4 - 5);
+    c.nproc_mode = NprocMode::k_fixed;
+    c.nproc_per_node =
+        parse_int_in(count, flag, 1, k_max_nproc, "ppr:N:node with N from 1 to 4096");
+    return;
+  }
+  if (value == "slot" || value == "core" || value == "hwthread") {
+    return;  // ddplaunch's order: ranks fill each node in turn
+  }
+  throw UsageError(flag + " " + value +
+                   ": ddplaunch places ranks node by node in RANK order (mpirun's --map-by "
+                   "slot); give the count per node with --nproc-per-node N (--map-by ppr:N:node) "
+                   "and bind with --cpu-bind");
+}
+
+// mpirun's --bind-to, as --cpu-bind.
+void apply_bind_to(Config& c, const std::string& value, const std::string& flag) {
+  if (value == "none") {
+    c.cpu_bind = CpuBind::k_none;
+  } else if (value == "core" || value == "hwthread") {
+    c.cpu_bind = CpuBind::k_cores;
+  } else if (value == "numa" || value == "socket" || value == "package") {
+    c.cpu_bind = CpuBind::k_numa;
+  } else {
+    throw UsageError(flag +
+                     " takes core, numa, socket or none (as --cpu-bind cores, numa or "
+                     "none); got '" +
+                     value + "'");
+  }
+}
+
 // torchrun's --signals-to-handle: checked; ddplaunch's own handling stays.
 void apply_signals_to_handle(Config& c, const std::string& value, const std::string& flag) {
   static const std::set<std::string> known = {"SIGTERM", "SIGINT",  "SIGHUP",
@@ -480,6 +517,12 @@ const OptionSpec k_options[] = {
    "Bind local ranks to CPUs: none, cores (a share of the allowed CPUs each) or numa (a NUMA "
    "node each); OMP_NUM_THREADS is the share unless set",
    false, nullptr, nullptr, apply_cpu_bind, show_cpu_bind},
+  {"map_by", "--map-by", k_workers,
+   "mpirun's form: ppr:N:node is --nproc-per-node N; slot and core are ddplaunch's order", false,
+   nullptr, "nproc_per_node", apply_map_by, nullptr},
+  {"bind_to", "--bind-to", k_workers,
+   "mpirun's form: core is --cpu-bind cores, numa or socket is --cpu-bind numa, none is none",
+   false, nullptr, "cpu_bind", apply_bind_to, nullptr},
   {"numa_binding", "--numa-binding,--numa_binding", k_workers,
    "torchrun's form: node or socket is --cpu-bind numa, exclusive or core-complex is --cpu-bind "
    "cores", false, nullptr, nullptr, apply_numa_binding, nullptr},
@@ -745,6 +788,20 @@ const OptionSpec k_options[] = {
    "as JSON; launch nothing", true, nullptr, nullptr, DDPLAUNCH_FLAG(dry_run)},
   {"log_level", "--log-level", k_launcher, "trace, debug, info, warn, error or off", false,
    nullptr, nullptr, apply_log_level, [](const Config& c) { return c.log_level; }},
+  // Last: it reads --nnodes and --nproc-per-node.
+  {"np", "-n,--np", k_workers,
+   "mpirun's total process count (also -np): with --nnodes M, M nodes of np/M workers; it must "
+   "agree with --nproc-per-node",
+   false, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.np = parse_int_in(v, f, 1, 1 << 30, "a number of processes");
+     // After --nnodes and --nproc-per-node (the table's order): it gives the
+     // count per node unless one was given; validate() checks they agree.
+     if (c.nproc_mode == NprocMode::k_fixed && c.nproc_per_node == 1 && *c.np % c.nnodes == 0) {
+       c.nproc_per_node = *c.np / c.nnodes;
+     }
+   },
+   [](const Config& c) { return c.np ? std::to_string(*c.np) : std::string(); }},
 };
 // clang-format on
 

@@ -221,3 +221,20 @@ def test_frameworks_own_rules_agree_with_rank_under_srun(cluster, jobs):
     docs = [json.loads(l.split(": ", 1)[1]) for l in r.stdout.splitlines() if l.startswith("[rank")]
     assert sorted(d["rank"] for d in docs) == [0, 1, 2, 3]
     assert all(d["agree"] and d["via"]["lightning"] == "slurm" for d in docs), docs
+
+
+MPI_HELLO = os.environ.get("DDPLAUNCH_MPI_HELLO")
+
+
+@pytest.mark.skipif(not MPI_HELLO, reason="the MPI helper was not built (libopenmpi-dev)")
+@pytest.mark.parametrize("mpi", [[], ["--mpi=pmix"]], ids=["srun", "srun-mpi-pmix"])
+def test_an_mpi_program_under_srun_sees_ddplaunchs_job_not_the_steps(cluster, jobs, mpi):
+    """Under srun (with or without its own PMIx), the workers inherit
+    SLURM_STEP_ID: Open MPI would take them for srun's tasks (and abort, "direct
+    launched"); with ddplaunch's PMIx server they form ddplaunch's world."""
+    r = cluster.run(["srun", *mpi, "-N2", "--ntasks-per-node=1", BIN, "--nproc-per-node", "2",
+                     "--", MPI_HELLO], timeout=180, env=jobs.env())
+    assert r.returncode == 0, r.stderr
+    lines = sorted(l.split("]: ", 1)[-1] for l in r.stdout.splitlines() if "mpi rank" in l)
+    assert lines == [f"mpi rank {i} size 4 sum 6 from {(i + 3) % 4} RANK={i}"
+                     for i in range(4)], r.stdout + r.stderr

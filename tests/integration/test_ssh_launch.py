@@ -199,3 +199,20 @@ def _children(pid):
 def _cmdline(pid):
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         return f.read()
+
+
+MPI_HELLO = os.environ.get("DDPLAUNCH_MPI_HELLO")
+
+
+@pytest.mark.skipif(not MPI_HELLO, reason="the MPI helper was not built (libopenmpi-dev)")
+def test_an_mpi_program_across_hosts_is_one_world(jobs, ssh_hosts):
+    """Each host's agent is its workers' PMIx server; Open MPI's TCP runs on
+    the veth the hosts reach each other by."""
+    hosts = ssh_hosts(2)
+    p = launch(jobs, hosts, ["--nproc-per-node", 2, "--", MPI_HELLO], hostlist="node0,node1")
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    lines = sorted(l.split("]: ", 1)[1] for l in out.splitlines() if "mpi rank" in l)
+    assert lines == [f"mpi rank {r} size 4 sum 6 from {(r + 3) % 4} RANK={r}"
+                     for r in range(4)], out
+    assert nothing_left(hosts)

@@ -146,6 +146,11 @@ TEST(Config, BadCommandLinesAreUsageErrorsNamingTheFlag) {
       {{"--log-level", "loud", "p"}, "--log-level"},
       {{"-m", "--no-python", "p"}, "--no-python"},
       {{"--master-addr", "", "p"}, "--master-addr"},
+      {{"--nnodes", "2", "-np", "5", "p"}, "does not split evenly"},
+      {{"--nnodes", "2", "-np", "6", "--nproc-per-node", "2", "p"}, "disagrees"},
+      {{"--map-by", "node", "p"}, "--nproc-per-node N"},
+      {{"--map-by", "ppr:0:node", "p"}, "--map-by"},
+      {{"--bind-to", "board", "p"}, "--cpu-bind"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(::testing::PrintToString(c.args));
@@ -158,6 +163,27 @@ TEST(Config, BadCommandLinesAreUsageErrorsNamingTheFlag) {
       EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line";
     }
   }
+}
+
+TEST(Config, MpirunsPlacementOptionsBecomeDdplaunchs) {
+  Config c = parse({"-np", "4", "p"});
+  EXPECT_EQ(c.nproc_per_node, 4);
+  c = parse({"--nnodes", "2", "-np", "6", "p"});
+  EXPECT_EQ(c.nproc_per_node, 3);
+  c = parse({"--nnodes", "2", "-n", "6", "--nproc-per-node", "3", "p"});
+  EXPECT_EQ(c.nproc_per_node, 3);
+  c = parse({"--map-by", "ppr:3:node", "--bind-to", "core", "p"});
+  EXPECT_EQ(c.nproc_per_node, 3);
+  EXPECT_EQ(c.cpu_bind, CpuBind::k_cores);
+  c = parse({"--bind-to", "socket", "--map-by", "slot", "p"});
+  EXPECT_EQ(c.cpu_bind, CpuBind::k_numa);
+  EXPECT_EQ(c.nproc_per_node, 1);
+  // The program's own -np is its own.
+  c = parse({"p", "-np", "9"});
+  EXPECT_EQ(c.nproc_per_node, 1);
+  EXPECT_EQ(c.program_args, (std::vector<std::string>{"-np", "9"}));
+  EXPECT_FALSE(parse({"--no-pmix", "p"}).pmix);
+  EXPECT_TRUE(parse({"p"}).pmix);
 }
 
 TEST(Config, HelpAndVersionPrintAndExit) {

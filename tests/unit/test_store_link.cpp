@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "ddplaunch/error.hpp"
+#include "fake_store.hpp"
 #include "rendezvous/host_link.hpp"
 #include "rendezvous/keys.hpp"
 #include "rendezvous/member_link.hpp"
@@ -18,115 +19,9 @@
 namespace ddplaunch {
 namespace {
 
+using namespace testing_store;
+
 using namespace std::chrono_literals;
-
-struct FakeClock : Clock {
-  TimePoint t{std::chrono::seconds(1000)};
-  TimePoint now() const override { return t; }
-  double wall_now() const override { return 0; }
-};
-
-class FakeConnection;
-
-// The store: one KvCore; every reply goes to its connection's inbox.
-struct FakeStore {
-  KvCore core;
-  FakeClock& clock;
-  std::map<int, FakeConnection*> conns;
-  int next_client = 1;
-  explicit FakeStore(FakeClock& c) : clock(c) {}
-  void route(std::vector<KvCore::Out> out);
-  std::optional<std::string> value(const std::string& key) const {
-    const std::string* v = core.find(key);
-    return v != nullptr ? std::optional(*v) : std::nullopt;
-  }
-};
-
-class FakeConnection : public StoreConnection {
- public:
-  explicit FakeConnection(FakeStore& store) : m_store(store), m_client(store.next_client++) {
-    store.conns[m_client] = this;
-  }
-  ~FakeConnection() override { m_store.conns.erase(m_client); }
-
-  void set_failure_handler(FailureHandler handler) override { m_handler = std::move(handler); }
-  bool failed() const override { return m_failed; }
-  const Error& last_error() const override { return m_error; }
-  bool connecting() const override { return false; }
-  int attempts() const override { return 1; }
-  bool idle() const override { return m_pending.empty(); }
-
-  void request(std::string frame, Duration, Callback callback) override {
-    if (m_failed) {
-      return;
-    }
-    const uint32_t id = m_next_id++;
-    protocol::set_request_id(frame, id);
-    m_pending[id] = std::move(callback);
-    const auto r = protocol::decode_request(std::string_view(frame).substr(4));
-    m_store.route(m_store.core.apply(m_client, r, m_store.clock.now()));
-  }
-
-  // --- the test's handles ---------------------------------------------------
-  void receive(std::string frame) { m_inbox.push_back(std::move(frame)); }
-  // Replies wait in the inbox while held.
-  void hold(bool held) { m_held = held; }
-  // Hands over one waiting reply; false when none (or held).
-  bool deliver_one() {
-    if (m_held || m_inbox.empty() || m_failed) {
-      return false;
-    }
-    const std::string frame = std::move(m_inbox.front());
-    m_inbox.pop_front();
-    const auto reply = protocol::parse_reply(std::string_view(frame).substr(4));
-    auto it = m_pending.find(reply.id);
-    if (it == m_pending.end()) {
-      return true;
-    }
-    Callback callback = std::move(it->second);
-    m_pending.erase(it);
-    if (reply.status == protocol::Status::k_error) {
-      fail(Failure::k_lost, "refused the request: " + protocol::error_message(reply));
-    } else {
-      callback(reply);
-    }
-    return true;
-  }
-  // The connection ends: the store sees it close (its ON_CLOSE word), this
-  // side is told `kind`.
-  void fail(Failure kind, const std::string& why) {
-    if (m_failed) {
-      return;
-    }
-    m_failed = true;
-    m_error = Error{kind, why};
-    m_pending.clear();
-    m_inbox.clear();
-    m_store.route(m_store.core.close(m_client));
-    if (m_handler) {
-      m_handler(m_error);
-    }
-  }
-
- private:
-  FakeStore& m_store;
-  int m_client;
-  FailureHandler m_handler;
-  bool m_failed = false;
-  Error m_error;
-  bool m_held = false;
-  uint32_t m_next_id = 1;
-  std::map<uint32_t, Callback> m_pending;
-  std::deque<std::string> m_inbox;
-};
-
-void FakeStore::route(std::vector<KvCore::Out> out) {
-  for (auto& o : out) {
-    if (auto it = conns.find(o.client); it != conns.end()) {
-      it->second->receive(std::move(o.frame));
-    }
-  }
-}
 
 struct Heard : JobLink::Listener {
   std::optional<Topology> topology;

@@ -1,0 +1,101 @@
+// FenceExchange against the in-memory store: every node gets every node's
+// data in node order, fences with one signature complete in turn, and a
+// node's requests stay four whatever the node count.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "fake_store.hpp"
+#include "mpi/fence.hpp"
+
+namespace ddplaunch {
+namespace {
+
+using namespace testing_store;
+
+struct Nodes {
+  FakeClock clock;
+  FakeStore store{clock};
+  std::vector<std::unique_ptr<FakeConnection>> conns;
+  std::vector<std::unique_ptr<FenceExchange>> fences;
+  explicit Nodes(int n) {
+    for (int i = 0; i < n; ++i) {
+      conns.push_back(std::make_unique<FakeConnection>(store));
+      fences.push_back(std::make_unique<FenceExchange>(*conns.back(), i));
+    }
+  }
+  void settle() {
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (auto& c : conns) {
+        while (c->deliver_one()) {
+          moved = true;
+        }
+      }
+    }
+  }
+};
+
+TEST(FenceExchange, EveryNodeGetsEveryRecordInNodeOrder) {
+  Nodes nodes(3);
+  std::vector<std::string> got(3, "-");
+  const std::vector<int> all = {0, 1, 2};
+  // Node 1 arrives last: nobody completes before it.
+  for (int n : {2, 0}) {
+    nodes.fences[static_cast<size_t>(n)]->enter(
+        "ns", "all", all, "d" + std::to_string(n),
+        [&got, n](bool ok, std::string data) { got[static_cast<size_t>(n)] = ok ? data : "!"; });
+  }
+  nodes.settle();
+  EXPECT_EQ(got, (std::vector<std::string>{"-", "-", "-"}));
+  nodes.fences[1]->enter("ns", "all", all, "d1",
+                         [&got](bool ok, std::string data) { got[1] = ok ? data : "!"; });
+  nodes.settle();
+  EXPECT_EQ(got, (std::vector<std::string>(3, "d0d1d2")));
+  // The next fence of the same set is a new one, with its own data.
+  for (int n = 0; n < 3; ++n) {
+    nodes.fences[static_cast<size_t>(n)]->enter(
+        "ns", "all", all, "",
+        [&got, n](bool, std::string data) { got[static_cast<size_t>(n)] = "second:" + data; });
+  }
+  nodes.settle();
+  EXPECT_EQ(got, (std::vector<std::string>(3, "second:")));
+}
+
+TEST(FenceExchange, ASubsetFencesWithoutTheOthers) {
+  Nodes nodes(3);
+  std::string got0, got2;
+  nodes.fences[0]->enter("ns", "ab12", {0, 2}, "x", [&](bool, std::string d) { got0 = d; });
+  nodes.fences[2]->enter("ns", "ab12", {0, 2}, "z", [&](bool, std::string d) { got2 = d; });
+  nodes.settle();
+  EXPECT_EQ(got0, "xz");
+  EXPECT_EQ(got2, "xz");
+}
+
+TEST(FenceExchange, ANodesRequestsDoNotGrowWithTheNodeCount) {
+  for (int n : {2, 64, 1024}) {
+    Nodes nodes(n);
+    std::vector<int> all(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      all[static_cast<size_t>(i)] = i;
+    }
+    int done = 0;
+    const auto expected = static_cast<size_t>(10 * n);
+    for (auto& f : nodes.fences) {
+      f->enter("ns", "all", all, "0123456789", [&done, expected](bool ok, std::string data) {
+        done += ok && data.size() == expected ? 1 : 0;
+      });
+    }
+    nodes.settle();
+    EXPECT_EQ(done, n);  // every node, all of the data
+    int most = 0;
+    for (const auto& c : nodes.conns) {
+      most = std::max(most, c->requests);
+    }
+    // SET, ADD, GET done, MULTI_GET (one more SET for the last to arrive).
+    EXPECT_LE(most, 5) << n << " nodes";
+  }
+}
+
+}  // namespace
+}  // namespace ddplaunch
