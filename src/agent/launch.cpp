@@ -191,6 +191,13 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
     });
   }
   const StoreAddress address = resolve_store_address(config, env, driver);
+  // The PMIx server its MPI workers' MPI_Init finds, starting on its own
+  // thread while this node finds its resources and joins: after the PMIx
+  // exchange above (a client of mpirun's, done), before the first round.
+  std::unique_ptr<PmixServer> pmix;
+  if (config.pmix && !config.dry_run && guard) {
+    pmix = PmixServer::start(guard->job_dir());
+  }
   NodeIdentity self = identify_node(config, env, address.host);
   if (guard) {
     self.job_dir = guard->job_dir();
@@ -216,18 +223,9 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
                                           address.token);
     link = make_store_link(config, address, *store, clock, store_server != nullptr);
   }
-  // The PMIx server its MPI workers' MPI_Init finds; fences across nodes go
-  // through the store connection.
-  std::unique_ptr<PmixServer> pmix;
-  if (config.pmix) {
-    std::string why;
-    pmix = PmixServer::start(self.job_dir, why);
-    if (!pmix) {
-      log::debug("no PMIx server for the workers ({}): MPI programs will not initialise", why);
-    } else {
-      pmix->attach_store(store.get(), config.node_rank.value_or(0));
-      driver.watch_mpi(pmix->event_fd());
-    }
+  if (pmix) {
+    pmix->attach_store(store.get(), config.node_rank.value_or(0));
+    driver.watch_mpi(pmix->event_fd());
   }
   Agent agent(config, worker_env, self, spawner, clock, link.get(), console, pmix.get());
   if (link) {

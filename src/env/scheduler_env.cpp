@@ -7,10 +7,13 @@ namespace ddplaunch {
 bool is_outer_mpi_identity(const std::string& name) {
   static const char* const k_prefixes[] = {"PMIX_",         "PRTE_",         "OMPI_COMM_WORLD_",
                                            "OMPI_APP_CTX_", "OMPI_MCA_ess_", "OMPI_MCA_orte_",
-                                           "OMPI_MCA_pmix", "OMPI_MCA_prte_"};
-  static const char* const k_names[] = {
-      "OMPI_UNIVERSE_SIZE", "OMPI_FIRST_RANKS",     "OMPI_ARGV", "OMPI_COMMAND", "OMPI_NUM_APP_CTX",
-      "OMPI_FILE_LOCATION", "OMPI_MCA_initial_wdir"};
+                                           "OMPI_MCA_prte_"};
+  static const char* const k_names[] = {"OMPI_UNIVERSE_SIZE", "OMPI_FIRST_RANKS", "OMPI_ARGV",
+                                        "OMPI_COMMAND", "OMPI_NUM_APP_CTX", "OMPI_FILE_LOCATION",
+                                        "OMPI_MCA_initial_wdir",
+                                        // mpirun's choice of PMIx component; a user's own
+                                        // OMPI_MCA_pmix_base_* settings stay.
+                                        "OMPI_MCA_pmix"};
   for (const char* p : k_prefixes) {
     if (name.starts_with(p)) {
       return true;

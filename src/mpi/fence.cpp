@@ -14,7 +14,13 @@ void FenceExchange::enter(const std::string& nspace, const std::string& signatur
   const auto me = std::find(nodes.begin(), nodes.end(), m_node_rank) - nodes.begin();
   const auto total = static_cast<int64_t>(nodes.size());
   StoreConnection& conn = m_connection;
-  auto finish = [&conn, keys, done = std::move(done)](std::optional<std::string>) {
+  m_waiting.insert(keys->done);
+  auto finish = [this, &conn, keys, done = std::move(done)](std::optional<std::string> flag) {
+    m_waiting.erase(keys->done);
+    if (flag != "1") {
+      done(false, {});  // abandon(): the round ended first
+      return;
+    }
     conn.multi_get(keys->records, [done](std::vector<std::optional<std::string>> records) {
       std::string all;
       for (const auto& r : records) {
@@ -37,6 +43,13 @@ void FenceExchange::enter(const std::string& nspace, const std::string& signatur
              });
              conn.get(keys->done, StoreConnection::Duration(0), std::move(finish));
            });
+}
+
+void FenceExchange::abandon() {
+  for (const auto& key : m_waiting) {
+    m_connection.set(key, "abandoned", [] {});
+  }
+  m_waiting.clear();
 }
 
 }  // namespace ddplaunch

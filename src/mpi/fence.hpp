@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,11 +32,15 @@ class FenceExchange {
   // Fences with one signature complete in the order they are entered.
   void enter(const std::string& nspace, const std::string& signature, const std::vector<int>& nodes,
              std::string data, Done done);
+  // The round is over: every fence still waiting ends (not ok), and so does
+  // its request parked on the store (a restarted job would pile them up).
+  void abandon();
 
  private:
   StoreConnection& m_connection;
   int m_node_rank;
   std::map<std::string, long> m_seq;  // by nspace + signature: fences entered so far
+  std::set<std::string> m_waiting;    // the "done" keys of fences not yet complete
 };
 
 }  // namespace ddplaunch

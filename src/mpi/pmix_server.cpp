@@ -27,9 +27,12 @@ struct PmixServer::Upcall {};
 
 PmixServer::PmixServer() = default;
 PmixServer::~PmixServer() = default;
-std::unique_ptr<PmixServer> PmixServer::start(const std::string&, std::string& why) {
-  why = "this ddplaunch was built without PMIx (Debian: libpmix-dev)";
+std::unique_ptr<PmixServer> PmixServer::start(const std::string&) {
+  log::debug("no PMIx server for the workers: this ddplaunch was built without libpmix-dev");
   return nullptr;
+}
+bool PmixServer::ready() {
+  return false;
 }
 void PmixServer::attach_store(StoreConnection*, int) {}
 std::vector<MpiHost::EnvVars> PmixServer::start_round(const PmixJob&) {
@@ -40,7 +43,9 @@ std::vector<MpiEvent> PmixServer::take_events() {
 }
 void PmixServer::post(std::unique_ptr<Upcall>) {}
 void PmixServer::fence(Upcall&) {}
-void PmixServer::complete_fence(Upcall&, bool, std::string) {}
+void PmixServer::direct_modex(Upcall&) {}
+void PmixServer::complete(Upcall&, bool, std::string) {}
+void PmixServer::serve_direct_modex() {}
 
 #else
 
@@ -55,6 +60,7 @@ struct ServerApi {
   decltype(&PMIx_server_deregister_nspace) deregister_nspace = nullptr;
   decltype(&PMIx_server_register_client) register_client = nullptr;
   decltype(&PMIx_server_setup_fork) setup_fork = nullptr;
+  decltype(&PMIx_server_dmodex_request) dmodex_request = nullptr;
   decltype(&PMIx_generate_regex) generate_regex = nullptr;
   decltype(&PMIx_generate_ppn) generate_ppn = nullptr;
   decltype(&PMIx_Error_string) error_string = nullptr;
@@ -70,6 +76,7 @@ struct ServerApi {
            sym(deregister_nspace, "PMIx_server_deregister_nspace") &&
            sym(register_client, "PMIx_server_register_client") &&
            sym(setup_fork, "PMIx_server_setup_fork") &&
+           sym(dmodex_request, "PMIx_server_dmodex_request") &&
            sym(generate_regex, "PMIx_generate_regex") && sym(generate_ppn, "PMIx_generate_ppn") &&
            sym(error_string, "PMIx_Error_string");
   }
@@ -135,15 +142,23 @@ struct Malloced {
 }  // namespace
 
 struct PmixServer::Upcall {
-  enum class Kind { k_event, k_fence } kind = Kind::k_event;
+  enum class Kind {
+    k_event,         // a worker's MpiEvent
+    k_fence,         // libpmix's fence_nb: the local ranks are all in
+    k_dmodex,        // libpmix's direct_modex: a remote rank's data wanted here
+    k_dmodex_local,  // libpmix's answer to a remote node's direct modex
+  } kind = Kind::k_event;
   std::string nspace;
   MpiEvent event;
-  // A fence: its participants (rank -1: the whole namespace), whether data
-  // is collected, this node's data, and libpmix's completion.
+  // A fence's participants (rank -1: the whole namespace); a direct modex's
+  // one rank.
   std::vector<int> ranks;
-  std::string data;
+  std::string data;  // this node's fence data; a local rank's modex data
+  bool ok = true;
+  // libpmix's completion (fence, direct modex), or the store's (local).
   pmix_modex_cbfunc_t cbfunc = nullptr;
   void* cbdata = nullptr;
+  DirectModex::Reply answer;
 };
 
 namespace {
@@ -220,6 +235,37 @@ void release_data(void* p) {
   delete static_cast<std::string*>(p);
 }
 
+// A local worker wants a remote rank's data, which no fence brought
+// (direct modex): the node hosting that rank is asked through the store.
+pmix_status_t on_direct_modex(const pmix_proc_t* proc, const pmix_info_t[], size_t,
+                              pmix_modex_cbfunc_t cbfunc, void* cbdata) {
+  PmixServer* server = g_server.load();
+  if (server == nullptr || proc == nullptr || cbfunc == nullptr) {
+    return PMIX_ERR_NOT_SUPPORTED;
+  }
+  auto up = std::make_unique<PmixServer::Upcall>();
+  up->kind = PmixServer::Upcall::Kind::k_dmodex;
+  up->nspace = proc->nspace;
+  up->ranks.push_back(static_cast<int>(proc->rank));
+  up->cbfunc = cbfunc;
+  up->cbdata = cbdata;
+  server->post(std::move(up));
+  return PMIX_SUCCESS;
+}
+
+// libpmix's answer to PMIx_server_dmodex_request (a remote node asked for a
+// local rank's data): `cbdata` is the Upcall carrying the store's reply.
+void on_local_modex(pmix_status_t status, char* data, size_t size, void* cbdata) {
+  std::unique_ptr<PmixServer::Upcall> up(static_cast<PmixServer::Upcall*>(cbdata));
+  up->ok = status == PMIX_SUCCESS;
+  if (up->ok && data != nullptr) {
+    up->data.assign(data, size);
+  }
+  if (PmixServer* server = g_server.load(); server != nullptr) {
+    server->post(std::move(up));
+  }
+}
+
 pmix_server_module_t g_module = [] {
   pmix_server_module_t m;
   std::memset(&m, 0, sizeof m);
@@ -228,6 +274,7 @@ pmix_server_module_t g_module = [] {
   m.client_finalized = on_finalized;
   m.abort = on_abort;
   m.fence_nb = on_fence;
+  m.direct_modex = on_direct_modex;
   return m;
 }();
 
@@ -239,32 +286,44 @@ PmixServer::PmixServer() : m_wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   }
 }
 
-std::unique_ptr<PmixServer> PmixServer::start(const std::string& tmpdir, std::string& why) {
+std::unique_ptr<PmixServer> PmixServer::start(const std::string& tmpdir) {
   if (g_server.load() != nullptr) {
-    why = "a PMIx server already runs in this process";
-    return nullptr;
-  }
-  if (g_api.handle == nullptr && !g_api.load(why)) {
-    return nullptr;
+    return nullptr;  // libpmix holds one server per process
   }
   std::unique_ptr<PmixServer> server(new PmixServer());
-  InfoList info;
-  if (!tmpdir.empty()) {
-    info.str(PMIX_SERVER_TMPDIR, tmpdir);
-    info.str(PMIX_SYSTEM_TMPDIR, tmpdir);
-  }
   g_server = server.get();
-  const pmix_status_t rc = g_api.init(&g_module, info.data(), info.size());
-  if (rc != PMIX_SUCCESS) {
-    g_server = nullptr;
-    why = "PMIx_server_init: " + error_text(rc);
-    return nullptr;
-  }
+  server->m_starting = std::thread([s = server.get(), tmpdir] {
+    if (g_api.handle == nullptr && !g_api.load(s->m_why)) {
+      return;
+    }
+    InfoList info;
+    if (!tmpdir.empty()) {
+      info.str(PMIX_SERVER_TMPDIR, tmpdir);
+      info.str(PMIX_SYSTEM_TMPDIR, tmpdir);
+    }
+    const pmix_status_t rc = g_api.init(&g_module, info.data(), info.size());
+    if (rc != PMIX_SUCCESS) {
+      s->m_why = "PMIx_server_init: " + error_text(rc);
+      return;
+    }
+    s->m_running = true;
+  });
   return server;
 }
 
+bool PmixServer::ready() {
+  if (m_starting.joinable()) {
+    m_starting.join();
+    if (!m_running) {
+      log::debug("no PMIx server for the workers ({}): MPI programs will not initialise", m_why);
+    }
+  }
+  return m_running;
+}
+
 PmixServer::~PmixServer() {
-  if (g_server.load() != this) {
+  if (!ready()) {
+    g_server = nullptr;
     return;
   }
   const pmix_status_t rc = g_api.finalize();
@@ -276,8 +335,12 @@ PmixServer::~PmixServer() {
 }
 
 void PmixServer::attach_store(StoreConnection* connection, int node_rank) {
-  m_fences =
-      connection != nullptr ? std::make_unique<FenceExchange>(*connection, node_rank) : nullptr;
+  m_fences.reset();
+  m_dmodex.reset();
+  if (connection != nullptr) {
+    m_fences = std::make_unique<FenceExchange>(*connection, node_rank);
+    m_dmodex = std::make_unique<DirectModex>(*connection, node_rank);
+  }
 }
 
 void PmixServer::post(std::unique_ptr<Upcall> upcall) {
@@ -290,9 +353,17 @@ void PmixServer::post(std::unique_ptr<Upcall> upcall) {
 }
 
 std::vector<MpiHost::EnvVars> PmixServer::start_round(const PmixJob& job) {
+  if (!ready()) {
+    return {};
+  }
+  if (m_fences) {
+    m_fences->abandon();
+    m_dmodex->stop_serving();
+  }
   if (!m_registered.empty()) {
     // The previous round's namespace: its clients are gone.
     g_api.deregister_nspace(m_registered.c_str(), nullptr, nullptr);
+    m_deregistered = m_registered;
     m_registered.clear();
   }
   m_job = job;
@@ -375,17 +446,27 @@ std::vector<MpiEvent> PmixServer::take_events() {
   }
   std::vector<MpiEvent> events;
   for (auto& up : queue) {
-    if (!m_job || up->nspace != m_job->nspace) {
-      // A past round's, or not a job's.
-      if (up->kind == Upcall::Kind::k_fence) {
-        complete_fence(*up, false, {});
-      }
+    if (up->kind == Upcall::Kind::k_dmodex_local) {
+      up->answer(up->ok, std::move(up->data));
       continue;
     }
-    if (up->kind == Upcall::Kind::k_fence) {
-      fence(*up);
-    } else {
-      events.push_back(std::move(up->event));
+    if (!m_job || up->nspace != m_job->nspace) {
+      complete(*up, false, {});  // a past round's, or not a job's
+      continue;
+    }
+    switch (up->kind) {
+      case Upcall::Kind::k_fence:
+        fence(*up);
+        break;
+      case Upcall::Kind::k_dmodex:
+        direct_modex(*up);
+        break;
+      default:
+        if (up->event.kind == MpiEvent::Kind::k_connected) {
+          serve_direct_modex();
+        }
+        events.push_back(std::move(up->event));
+        break;
     }
   }
   return events;
@@ -417,17 +498,57 @@ void PmixServer::fence(Upcall& call) {
   }
   const bool only_here = nodes.size() <= 1;
   if (only_here || !m_fences) {
-    complete_fence(call, only_here, std::move(call.data));
+    complete(call, only_here, std::move(call.data));
     return;
   }
   auto shared = std::make_shared<Upcall>(std::move(call));
   m_fences->enter(
       job.nspace, signature, nodes, shared->data,
-      [this, shared](bool ok, std::string data) { complete_fence(*shared, ok, std::move(data)); });
+      [this, shared](bool ok, std::string data) { complete(*shared, ok, std::move(data)); });
 }
 
-void PmixServer::complete_fence(Upcall& call, bool ok, std::string data) {
+void PmixServer::direct_modex(Upcall& call) {
+  const int node = m_job->node_of(call.ranks.at(0));
+  if (!m_dmodex || node < 0 || node == m_job->node_rank) {
+    complete(call, false, {});  // nobody else to ask
+    return;
+  }
+  auto shared = std::make_shared<Upcall>(std::move(call));
+  m_dmodex->request(
+      m_job->nspace, node, shared->ranks.at(0),
+      [this, shared](bool ok, std::string data) { complete(*shared, ok, std::move(data)); });
+}
+
+// Once a local worker joined, this node answers the others' direct modex
+// requests for its ranks (a job of programs that never call MPI_Init never
+// parks a request on the store for it).
+void PmixServer::serve_direct_modex() {
+  if (!m_dmodex || !m_job) {
+    return;
+  }
+  m_dmodex->serve(m_job->nspace, [nspace = m_job->nspace](int rank, DirectModex::Reply answer) {
+    auto up = std::make_unique<Upcall>();
+    up->kind = Upcall::Kind::k_dmodex_local;
+    up->answer = std::move(answer);
+    const pmix_proc_t proc = make_proc(nspace, static_cast<uint32_t>(rank));
+    Upcall* raw = up.release();
+    if (g_api.dmodex_request(&proc, on_local_modex, raw) != PMIX_SUCCESS) {
+      std::unique_ptr<Upcall> failed(raw);
+      failed->answer(false, {});
+    }
+  });
+}
+
+void PmixServer::complete(Upcall& call, bool ok, std::string data) {
   if (call.cbfunc == nullptr) {
+    return;
+  }
+  if (!m_job || call.nspace != m_job->nspace) {
+    // A past round's call was dropped by libpmix with its namespace
+    // (start_round deregistered it); any other is refused.
+    if (call.nspace != m_deregistered) {
+      call.cbfunc(PMIX_ERR_INVALID_NAMESPACE, nullptr, 0, call.cbdata, nullptr, nullptr);
+    }
     return;
   }
   if (!ok) {

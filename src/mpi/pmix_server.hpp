@@ -13,8 +13,10 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "mpi/dmodex.hpp"
 #include "mpi/fence.hpp"
 #include "mpi/mpi_host.hpp"
 #include "posix/fd.hpp"
@@ -24,9 +26,12 @@ namespace ddplaunch {
 
 class PmixServer : public MpiHost {
  public:
-  // Starts the server, its files under `tmpdir` (this node's job directory).
-  // nullptr, with `why` set, when libpmix is missing or will not start.
-  static std::unique_ptr<PmixServer> start(const std::string& tmpdir, std::string& why);
+  // Starts the server, its files under `tmpdir` (this node's job directory),
+  // on a thread of its own: libpmix's start (its plugins, hwloc's view of
+  // the machine: ~15 ms) overlaps the launcher's own until the first
+  // start_round() waits for it. Call once signals are blocked (the threads
+  // inherit the mask) and no PMIx client runs in this process.
+  static std::unique_ptr<PmixServer> start(const std::string& tmpdir);
   ~PmixServer() override;
   PmixServer(const PmixServer&) = delete;
   PmixServer& operator=(const PmixServer&) = delete;
@@ -37,6 +42,8 @@ class PmixServer : public MpiHost {
   // Readable when take_events() has something to do.
   int event_fd() const { return m_wake.get(); }
 
+  // Waits for the server's start; without one (libpmix missing, or it
+  // would not start: said once in the debug log) every worker gets nothing.
   std::vector<EnvVars> start_round(const PmixJob& job) override;
   std::vector<MpiEvent> take_events() override;
 
@@ -46,16 +53,26 @@ class PmixServer : public MpiHost {
 
  private:
   PmixServer();
+  bool ready();  // waits for the start; true if the server runs
   void fence(Upcall& call);
-  void complete_fence(Upcall& call, bool ok, std::string data);
+  void direct_modex(Upcall& call);
+  // Hands libpmix a fence's or a direct modex's data (for the round still
+  // current: libpmix forgot a past round's calls with its namespace).
+  void complete(Upcall& call, bool ok, std::string data);
+  void serve_direct_modex();
 
   posix::Fd m_wake;  // eventfd
+  std::thread m_starting;
+  bool m_running = false;  // set by m_starting; read after it is joined
+  std::string m_why;       // why it does not run
   std::mutex m_mutex;
   std::vector<std::unique_ptr<Upcall>> m_queue;  // guarded by m_mutex
   // The main thread's.
   std::optional<PmixJob> m_job;
-  std::string m_registered;  // the namespace libpmix holds
+  std::string m_registered;    // the namespace libpmix holds
+  std::string m_deregistered;  // the one before
   std::unique_ptr<FenceExchange> m_fences;
+  std::unique_ptr<DirectModex> m_dmodex;
 };
 
 }  // namespace ddplaunch

@@ -101,3 +101,13 @@ def test_mpi4py_allreduce_and_bcast_across_two_nodes(jobs):
     lines = sorted(l.split("]: ", 1)[-1] for l in r.stdout.splitlines() if "mpi4py rank" in l)
     assert lines == [f"mpi4py rank {i} size 4 sum 6 word hello-from-0 RANK={i}"
                      for i in range(4)], r.stdout
+
+
+def test_direct_modex_serves_a_peers_data_without_a_fence(jobs):
+    """Open MPI's asynchronous modex skips MPI_Init's data fence: each peer's
+    data is fetched from the node that hosts it (PMIx direct modex)."""
+    r = jobs.run([*LOCAL2x2, "--", MPI_HELLO],
+                 env={"OMPI_MCA_pmix_base_async_modex": "1",
+                      "OMPI_MCA_pmix_base_collect_data": "0"})
+    assert r.returncode == 0, r.stderr
+    assert one_world(r.stdout, 4), r.stdout

@@ -1,0 +1,91 @@
+#include "mpi/dmodex.hpp"
+
+#include <charconv>
+
+namespace ddplaunch {
+
+namespace {
+
+std::string queue_key(const std::string& nspace, int node, const std::string& slot) {
+  return "mpi/" + nspace + "/dmodex/" + std::to_string(node) + "/" + slot;
+}
+
+}  // namespace
+
+struct DirectModex::Serving {
+  std::string nspace;
+  Lookup lookup;
+  long next = 1;  // the slot watched
+  bool stopped = false;
+};
+
+DirectModex::~DirectModex() {
+  if (m_serving) {
+    m_serving->stopped = true;
+  }
+}
+
+void DirectModex::request(const std::string& nspace, int target, int rank, Reply reply) {
+  const std::string reply_key = "mpi/" + nspace + "/dmodex/reply/" + std::to_string(m_node_rank) +
+                                "/" + std::to_string(m_replies++);
+  StoreConnection& conn = m_connection;
+  conn.add(queue_key(nspace, target, "count"), 1,
+           [&conn, nspace, target, rank, reply_key, reply = std::move(reply)](int64_t slot) {
+             conn.set(queue_key(nspace, target, std::to_string(slot)),
+                      std::to_string(rank) + " " + reply_key, [] {});
+             conn.get(reply_key, StoreConnection::Duration(0),
+                      [reply](std::optional<std::string> answer) {
+                        // "1" and the data, or "0": no data for that rank.
+                        const bool ok = answer && !answer->empty() && answer->front() == '1';
+                        reply(ok, ok ? answer->substr(1) : std::string());
+                      });
+           });
+}
+
+void DirectModex::serve(const std::string& nspace, Lookup lookup) {
+  if (m_serving && m_serving->nspace == nspace) {
+    return;
+  }
+  stop_serving();
+  m_serving = std::make_shared<Serving>();
+  m_serving->nspace = nspace;
+  m_serving->lookup = std::move(lookup);
+  watch(m_serving);
+}
+
+void DirectModex::stop_serving() {
+  if (!m_serving) {
+    return;
+  }
+  m_serving->stopped = true;
+  // The parked GET of the next slot ends (a request there later is never
+  // answered: its namespace is over).
+  m_connection.set(queue_key(m_serving->nspace, m_node_rank, std::to_string(m_serving->next)),
+                   "end", [] {});
+  m_serving.reset();
+}
+
+void DirectModex::watch(const std::shared_ptr<Serving>& serving) {
+  StoreConnection& conn = m_connection;
+  const std::string key = queue_key(serving->nspace, m_node_rank, std::to_string(serving->next));
+  conn.get(key, StoreConnection::Duration(0),
+           [this, &conn, serving](std::optional<std::string> entry) {
+             if (serving->stopped || !entry) {
+               return;
+             }
+             ++serving->next;
+             int rank = -1;
+             const auto space = entry->find(' ');
+             const char* begin = entry->data();
+             std::from_chars(begin, begin + std::min(space, entry->size()), rank);
+             if (space != std::string::npos) {
+               const std::string reply_key = entry->substr(space + 1);
+               serving->lookup(rank, [&conn, reply_key](bool ok, std::string data) {
+                 conn.set(reply_key, ok ? "1" + data : "0", [] {});
+               });
+             }
+             watch(serving);
+           });
+}
+
+}  // namespace ddplaunch
