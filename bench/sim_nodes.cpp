@@ -17,6 +17,11 @@
 // joined_s: from the first join to the last node's plan; verdict_s: from node
 // 1's publish_stop to the last node's verdict; finished_s: until every
 // simulated node has reported its results.
+// With SIM_FENCE_BYTES=B in the environment, once every node has joined the
+// simulated nodes also run one PMIx fence among themselves, each with a
+// record of B bytes, as their PMIx servers would (mpi/fence.hpp), and the
+// line adds "fence_s" (from the first node's entry to the last node's
+// combined data).
 #include <sys/epoll.h>
 
 #include <chrono>
@@ -28,6 +33,7 @@
 
 #include "config/config.hpp"
 #include "log.hpp"
+#include "mpi/fence.hpp"
 #include "rendezvous/keys.hpp"
 #include "rendezvous/records.hpp"
 #include "rendezvous/store_host.hpp"
@@ -41,7 +47,7 @@ using Steady = std::chrono::steady_clock;
 using Ms = std::chrono::milliseconds;
 
 struct State {
-  bool joined = false, verdict = false, finished = false, failed = false;
+  bool joined = false, verdict = false, finished = false, failed = false, fenced = false;
   int verdict_code = -1;
   std::string error;
 };
@@ -200,6 +206,32 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "joined\n");  // scale.py counts node 0's fds now
   std::fflush(stderr);
 
+  std::string fence_result;
+  if (const char* bytes = std::getenv("SIM_FENCE_BYTES"); bytes != nullptr) {
+    const size_t size = static_cast<size_t>(std::atol(bytes));
+    std::vector<int> members;
+    for (int n = 1; n < nnodes; ++n) {
+      members.push_back(n);
+    }
+    std::vector<std::unique_ptr<FenceExchange>> fences;
+    std::vector<int64_t> sent_before;
+    const auto fence_start = Steady::now();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      fences.push_back(std::make_unique<FenceExchange>(*nodes[i]->store, static_cast<int>(i) + 1));
+      State* state = &nodes[i]->state;
+      const size_t expected = size * members.size();
+      fences.back()->enter("ddplaunch.bench.0.0", "all", members, std::string(size, 'x'),
+                           [state, expected](bool ok, std::string data) {
+                             state->fenced = true;
+                             state->failed = !ok || data.size() != expected;
+                             state->error = "the fence's data was not every node's";
+                           });
+      sync(i);
+    }
+    run_until(&State::fenced);
+    fence_result = ", \"fence_s\": " + std::to_string(seconds(fence_start, Steady::now()));
+  }
+
   nodes[0]->link->publish_stop(
       JobVerdict{7, "node 1 (sim1): a simulated failure", std::nullopt, 1});
   sync(0);
@@ -213,8 +245,8 @@ int main(int argc, char** argv) {
   run_until(&State::finished);
   const auto finished = Steady::now();
   std::printf(
-      "{\"joined_s\": %.4f, \"verdict_s\": %.4f, \"verdict_code\": %d, \"finished_s\": %.4f}\n",
+      "{\"joined_s\": %.4f, \"verdict_s\": %.4f, \"verdict_code\": %d, \"finished_s\": %.4f%s}\n",
       seconds(start, joined), seconds(stop_sent, verdict), nodes.back()->state.verdict_code,
-      seconds(verdict, finished));
+      seconds(verdict, finished), fence_result.c_str());
   return 0;
 }

@@ -88,7 +88,17 @@ void Agent::begin(const Topology& topology, int node_rank) {
   layout.restart_count = m_restarts;
   layout.round = m_round;
   layout.socket_ifname = socket_ifname(topology, node_rank);
-  m_plan = make_launch_spec(m_config, layout, m_env, m_self.bindings);
+  // With a PMIx server, the round's namespace first: its variables are the
+  // same for every worker but one, and go into what they share.
+  std::optional<MpiRoundEnv> mpi = start_mpi_round(topology, layout);
+  m_plan =
+      mpi ? make_launch_spec(m_config, layout, mpi_worker_env(layout), m_self.bindings, mpi->shared)
+          : make_launch_spec(m_config, layout, m_env, m_self.bindings);
+  if (mpi) {
+    for (auto& w : m_plan->workers) {
+      w.env.set(mpi->rank_variable, std::to_string(w.rank));
+    }
+  }
   for (const auto& notice : m_plan->notices) {
     if (m_round == 0) {  // the same each round
       log::info("{}", notice);
@@ -125,7 +135,6 @@ void Agent::begin(const Topology& topology, int node_rank) {
         w.env.erase("TORCHELASTIC_ERROR_FILE");
       }
     }
-    start_mpi_round(topology);
     m_start_time = m_clock.wall_now();
     m_pids = m_spawner.spawn(m_plan->workers);
   } catch (const LaunchError& e) {

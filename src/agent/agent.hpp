@@ -111,8 +111,12 @@ class Agent : public JobLink::Listener {
   void check_hangs(TimePoint now);
   std::string socket_ifname(const Topology& topology, int node_rank) const;
   // --- MPI (agent_mpi.cpp) ----------------------------------------------------
-  // The round's PMIx namespace, and each worker's variables for it.
-  void start_mpi_round(const Topology& topology);
+  // The round's PMIx namespace (nullopt: no server); resets what the
+  // workers told it.
+  std::optional<MpiRoundEnv> start_mpi_round(const Topology& topology, const JobLayout& layout);
+  // The environment the round's MPI workers start from: the inherited one
+  // and Open MPI's defaults, without an outer step's process management.
+  EnvMap mpi_worker_env(const JobLayout& layout) const;
   // How an MPI worker's end counts: an MPI_Abort's status, or a failure for
   // a clean exit that skipped MPI_Finalize; `info` unchanged otherwise.
   ExitInfo mpi_exit(int local_rank, const ExitInfo& info);
@@ -188,6 +192,7 @@ class Agent : public JobLink::Listener {
     bool skipped_finalize = false;                       // it ended with 0 without MPI_Finalize
   };
   std::vector<MpiState> m_mpi_state;
+  bool m_mpi_cohosted = false;  // this round: several of its nodes share a host
 
   bool m_advancing = false;
   bool m_again = false;

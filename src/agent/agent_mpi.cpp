@@ -6,12 +6,12 @@
 
 namespace ddplaunch {
 
-void Agent::start_mpi_round(const Topology& topology) {
-  m_mpi_state.assign(m_plan->workers.size(), MpiState{});
+std::optional<MpiRoundEnv> Agent::start_mpi_round(const Topology& topology,
+                                                  const JobLayout& layout) {
+  m_mpi_state.assign(static_cast<size_t>(layout.local_world_size), MpiState{});
   if (m_mpi == nullptr) {
-    return;
+    return std::nullopt;
   }
-  const JobLayout& layout = m_plan->layout;
   std::vector<std::string> hosts = topology.hosts;
   hosts.resize(static_cast<size_t>(layout.nnodes));
   for (const auto& node : topology.nodes) {
@@ -20,35 +20,31 @@ void Agent::start_mpi_round(const Topology& topology) {
     }
   }
   const PmixJob job = make_pmix_job(layout, hosts);
-  std::vector<MpiHost::EnvVars> envs;
+  m_mpi_cohosted = job.cohosted;
   try {
-    envs = m_mpi->start_round(job);
+    MpiRoundEnv env = m_mpi->start_round(job);
+    if (env.shared.empty()) {
+      return std::nullopt;  // no server runs (said once in the debug log)
+    }
+    return env;
   } catch (const std::exception& e) {
     // Only MPI programs need it: the job goes on, and says why theirs fail.
     log::warn("the PMIx server refused this job ({}): MPI programs will not initialise", e.what());
     m_mpi = nullptr;
-    return;
+    return std::nullopt;
   }
-  const auto defaults = open_mpi_defaults(m_env, layout, job.cohosted, m_self.job_dir);
-  std::vector<std::string> outer;
-  for (const auto& [name, value] : m_env) {
-    if (is_outer_step_identity(name)) {
-      outer.push_back(name);
-    }
+}
+
+EnvMap Agent::mpi_worker_env(const JobLayout& layout) const {
+  EnvMap env = m_env;
+  for (auto it = env.begin(); it != env.end();) {
+    it = is_outer_step_identity(it->first) ? env.erase(it) : std::next(it);
   }
-  for (auto& w : m_plan->workers) {
-    for (const auto& name : outer) {
-      w.env.erase(name);
-    }
-    for (const auto& [name, value] : defaults) {
-      w.env.set(name, value);
-    }
-    if (static_cast<size_t>(w.local_rank) < envs.size()) {
-      for (const auto& [name, value] : envs[static_cast<size_t>(w.local_rank)]) {
-        w.env.set(name, value);
-      }
-    }
+  for (const auto& [name, value] :
+       open_mpi_defaults(m_env, layout, m_mpi_cohosted, m_self.job_dir)) {
+    env[name] = value;
   }
+  return env;
 }
 
 void Agent::on_mpi() {

@@ -29,7 +29,8 @@ std::vector<std::string> worker_argv(const Config& config, const EnvMap& env) {
 }
 
 LaunchSpec make_launch_spec(const Config& config, const JobLayout& layout, const EnvMap& base_env,
-                            const std::vector<Binding>& bindings) {
+                            const std::vector<Binding>& bindings,
+                            const std::vector<std::pair<std::string, std::string>>& runtime) {
   LaunchSpec plan;
   plan.layout = layout;
   const auto argv = worker_argv(config, base_env);
@@ -40,6 +41,9 @@ LaunchSpec make_launch_spec(const Config& config, const JobLayout& layout, const
   // An outer launcher's MPI identity goes once, not once per worker.
   EnvMap stripped = base_env;
   strip_outer_mpi_identity(stripped);
+  for (const auto& [name, value] : runtime) {
+    stripped[name] = value;
+  }
   for (int local_rank = 0; local_rank < layout.local_world_size; ++local_rank) {
     WorkerSpec spec;
     spec.local_rank = local_rank;

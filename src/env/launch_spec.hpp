@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config.hpp"
@@ -38,7 +39,10 @@ struct LaunchSpec {
 std::vector<std::string> worker_argv(const Config& config, const EnvMap& env);
 
 // `bindings` (one per local rank, or none) come from node/binding.hpp.
+// `runtime`: variables every worker gets after an outer launcher's identity
+// is removed (the PMIx server's, which replace any inherited PMIX_*).
 LaunchSpec make_launch_spec(const Config& config, const JobLayout& layout, const EnvMap& base_env,
-                            const std::vector<Binding>& bindings = {});
+                            const std::vector<Binding>& bindings = {},
+                            const std::vector<std::pair<std::string, std::string>>& runtime = {});
 
 }  // namespace ddplaunch

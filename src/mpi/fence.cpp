@@ -3,13 +3,25 @@
 #include <algorithm>
 #include <memory>
 
+#include "log.hpp"
 #include "mpi/pmix_job.hpp"
+#include "store/protocol.hpp"
 
 namespace ddplaunch {
 
 void FenceExchange::enter(const std::string& nspace, const std::string& signature,
                           const std::vector<int>& nodes, std::string data, Done done) {
   const long seq = m_seq[nspace + "/" + signature]++;
+  if (data.size() > protocol::k_max_value) {
+    // One record per node: more than the store holds in a value fails this
+    // fence (the ranks' MPI_Init says so), not the job's store connection.
+    log::warn(
+        "a PMIx fence's data from this node is {} bytes, over the store's {} per value: "
+        "the fence fails",
+        data.size(), protocol::k_max_value);
+    done(false, {});
+    return;
+  }
   auto keys = std::make_shared<FenceKeys>(fence_keys(nspace, signature, seq, nodes));
   const auto me = std::find(nodes.begin(), nodes.end(), m_node_rank) - nodes.begin();
   const auto total = static_cast<int64_t>(nodes.size());

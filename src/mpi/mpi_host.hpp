@@ -25,14 +25,22 @@ struct MpiEvent {
   std::string message;
 };
 
+using EnvVars = std::vector<std::pair<std::string, std::string>>;
+
+// What a round's workers need to find their server: the same variables for
+// all but one, which holds each worker's rank.
+struct MpiRoundEnv {
+  EnvVars shared;             // empty: no server (the workers get nothing)
+  std::string rank_variable;  // set to each worker's global rank ("PMIX_RANK")
+};
+
 class MpiHost {
  public:
-  using EnvVars = std::vector<std::pair<std::string, std::string>>;
   virtual ~MpiHost() = default;
-  // Registers `job`'s namespace (forgetting the previous round's) before its
-  // workers start; returns what each local rank's environment needs, by
-  // local rank. Throws std::runtime_error when the server refuses.
-  virtual std::vector<EnvVars> start_round(const PmixJob& job) = 0;
+  // Registers `job`'s namespace (forgetting the previous round's) and its
+  // local ranks before they start. Throws std::runtime_error when the
+  // server refuses.
+  virtual MpiRoundEnv start_round(const PmixJob& job) = 0;
   // What the current round's workers told the server since the last call;
   // also moves the fences they wait in along.
   virtual std::vector<MpiEvent> take_events() = 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -35,7 +36,7 @@ bool PmixServer::ready() {
   return false;
 }
 void PmixServer::attach_store(StoreConnection*, int) {}
-std::vector<MpiHost::EnvVars> PmixServer::start_round(const PmixJob&) {
+MpiRoundEnv PmixServer::start_round(const PmixJob&) {
   return {};
 }
 std::vector<MpiEvent> PmixServer::take_events() {
@@ -352,7 +353,7 @@ void PmixServer::post(std::unique_ptr<Upcall> upcall) {
   [[maybe_unused]] ssize_t n = ::write(m_wake.get(), &one, sizeof one);
 }
 
-std::vector<MpiHost::EnvVars> PmixServer::start_round(const PmixJob& job) {
+MpiRoundEnv PmixServer::start_round(const PmixJob& job) {
   if (!ready()) {
     return {};
   }
@@ -411,29 +412,68 @@ std::vector<MpiHost::EnvVars> PmixServer::start_round(const PmixJob& job) {
     throw std::runtime_error("PMIx_server_register_nspace: " + error_text(rc));
   }
   m_registered = job.nspace;
-  std::vector<EnvVars> envs(local);
+  // Every local rank, registered at once; their completions are awaited together.
+  struct Latch {
+    std::mutex mutex;
+    std::condition_variable cv;
+    uint32_t left = 0;
+    pmix_status_t status = PMIX_SUCCESS;
+  } latch;
+  auto registered = [](pmix_status_t status, void* cbdata) {
+    auto* l = static_cast<Latch*>(cbdata);
+    std::lock_guard lock(l->mutex);
+    if (status != PMIX_SUCCESS) {
+      l->status = status;
+    }
+    if (--l->left == 0) {
+      l->cv.notify_all();
+    }
+  };
+  const uid_t uid = ::getuid();
+  const gid_t gid = ::getgid();
   for (uint32_t i = 0; i < local; ++i) {
     const pmix_proc_t proc = make_proc(job.nspace, static_cast<uint32_t>(job.local_first()) + i);
-    rc = g_api.register_client(&proc, ::getuid(), ::getgid(), nullptr, nullptr, nullptr);
-    if (rc != PMIX_SUCCESS && rc != PMIX_OPERATION_SUCCEEDED) {
-      throw std::runtime_error("PMIx_server_register_client: " + error_text(rc));
+    {
+      std::lock_guard lock(latch.mutex);
+      ++latch.left;  // before the call: its completion may come at once
     }
-    char** env = nullptr;
-    rc = g_api.setup_fork(&proc, &env);
+    rc = g_api.register_client(&proc, uid, gid, nullptr, registered, &latch);
     if (rc != PMIX_SUCCESS) {
-      throw std::runtime_error("PMIx_server_setup_fork: " + error_text(rc));
-    }
-    for (char** e = env; e != nullptr && *e != nullptr; ++e) {
-      std::string entry(*e);
-      std::free(*e);
-      const auto eq = entry.find('=');
-      if (eq != std::string::npos) {
-        envs[i].emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
+      std::lock_guard lock(latch.mutex);
+      --latch.left;  // it will not call back
+      if (rc != PMIX_OPERATION_SUCCEEDED) {
+        latch.status = rc;
+        break;
       }
     }
-    std::free(env);
   }
-  return envs;
+  {
+    std::unique_lock lock(latch.mutex);
+    latch.cv.wait(lock, [&latch] { return latch.left == 0; });
+  }
+  if (latch.status != PMIX_SUCCESS) {
+    throw std::runtime_error("PMIx_server_register_client: " + error_text(latch.status));
+  }
+  // What setup_fork gives every local rank is the same but for its rank:
+  // asked for the first rank only.
+  MpiRoundEnv out;
+  out.rank_variable = "PMIX_RANK";
+  const pmix_proc_t first = make_proc(job.nspace, static_cast<uint32_t>(job.local_first()));
+  char** env = nullptr;
+  rc = g_api.setup_fork(&first, &env);
+  if (rc != PMIX_SUCCESS) {
+    throw std::runtime_error("PMIx_server_setup_fork: " + error_text(rc));
+  }
+  for (char** e = env; e != nullptr && *e != nullptr; ++e) {
+    std::string entry(*e);
+    std::free(*e);
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos && entry.compare(0, eq, out.rank_variable) != 0) {
+      out.shared.emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
+    }
+  }
+  std::free(env);
+  return out;
 }
 
 std::vector<MpiEvent> PmixServer::take_events() {
@@ -501,6 +541,8 @@ void PmixServer::fence(Upcall& call) {
     complete(call, only_here, std::move(call.data));
     return;
   }
+  log::debug("PMIx fence among {} node(s): {} bytes from this node", nodes.size(),
+             call.data.size());
   auto shared = std::make_shared<Upcall>(std::move(call));
   m_fences->enter(
       job.nspace, signature, nodes, shared->data,

@@ -44,7 +44,7 @@ class PmixServer : public MpiHost {
 
   // Waits for the server's start; without one (libpmix missing, or it
   // would not start: said once in the debug log) every worker gets nothing.
-  std::vector<EnvVars> start_round(const PmixJob& job) override;
+  MpiRoundEnv start_round(const PmixJob& job) override;
   std::vector<MpiEvent> take_events() override;
 
   // --- libpmix's thread: queue an upcall and wake the main thread ----------

@@ -89,6 +89,21 @@ Topology two_nodes(int nproc) {
   return t;
 }
 
+// The PMIx server as the Agent sees it: each round's namespace, and what the
+// workers told it (queued by the test).
+struct FakeMpi : MpiHost {
+  std::vector<PmixJob> rounds;
+  std::vector<MpiEvent> queued;
+  MpiRoundEnv start_round(const PmixJob& job) override {
+    rounds.push_back(job);
+    return MpiRoundEnv{{{"PMIX_NAMESPACE", job.nspace}}, "PMIX_RANK"};
+  }
+  std::vector<MpiEvent> take_events() override { return std::exchange(queued, {}); }
+  void tell(MpiEvent::Kind kind, int rank, int status = 0, std::string message = "") {
+    queued.push_back(MpiEvent{kind, rank, status, std::move(message)});
+  }
+};
+
 class AgentTest : public ::testing::Test {
  protected:
   Config config;
@@ -97,6 +112,7 @@ class AgentTest : public ::testing::Test {
   FakeClock clock;
   FakeLink link;
   FakeConsole console;
+  MpiHost* mpi = nullptr;
   std::unique_ptr<Agent> agent;
 
   void make(int nproc, bool multi_node) {
@@ -108,7 +124,7 @@ class AgentTest : public ::testing::Test {
     }
     agent = std::make_unique<Agent>(
         config, env, NodeIdentity{"b", "10.0.0.2", nproc, 4321, {}, "", {}, {}, "", {}}, spawner,
-        clock, multi_node ? &link : nullptr, console);
+        clock, multi_node ? &link : nullptr, console, mpi);
     agent->start();
   }
   // Worker `lr` ends: its pipes close, then it is reaped.
@@ -156,6 +172,71 @@ TEST_F(AgentTest, FirstFailureIsTheRootCauseWithItsLastStderrLines) {
   ASSERT_TRUE(s.root_cause);
   EXPECT_EQ(s.root_cause->rank, 1);
   EXPECT_EQ(s.root_cause->last_stderr, (std::vector<std::string>{"Traceback", "ValueError: boom"}));
+}
+
+TEST_F(AgentTest, EachWorkerGetsItsPmixServersVariablesAndOpenMpisDefaults) {
+  FakeMpi fake;
+  mpi = &fake;
+  env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "cma";  // the user's own wins
+  env["PMI_RANK"] = "5";                                    // an outer step's: removed
+  make(2, false);
+  ASSERT_EQ(fake.rounds.size(), 1u);
+  EXPECT_EQ(fake.rounds[0].nspace, "ddplaunch.none.0.0");
+  const auto& w = spawner.spawned.at(0).at(1).env;
+  EXPECT_EQ(w.at("PMIX_RANK"), "1");
+  EXPECT_EQ(w.at("OMPI_MCA_schizo"), "ompi");
+  EXPECT_EQ(w.at("OMPI_MCA_btl_vader_single_copy_mechanism"), "cma");
+  EXPECT_FALSE(w.contains("PMI_RANK"));
+}
+
+TEST_F(AgentTest, MpiAbortsCodeIsTheVerdictAndTheReportSaysSo) {
+  FakeMpi fake;
+  mpi = &fake;
+  make(2, false);
+  fake.tell(MpiEvent::Kind::k_connected, 0);
+  fake.tell(MpiEvent::Kind::k_connected, 1);
+  fake.tell(MpiEvent::Kind::k_aborted, 1, 7, "bad input");
+  ends(1, ExitInfo::exited(7));
+  ends(0, ExitInfo::signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 7);
+  ASSERT_TRUE(agent->summary().root_cause && agent->summary().root_cause->error);
+  EXPECT_EQ(agent->summary().root_cause->error->message, "MPI_Abort with error code 7: bad input");
+}
+
+TEST_F(AgentTest, MpiAbortWithZeroStillFailsAndARankSkippingFinalizeFails) {
+  FakeMpi fake;
+  mpi = &fake;
+  make(2, false);
+  fake.tell(MpiEvent::Kind::k_aborted, 0, 0);
+  ends(0, ExitInfo::exited(0));
+  ends(1, ExitInfo::signaled(SIGTERM));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 1);
+
+  spawner = FakeSpawner{};
+  make(2, false);
+  fake.tell(MpiEvent::Kind::k_connected, 0);
+  fake.tell(MpiEvent::Kind::k_connected, 1);
+  fake.tell(MpiEvent::Kind::k_finalized, 1);
+  ends(1, ExitInfo::exited(0));  // finalized: fine
+  EXPECT_EQ(spawner.count(SIGTERM), 0);
+  ends(0, ExitInfo::exited(0));  // never finalized
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 1);
+  ASSERT_TRUE(agent->summary().root_cause && agent->summary().root_cause->error);
+  EXPECT_NE(agent->summary().root_cause->error->message.find("without calling MPI_Finalize"),
+            std::string::npos);
+}
+
+TEST_F(AgentTest, AProgramThatNeverCallsMpiInitIsUntouched) {
+  FakeMpi fake;
+  mpi = &fake;
+  make(2, false);
+  ends(0, ExitInfo::exited(0));
+  ends(1, ExitInfo::exited(0));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, 0);
 }
 
 TEST_F(AgentTest, GracePeriodThenSigkill) {
