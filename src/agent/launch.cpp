@@ -34,6 +34,12 @@ namespace ddplaunch {
 
 namespace {
 
+// How long node 0 keeps the store for the other nodes once its own run is
+// over: each reads the job's verdict and leaves (a node that joined the
+// next round just as node 0 was stopped would otherwise find the store gone
+// and end with exit 4, not the verdict).
+constexpr auto k_store_linger = std::chrono::seconds(1);
+
 int dry_run(const Config& config, const EnvMap& env, const NodeIdentity& self,
             ConsoleWriter& console) {
   const int port = config.worker_port.value_or(self.free_port);
@@ -253,6 +259,9 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   }
   link.reset();
   store.reset();
+  if (store_server && !store_server->wait_until_idle(k_store_linger)) {
+    log::debug("leaving with nodes still connected to the store");
+  }
   store_server.reset();
 
   const int exit_code = report(config, env, agent, console);

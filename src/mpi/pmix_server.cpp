@@ -93,17 +93,11 @@ std::atomic<PmixServer*> g_server{nullptr};
 class InfoList {
  public:
   void u32(const char* key, uint32_t v) { add(key, PMIX_UINT32).data.uint32 = v; }
-  void u16(const char* key, uint16_t v) { add(key, PMIX_UINT16).data.uint16 = v; }
   void rank(const char* key, uint32_t v) { add(key, PMIX_PROC_RANK).data.rank = v; }
   void flag(const char* key, bool v) { add(key, PMIX_BOOL).data.flag = v; }
   void str(const char* key, std::string v) {
     m_strings.push_back(std::move(v));
     add(key, PMIX_STRING).data.string = m_strings.back().data();
-  }
-  // `inner` must outlive this list's use.
-  void array(const char* key, InfoList& inner) {
-    m_arrays.push_back(pmix_data_array_t{PMIX_INFO, inner.size(), inner.data()});
-    add(key, PMIX_DATA_ARRAY).data.darray = &m_arrays.back();
   }
   pmix_info_t* data() { return m_info.empty() ? nullptr : m_info.data(); }
   size_t size() const { return m_info.size(); }
@@ -119,7 +113,6 @@ class InfoList {
   }
   std::vector<pmix_info_t> m_info;  // data() is read only once the list is complete
   std::deque<std::string> m_strings;
-  std::deque<pmix_data_array_t> m_arrays;
 };
 
 std::string error_text(pmix_status_t rc) {
@@ -394,18 +387,8 @@ MpiRoundEnv PmixServer::start_round(const PmixJob& job) {
   info.rank(PMIX_LOCALLDR, static_cast<uint32_t>(job.local_first()));
   info.u32(PMIX_NODEID, static_cast<uint32_t>(job.node_rank));
   info.str(PMIX_HOSTNAME, job.hosts.at(static_cast<size_t>(job.node_rank)));
-  // Each local rank's own: its ranks on this node and where it runs.
-  std::deque<InfoList> procs(static_cast<size_t>(local));
-  for (uint32_t i = 0; i < local; ++i) {
-    InfoList& p = procs[i];
-    p.rank(PMIX_RANK, static_cast<uint32_t>(job.local_first()) + i);
-    p.u32(PMIX_APPNUM, 0);
-    p.u16(PMIX_LOCAL_RANK, static_cast<uint16_t>(i));
-    p.u16(PMIX_NODE_RANK, static_cast<uint16_t>(i));
-    p.u32(PMIX_NODEID, static_cast<uint32_t>(job.node_rank));
-    p.str(PMIX_HOSTNAME, job.hosts.at(static_cast<size_t>(job.node_rank)));
-    info.array(PMIX_PROC_DATA, p);
-  }
+  // No PMIX_PROC_DATA per rank: libpmix derives each local rank's local and
+  // node rank from the maps above, and 4,096 of them would hold 20 MB.
   pmix_status_t rc = g_api.register_nspace(job.nspace.c_str(), static_cast<int>(local), info.data(),
                                            info.size(), nullptr, nullptr);
   if (rc != PMIX_SUCCESS && rc != PMIX_OPERATION_SUCCEEDED) {

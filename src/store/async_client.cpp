@@ -99,7 +99,8 @@ uint32_t AsyncClient::events() const {
   if (m_state == State::k_connecting) {
     return EPOLLOUT;
   }
-  return EPOLLIN | EPOLLRDHUP | (m_out.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
+  const bool sending = !m_out.empty() && !m_write_failed;
+  return EPOLLIN | EPOLLRDHUP | (sending ? static_cast<uint32_t>(EPOLLOUT) : 0u);
 }
 
 std::optional<AsyncClient::TimePoint> AsyncClient::deadline() const {
@@ -213,7 +214,7 @@ void AsyncClient::on_time(TimePoint now) {
 }
 
 void AsyncClient::flush(TimePoint now) {
-  while (!m_out.empty()) {
+  while (!m_out.empty() && !m_write_failed) {
     ssize_t n = ::send(m_fd.get(), m_out.data(), m_out.size(), MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) {
@@ -227,6 +228,13 @@ void AsyncClient::flush(TimePoint now) {
         // Closed by a store whose handshake pool is full (see receive()),
         // before this side had sent all of its handshake: tried again.
         retry_busy("the store closed the connection during the handshake", now);
+        return;
+      }
+      if (m_handshaken && (errno == EPIPE || errno == ECONNRESET)) {
+        // The store went away: what it answered before it did (the job's
+        // verdict, say) is still to be read, and the read that finds the
+        // end reports the loss. Nothing more is sent.
+        m_write_failed = true;
         return;
       }
       fail(m_handshaken ? Failure::k_lost : Failure::k_refused,

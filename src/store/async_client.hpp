@@ -113,6 +113,7 @@ class AsyncClient : public StoreConnection {
   bool m_hello_answered = false;  // replies carry ids from here on
   int m_silent_closes = 0;        // connections closed in the handshake without a word
   bool m_handshaken = false;      // HELLO (and AUTH) answered: requests may flow
+  bool m_write_failed = false;    // the store closed: its last replies are read, then the end
   // The authenticated session after AUTH: every frame sealed, both ways.
   std::optional<auth::FrameMac> m_mac_in;
   std::optional<auth::FrameMac> m_mac_out;

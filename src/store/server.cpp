@@ -12,7 +12,9 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -117,6 +119,17 @@ struct StoreServer::Impl {
   std::thread thread;
   bool stopped = false;
   std::unordered_map<int, Conn> conns;
+  // How many are open, for wait_until_idle() on another thread.
+  std::mutex count_mutex;
+  std::condition_variable count_changed;
+  size_t open_count = 0;
+  void count_connections() {
+    {
+      std::lock_guard lock(count_mutex);
+      open_count = conns.size();
+    }
+    count_changed.notify_all();
+  }
   KvCore core;  // the keys, the parked requests, the ON_CLOSE words
   // Connections with new replies: flushed by the loop, never from inside a
   // write (a write that answers others does not recurse).
@@ -208,6 +221,7 @@ void StoreServer::Impl::accept_all() {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     Conn& c = conns[fd];
+    count_connections();
     c.fd = std::move(owned);
     c.peer = peer_of(fd);
     c.opened = c.last_input = c.last_output = Clock::now();
@@ -390,6 +404,7 @@ void StoreServer::Impl::close_conn(int fd) {
   }
   epoll_ctl(epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
   conns.erase(it);
+  count_connections();
   touched.erase(fd);
   deliver(core.close(fd));  // its parked requests go; its ON_CLOSE word is written
 }
@@ -680,6 +695,14 @@ int StoreServer::port() const {
 
 int StoreServer::listen_fd() const {
   return m_impl->listener.get();
+}
+
+bool StoreServer::wait_until_idle(std::chrono::milliseconds timeout) {
+  if (!m_impl->thread.joinable()) {
+    return true;
+  }
+  std::unique_lock lock(m_impl->count_mutex);
+  return m_impl->count_changed.wait_for(lock, timeout, [this] { return m_impl->open_count == 0; });
 }
 
 void StoreServer::stop() {

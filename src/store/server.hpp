@@ -61,6 +61,10 @@ class StoreServer {
   void serve();
   // Closes every connection and joins the thread. Idempotent.
   void stop();
+  // Waits until no client is connected (true) or `timeout` passes (false):
+  // the store's host, leaving, lets the other nodes read the job's verdict
+  // first. Thread-safe.
+  bool wait_until_idle(std::chrono::milliseconds timeout);
 
  private:
   struct Impl;
