@@ -18,7 +18,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def timed(cmd, env=None, timeout=20):
+def timed(cmd, env=None, timeout=10):
     """Seconds, or None when it hung past `timeout` (Open MPI 4.1's mpirun
     sometimes never returns when 32 processes end at once)."""
     t = time.perf_counter()

@@ -295,6 +295,9 @@ std::unique_ptr<PmixServer> PmixServer::start(const std::string& tmpdir) {
       info.str(PMIX_SERVER_TMPDIR, tmpdir);
       info.str(PMIX_SYSTEM_TMPDIR, tmpdir);
     }
+    // The machine's topology, read once here, is handed to every client
+    // (shared memory): N ranks do not each read it (PCI included) again.
+    info.flag(PMIX_SERVER_SHARE_TOPOLOGY, true);
     const pmix_status_t rc = g_api.init(&g_module, info.data(), info.size());
     if (rc != PMIX_SUCCESS) {
       s->m_why = "PMIx_server_init: " + error_text(rc);
