@@ -38,6 +38,15 @@ extern "C" const char* __lsan_default_options() {
 }
 #endif
 
+#if defined(__SANITIZE_THREAD__)
+// ThreadSanitizer: libpmix's threads race among themselves (its listener
+// thread closes a pipe PMIx_server_finalize writes to); its races are its
+// own. Ours with it go through our mutex and eventfd.
+extern "C" const char* __tsan_default_suppressions() {
+  return "race:libpmix.so\nrace:libevent\nrace:libhwloc.so\n";
+}
+#endif
+
 namespace {
 // How long an agent waits for its launching command's header on stdin.
 constexpr int k_channel_timeout_ms = 60'000;
