@@ -52,10 +52,11 @@ def test_a_worker_costs_a_bounded_number_of_system_calls(tmp_path):
     # dozen calls to exec, the pipes' epoll registration, their EOF, the reap.
     assert total <= 31, sorted(calls.items(), key=lambda kv: -kv[1])
     # The PMIx server (the default) registers each worker with libpmix, whose
-    # own thread wakes for it (about 3 calls there, none on the main thread's
-    # path): nothing else per worker.
+    # own thread wakes for it: 3 to 5 calls there (how many registrations one
+    # wake-up serves depends on timing), none on the main thread's path; one
+    # setup_fork serves every worker: nothing else per worker.
     with_server = per_worker(tmp_path)
-    assert sum(with_server.values()) <= total + 4, \
+    assert sum(with_server.values()) <= total + 6, \
         sorted(with_server.items(), key=lambda kv: -kv[1])
     assert with_server.get("getuid", 0) < 0.5, with_server
     # What issue 18 took off the path, per worker: no directory per rank for
