@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <optional>
+#include <utility>
 
 #include "ddplaunch/error.hpp"
 
@@ -126,6 +127,91 @@ std::vector<std::string> expand_nodelist(std::string_view list) {
   }
   if (depth != 0) {
     bad(list, "unbalanced brackets");
+  }
+  return out;
+}
+
+namespace {
+
+// "gpu-017" -> {"gpu-", "017"}; no trailing digits: {name, ""}.
+std::pair<std::string_view, std::string_view> split_number(std::string_view name) {
+  size_t i = name.size();
+  while (i > 0 && name[i - 1] >= '0' && name[i - 1] <= '9') {
+    --i;
+  }
+  // At most 18 digits: the value must fit a long long.
+  if (name.size() - i > 18) {
+    i = name.size();
+  }
+  return {name.substr(0, i), name.substr(i)};
+}
+
+// The bracket group's items for the numbers `digits` (one prefix): runs of
+// +1 folded into "lo-hi" where expand_ranges() pads them back alike.
+std::string fold_numbers(const std::vector<std::string_view>& digits) {
+  std::string out;
+  size_t i = 0;
+  while (i < digits.size()) {
+    const std::string_view lo = digits[i];
+    const long long first = *number(lo);
+    size_t j = i + 1;
+    while (j < digits.size()) {
+      std::string want = std::to_string(first + static_cast<long long>(j - i));
+      if (want.size() < lo.size()) {
+        want.insert(0, lo.size() - want.size(), '0');
+      }
+      if (want != digits[j]) {
+        break;
+      }
+      ++j;
+    }
+    if (!out.empty()) {
+      out += ',';
+    }
+    out += lo;
+    if (j - i > 1) {
+      out += '-';
+      out += digits[j - 1];
+    }
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string compress_nodelist(const std::vector<std::string>& hosts) {
+  for (const auto& h : hosts) {
+    if (h.empty() || h.find_first_of("[],") != std::string::npos) {
+      return "";
+    }
+  }
+  std::string out;
+  size_t i = 0;
+  while (i < hosts.size()) {
+    const auto [prefix, digits] = split_number(hosts[i]);
+    std::vector<std::string_view> group = {digits};
+    size_t j = i + 1;
+    while (!digits.empty() && j < hosts.size()) {
+      const auto [p, d] = split_number(hosts[j]);
+      if (p != prefix || d.empty()) {
+        break;
+      }
+      group.push_back(d);
+      ++j;
+    }
+    if (!out.empty()) {
+      out += ',';
+    }
+    if (group.size() == 1) {
+      out += hosts[i];
+    } else {
+      out += prefix;
+      out += '[';
+      out += fold_numbers(group);
+      out += ']';
+    }
+    i = j;
   }
   return out;
 }

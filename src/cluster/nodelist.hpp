@@ -13,6 +13,12 @@ namespace ddplaunch {
 // and what is wrong with it (an unclosed bracket, a reversed range, ...).
 std::vector<std::string> expand_nodelist(std::string_view list);
 
+// The inverse: `hosts` written in that syntax, in the same order, runs of
+// consecutive numbers after a shared prefix folded ("n01,n02,n03,x" ->
+// "n[01-03],x"), so that expand_nodelist() gives `hosts` back. Empty when a
+// name cannot be written in it (empty, or holding '[', ']' or ',').
+std::string compress_nodelist(const std::vector<std::string>& hosts);
+
 // Slurm's per-node task counts: "2(x3),1" -> {2, 2, 2, 1}. Throws UsageError.
 std::vector<int> expand_tasks_per_node(std::string_view value);
 

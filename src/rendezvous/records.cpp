@@ -4,6 +4,9 @@
 #include <climits>
 #include <nlohmann/json.hpp>
 
+#include "cluster/nodelist.hpp"
+#include "ddplaunch/error.hpp"
+
 namespace ddplaunch {
 
 namespace {
@@ -57,10 +60,16 @@ json sizes_json(const std::vector<SizeRun>& sizes) {
   return j;
 }
 
+// The longest host list a plan carries: every node reads the plan, and
+// names that do not fold into ranges would make it grow with the job.
+constexpr size_t k_max_host_list = 16 * 1024;
+
 // The plan's topology: what every node reads, so that its size does not
 // grow with the node count. The node sizes run-length ([[nproc, count], ...]);
 // when workers reserve ports (TF_CONFIG lists every worker), every node as
-// [node_rank, host, addr, nproc, first_rank, [port by local rank]].
+// [node_rank, host, addr, nproc, first_rank, [port by local rank]];
+// otherwise every node's host name, in Slurm's host-list syntax, where that
+// is short ("gpu[001-128]": the PMIx servers' node map).
 json plan_topology_json(const Topology& t) {
   json j = {{"world_size", t.world_size},
             {"master_addr", t.master_addr},
@@ -80,6 +89,15 @@ json plan_topology_json(const Topology& t) {
       nodes.push_back(json::array({n.node_rank, n.host, n.addr, n.nproc, n.first_rank, port_list}));
     }
     j["nodes"] = nodes;
+  } else if (t.complete() && t.nodes.size() > 1) {
+    std::vector<std::string> names;
+    for (const auto& n : t.nodes) {
+      names.push_back(n.host);
+    }
+    if (std::string list = compress_nodelist(names);
+        !list.empty() && list.size() <= k_max_host_list) {
+      j["hosts"] = std::move(list);
+    }
   }
   return j;
 }
@@ -107,6 +125,16 @@ Topology plan_topology_from(const json& j) {
   }
   if (ranks != t.world_size || nodes == 0) {
     throw RecordError("malformed plan record: the node sizes do not add up to the world size");
+  }
+  if (j.contains("hosts")) {
+    try {
+      t.hosts = expand_nodelist(j.at("hosts").get<std::string>());
+    } catch (const UsageError&) {
+      throw RecordError("malformed plan record: its host list is not a host list");
+    }
+    if (static_cast<long long>(t.hosts.size()) != nodes) {
+      throw RecordError("malformed plan record: its host list has not one name per node");
+    }
   }
   if (!j.contains("nodes")) {
     return t;

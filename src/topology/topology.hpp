@@ -48,7 +48,8 @@ struct Topology {
   // one-node job, workers with reserved ports), else only this agent's own.
   std::vector<NodeEntry> nodes;
   // Every node's host name by node rank, where the plan carried them (for
-  // the PMIx server's node map); empty otherwise.
+  // the PMIx server's node map: node 0's plan does when the names fold into
+  // a short Slurm host list); empty otherwise.
   std::vector<std::string> hosts;
   bool operator==(const Topology&) const = default;
 

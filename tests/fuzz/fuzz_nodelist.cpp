@@ -1,8 +1,10 @@
 // libFuzzer: Slurm's node lists and tasks-per-node values, as the
 // environment hands them over. Only UsageError may come out, and never more
-// hosts than the documented cap; anything else is a bug.
+// hosts than the documented cap, and compress_nodelist() must give back
+// a list naming the same hosts; anything else is a bug.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "cluster/nodelist.hpp"
@@ -13,8 +15,16 @@ using namespace ddplaunch;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);
   try {
-    if (expand_nodelist(in).size() > 1'000'000) {
+    const auto hosts = expand_nodelist(in);
+    if (hosts.size() > 1'000'000) {
       __builtin_trap();
+    }
+    // Folding them again gives a list that names the same hosts in order.
+    if (hosts.size() <= 10'000) {
+      const std::string folded = compress_nodelist(hosts);
+      if (!folded.empty() && expand_nodelist(folded) != hosts) {
+        __builtin_trap();
+      }
     }
   } catch (const UsageError&) {
   }

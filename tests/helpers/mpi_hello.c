@@ -7,17 +7,52 @@
 //   nofinalize:R       rank R exits 0 right after MPI_Init; the others wait in a barrier
 //   hang:R             every rank but R waits in a barrier, R in pause(): the test kills one
 //   fail-first-round:R rank R exits 3 after MPI_Init when TORCHELASTIC_RESTART_COUNT is 0
+//   hosts              each rank also prints the host of every rank as its PMIx server
+//                      described them: "rank R sees hosts H0 H1 ..." (built with libpmix)
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if HELLO_HAVE_PMIX
+#include <pmix.h>
+#endif
 #if defined(__SANITIZE_ADDRESS__)
 /* Open MPI keeps what MPI_Init allocates; those leaks are its own. */
 const char* __asan_default_options(void) {
   return "detect_leaks=0";
 }
 #endif
+
+// The PMIx client Open MPI initialised (PMIx_Init counts its callers):
+// every rank's PMIX_HOSTNAME, from the server's node and process maps.
+static void print_hosts(int rank, int size) {
+#if HELLO_HAVE_PMIX
+  pmix_proc_t me;
+  if (PMIx_Init(&me, NULL, 0) != PMIX_SUCCESS) {
+    printf("rank %d sees hosts: PMIx_Init failed\n", rank);
+    return;
+  }
+  printf("rank %d sees hosts", rank);
+  for (int r = 0; r < size; ++r) {
+    pmix_proc_t peer = me;
+    peer.rank = (pmix_rank_t)r;
+    pmix_value_t* value = NULL;
+    if (PMIx_Get(&peer, PMIX_HOSTNAME, NULL, 0, &value) == PMIX_SUCCESS && value != NULL &&
+        value->type == PMIX_STRING) {
+      printf(" %s", value->data.string);
+    } else {
+      printf(" ?");
+    }
+  }
+  printf("\n");
+  fflush(stdout);
+  PMIx_Finalize(NULL, 0);
+#else
+  printf("rank %d sees hosts: built without libpmix\n", rank);
+  (void)size;
+#endif
+}
 
 static int target_rank(const char* arg, const char* mode) {
   size_t n = strlen(mode);
@@ -54,6 +89,9 @@ int main(int argc, char** argv) {
     printf("pid %d in barrier\n", (int)getpid());
     fflush(stdout);
     MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (strcmp(mode, "hosts") == 0) {
+    print_hosts(rank, size);
   }
   int sum = 0;
   MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

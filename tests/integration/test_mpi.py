@@ -6,6 +6,7 @@ killed in a barrier each end the job everywhere with one verdict."""
 import os
 import re
 import signal
+import socket
 import subprocess
 
 import pytest
@@ -36,10 +37,18 @@ def test_one_node_of_four_ranks_is_one_world(jobs):
 
 
 def test_two_nodes_on_loopback_are_one_world_in_rank_order(jobs):
-    r = jobs.run([*LOCAL2x2, "--", MPI_HELLO])
+    r = jobs.run([*LOCAL2x2, "--", MPI_HELLO, "hosts"])
     assert r.returncode == 0, r.stderr
     # MPI's rank is ddplaunch's RANK, and the allreduce and the ring cross the nodes.
     assert one_world(r.stdout, 4), r.stdout
+    # Both nodes' servers describe the job alike: every rank sees the same
+    # host for each rank (this machine's name, told apart per node), not a
+    # placeholder on the node that does not host the store.
+    views = {m[1]: m[2].split() for m in re.finditer(r"rank (\d) sees hosts (.*)", r.stdout)}
+    assert len(views) == 4 and all(v == views["0"] for v in views.values()), r.stdout
+    host = socket.gethostname()
+    assert [h.split(".n")[0] for h in views["0"]] == [host] * 4, r.stdout
+    assert views["0"][0] == views["0"][1] != views["0"][2] == views["0"][3], r.stdout
 
 
 def test_mpi_abort_ends_every_node_with_its_code_and_names_it(jobs):

@@ -209,10 +209,15 @@ def test_an_mpi_program_across_hosts_is_one_world(jobs, ssh_hosts):
     """Each host's agent is its workers' PMIx server; Open MPI's TCP runs on
     the veth the hosts reach each other by."""
     hosts = ssh_hosts(2)
-    p = launch(jobs, hosts, ["--nproc-per-node", 2, "--", MPI_HELLO], hostlist="node0,node1")
+    p = launch(jobs, hosts, ["--nproc-per-node", 2, "--", MPI_HELLO, "hosts"],
+               hostlist="node0,node1")
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     lines = sorted(l.split("]: ", 1)[1] for l in out.splitlines() if "mpi rank" in l)
     assert lines == [f"mpi rank {r} size 4 sum 6 from {(r + 3) % 4} RANK={r}"
                      for r in range(4)], out
+    # Every node's server names every node by its host name (node 0's plan
+    # carries them), so that each rank sees where each of the others runs.
+    seen = sorted(l.split("]: ", 1)[1] for l in out.splitlines() if "sees hosts" in l)
+    assert seen == [f"rank {r} sees hosts node0 node0 node1 node1" for r in range(4)], out
     assert nothing_left(hosts)

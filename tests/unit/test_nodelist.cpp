@@ -25,6 +25,34 @@ TEST(Nodelist, EveryFormSlurmWrites) {
   }
 }
 
+TEST(Nodelist, CompressedListsExpandToTheSameHostsInTheSameOrder) {
+  const std::pair<Hosts, const char*> cases[] = {
+      {{"n01", "n02", "n03", "n04", "n07"}, "n[01-04,07]"},
+      {{"gpu-1", "gpu-2", "cpu3"}, "gpu-[1-2],cpu3"},
+      {{"node8", "node9", "node10", "node11"}, "node[8-11]"},
+      {{"n098", "n099", "n100", "n101"}, "n[098-101]"},
+      {{"n3", "n1", "n2"}, "n[3,1-2]"},  // node-rank order, not sorted
+      {{"vm", "vm", "vm"}, "vm,vm,vm"},  // nodes sharing a host
+      {{"n9", "n09"}, "n[9,09]"},
+      {{"a.cluster.org", "b.cluster.org"}, "a.cluster.org,b.cluster.org"},
+      {{"rack1-n01", "rack1-n02", "rack2-n01"}, "rack1-n[01-02],rack2-n01"},
+      {{"x1", "x2", "y", "x3"}, "x[1-2],y,x3"},
+      {{"n99999999999999999999", "n1"}, "n99999999999999999999,n1"},  // too long a number
+  };
+  for (const auto& [hosts, list] : cases) {
+    EXPECT_EQ(compress_nodelist(hosts), list);
+    EXPECT_EQ(expand_nodelist(compress_nodelist(hosts)), hosts) << list;
+  }
+  Hosts many;
+  for (int i = 1; i <= 16384; ++i) {
+    const std::string n = std::to_string(i);
+    many.push_back("gpu" + std::string(5 - n.size(), '0') + n);
+  }
+  EXPECT_EQ(compress_nodelist(many), "gpu[00001-16384]");
+  EXPECT_EQ(compress_nodelist({"a", "b[1]"}), "") << "not writable in the syntax";
+  EXPECT_EQ(compress_nodelist({"a", ""}), "");
+}
+
 TEST(Nodelist, MalformedListsAreClearErrors) {
   const std::pair<const char*, const char*> cases[] = {
       {"n[01-04", "without its ']'"},

@@ -239,6 +239,35 @@ TEST(Records, WhatEveryNodeReadsDoesNotGrowWithTheJob) {
   EXPECT_EQ(entry_from_sizes(back.topology->sizes, 101).first_rank, 804);
 }
 
+TEST(Records, EveryNodeLearnsTheHostNamesWhereTheyFoldIntoAShortList) {
+  // The PMIx servers' node map on every node, not only node 0's.
+  Topology t;
+  for (int n = 0; n < 1024; ++n) {
+    const std::string num = std::to_string(n + 1);
+    t.nodes.push_back(NodeEntry{n, "gpu" + std::string(4 - num.size(), '0') + num, "a", 8, 0, {}});
+  }
+  assign_ranks(t);
+  const std::string text = encode_plan(TopologyRecord{t, ""});
+  EXPECT_LT(text.size(), 200u) << text;
+  auto back = decode_plan(text);
+  ASSERT_EQ(back.topology->hosts.size(), 1024u);
+  EXPECT_EQ(back.topology->hosts[0], "gpu0001");
+  EXPECT_EQ(back.topology->hosts[1023], "gpu1024");
+  for (int n = 0; n < 1024; ++n) {  // names that fold into nothing: not carried past 16 KiB
+    t.nodes[static_cast<size_t>(n)].host = "host-" + std::to_string(n * 7919 % 1024) + ".example";
+  }
+  const std::string long_text = encode_plan(TopologyRecord{t, ""});
+  EXPECT_LT(long_text.size(), 17u * 1024) << "the plan does not grow with the job";
+  EXPECT_TRUE(decode_plan(long_text).topology->hosts.empty());
+  for (const char* bad : {R"("hosts":"n[1-3]")", R"("hosts":"n[1-")"}) {
+    std::string with = encode_plan(TopologyRecord{uniform_topology(2, 1, 0, "", "", "a", 1), ""});
+    const auto at = with.find("\"sizes\"");
+    ASSERT_NE(at, std::string::npos) << with;
+    with.insert(at, std::string(bad) + ",");
+    EXPECT_THROW(decode_plan(with), RecordError) << with;
+  }
+}
+
 TEST(Records, APlanWhoseSizesDoNotFitTheWorldIsMalformed) {
   for (const char* bad :
        {// a node of 2e9 workers
