@@ -11,10 +11,11 @@ namespace ddplaunch {
 // The launcher's own exit codes. A job that ran to the end exits with the
 // root-cause worker's code instead (or 128+N when it died of signal N).
 inline constexpr int k_exit_ok = 0;
-inline constexpr int k_exit_internal = 1;          // a bug or an unexpected system error
-inline constexpr int k_exit_usage = 2;             // bad command line or environment value
-inline constexpr int k_exit_rendezvous = 3;        // rendezvous failed: timeout, mismatch, conflict
-inline constexpr int k_exit_node_lost = 4;         // the store or another node went away mid-job
+inline constexpr int k_exit_internal = 1;    // a bug or an unexpected system error
+inline constexpr int k_exit_usage = 2;       // bad command line or environment value
+inline constexpr int k_exit_rendezvous = 3;  // rendezvous failed: timeout, mismatch, conflict
+inline constexpr int k_exit_node_lost = 4;   // the store or another node went away mid-job
+inline constexpr int k_exit_unhealthy = 5;   // this node failed its health check (--health-check)
 inline constexpr int k_exit_cannot_execute = 127;  // the worker program could not be executed
 
 // An error that ends the run with a specific exit code and a message meant

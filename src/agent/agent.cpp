@@ -61,6 +61,7 @@ void Agent::start() {
   self.addr = m_self.addr;
   self.ports = m_self.worker_ports;
   self.max_restarts = m_config.max_restarts;
+  self.health = m_self.health;
   m_link->join(self);
 }
 
@@ -370,7 +371,9 @@ void Agent::on_joined(const Topology& topology, int node_rank, const RoundStart&
 
 void Agent::on_join_failed(int exit_code, const std::string& message) {
   if (m_phase == Phase::k_joining && !m_join_signal) {
-    end_early(exit_code, StopReason::k_none, message, true);
+    // This node's own failed health check is what refused it (or the job).
+    end_early(m_self.health.empty() ? exit_code : k_exit_unhealthy, StopReason::k_none, message,
+              true);
   } else if (m_phase == Phase::k_joining) {
     advance();
   }

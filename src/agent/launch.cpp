@@ -9,6 +9,7 @@
 
 #include "agent/agent.hpp"
 #include "agent/driver.hpp"
+#include "agent/health_check.hpp"
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
 #include "mpi/pmix_server.hpp"
@@ -130,9 +131,11 @@ NodeIdentity identify_node(const Config& config, const EnvMap& env,
 // The reports a finished run leaves: the summary file, an inherited error
 // file, the failure report on stderr. Returns the job's exit code; an
 // internal error is thrown as the LaunchError it is.
-int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleWriter& console) {
+int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleWriter& console,
+           const std::optional<HealthCheckResult>& health) {
   JobSummary summary = agent.summary();
   summary.launcher_max_rss_kib = peak_rss_kib();
+  summary.health_check = health;
   if (!config.summary_json.empty()) {
     write_summary_json(config.summary_json, summary);
   }
@@ -149,6 +152,32 @@ int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleW
     console.write_own(2, text);
   }
   return summary.exit_code;
+}
+
+// Runs --health-check; its output is shown as it ends. A one-node job that
+// fails it ends here (exit 5); on several nodes the join record says why.
+HealthCheckResult check_health(const Config& config, const EnvMap& env, Driver& driver,
+                               NodeIdentity& self) {
+  HealthCheckResult result =
+      run_health_check(config.health_check, env, config.health_check_timeout_s, driver);
+  if (result.ok) {
+    log::debug("health check '{}' passed in {:.3f} s", result.command, result.seconds);
+    for (const auto& line : result.output) {
+      log::debug("health check: {}", line);
+    }
+    return result;
+  }
+  for (const auto& line : result.output) {
+    log::warn("health check: {}", line);
+  }
+  self.health = result.describe();
+  if (config.nnodes == 1) {
+    throw LaunchError(k_exit_unhealthy,
+                      "this node failed its health check: " + self.health +
+                          "; fix the node (or the check) and start the job again");
+  }
+  log::error("this node failed its health check: {}; it does not join the job", self.health);
+  return result;
 }
 
 }  // namespace
@@ -211,6 +240,12 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   if (config.dry_run) {
     return dry_run(config, env, self, console);
   }
+  // Before this node joins: a node that fails it says so in its join record
+  // (node 0 ends the job, or an elastic one goes on without it).
+  std::optional<HealthCheckResult> health;
+  if (!config.health_check.empty()) {
+    health = check_health(config, env, driver, self);
+  }
   const auto workers_store = give_workers_a_store(config, address, worker_env);
 
   SystemClock clock;
@@ -264,7 +299,7 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   }
   store_server.reset();
 
-  const int exit_code = report(config, env, agent, console);
+  const int exit_code = report(config, env, agent, console, health);
   // The exit drain, still watching the signals: a stop signal ends it at
   // once (128+N), instead of waiting out a console nobody reads.
   const std::optional<int> drain_signal = driver.drain();

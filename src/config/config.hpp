@@ -156,6 +156,10 @@ struct Config {
   double term_timeout_s = 30;  // Default: 30 seconds between SIGTERM and SIGKILL
   double hang_timeout_s = 0;   // a rank without progress this long is hung; 0: off
   std::string summary_json;    // Default: empty = no JSON summary file
+  // A shell command each node runs before it joins (README, Health checks): a node
+  // whose check fails does not join. Default: empty = no check.
+  std::string health_check;
+  double health_check_timeout_s = 60;  // Default: 60 seconds, then the check has failed
 
   // --- Output ------------------------------------------------------------------
   std::string prefix = "[rank {rank}]: ";           // Default: "[rank {rank}]: "; empty = none

@@ -640,6 +640,13 @@ const OptionSpec k_options[] = {
    "Seconds without progress (an output line, or a write to DDPLAUNCH_PROGRESS_FD) after "
    "which a rank is hung: its stacks are shown, then it is stopped as a failure; 0: off",
    false, nullptr, nullptr, DDPLAUNCH_SECONDS(hang_timeout_s, true)},
+  {"health_check", "--health-check,--health_check", k_supervision,
+   "Shell command each node runs before it joins; a node whose command fails (or runs past "
+   "--health-check-timeout) does not join. `ddplaunch check` runs the built-in checks",
+   false, nullptr, nullptr, DDPLAUNCH_STRING(health_check)},
+  {"health_check_timeout", "--health-check-timeout,--health_check_timeout", k_supervision,
+   "Seconds a health check may run before it has failed", false, nullptr, nullptr,
+   DDPLAUNCH_SECONDS(health_check_timeout_s, false)},
   {"summary_json", "--summary-json,--summary_json", k_supervision,
    "Write every rank's outcome to this file as JSON", false, nullptr, nullptr,
    DDPLAUNCH_STRING(summary_json)},

@@ -33,6 +33,9 @@ struct NodeIdentity {
   // gloo's and NCCL's interface is the one that reaches the peers, which on
   // a multi-NIC node 0 need not hold its default route. Unset: use `ifname`.
   std::function<std::string(const std::string& peer_addr)> ifname_towards;
+  // Why this node failed its health check (--health-check), said in its join
+  // record so that node 0 ends or goes on without it; empty: healthy.
+  std::string health;
 };
 
 // Fills `self`'s host name, advertised address (--local-addr; one node:

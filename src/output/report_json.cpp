@@ -226,6 +226,14 @@ std::string encode_summary(const JobSummary& s) {
   doc["topology"] = s.topology ? topology_json(*s.topology) : json(nullptr);
   doc["max_restarts"] = s.max_restarts;
   doc["restarts"] = s.restarts;
+  if (s.health_check) {
+    const HealthCheckResult& h = *s.health_check;
+    doc["health_check"] = {{"command", h.command},
+                           {"ok", h.ok},
+                           {"status", h.status},
+                           {"seconds", h.seconds},
+                           {"output", h.output}};
+  }
   json rounds = json::array();
   for (const auto& r : s.rounds) {
     json round = {{"round", r.round},           {"nnodes", r.nnodes},

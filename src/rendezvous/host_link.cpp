@@ -24,10 +24,14 @@ HostLink::HostLink(const Config& config, StoreAddress address, StoreConnection& 
     : StoreLink(config, std::move(address), connection, clock), m_pick_port(std::move(pick_port)) {}
 
 // The store host is part of the job whenever it came: its own record first,
-// then the others' in arrival order.
+// then the others' in arrival order. Its own record is refused only when it
+// failed its health check: without it there is no job, elastic or not.
 void HostLink::joined_as(int) {
   m_planner.emplace(m_self);
-  m_planner->add(m_self);
+  if (auto refusal = m_planner->add(m_self)) {
+    fail(refusal->message);
+    return;
+  }
   wait_for(0);
 }
 

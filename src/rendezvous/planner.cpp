@@ -96,6 +96,12 @@ std::optional<Refusal> RendezvousPlanner::check(const JoinRecord& r) const {
                " but node 0 has --max-restarts " + std::to_string(m_expected.max_restarts) +
                "; give every node the same --max-restarts");
   }
+  if (!r.health.empty()) {
+    // Checked against the job's own shape first: a node of another job that
+    // failed its check is still a stranger.
+    return Refusal{describe_node(r) + " failed its health check: " + r.health,
+                   !elastic() || r.store_host};
+  }
   if (r.node_rank >= r.nnodes || r.node_rank < -1) {
     return job(describe_node(r) + " claims node rank " + std::to_string(r.node_rank) +
                ", out of range for --nnodes " + std::to_string(r.nnodes));

@@ -37,6 +37,10 @@ struct JoinRecord {
   bool store_host = false;  // this agent hosts the store
   int arrival = 0;          // 0 for the first agent to join, 1 for the next, ...
   int max_restarts = 0;     // every node must restart alike
+  // Why this node failed its health check (--health-check); empty: healthy.
+  // Such a node does not join: an elastic job goes on without it, a
+  // fixed-size job (or node 0 failing) ends at once.
+  std::string health;
   bool operator==(const JoinRecord&) const = default;
 };
 

@@ -184,7 +184,8 @@ std::string encode_join(const JoinRecord& r) {
                   {"ports", r.ports},
                   {"store_host", r.store_host},
                   {"arrival", r.arrival},
-                  {"max_restarts", r.max_restarts}});
+                  {"max_restarts", r.max_restarts},
+                  {"health", r.health}});
 }
 
 JoinRecord decode_join(std::string_view text) {
@@ -203,6 +204,7 @@ JoinRecord decode_join(std::string_view text) {
     r.store_host = j.at("store_host").get<bool>();
     r.arrival = int_of(j.at("arrival"));
     r.max_restarts = int_of(j.at("max_restarts"));
+    r.health = j.value("health", std::string());
     return r;
   });
 }

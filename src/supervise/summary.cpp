@@ -45,6 +45,14 @@ std::string describe_outcome(const RankOutcome& o) {
                      o.local_rank, o.host, o.pid, ending(o));
 }
 
+std::string HealthCheckResult::describe() const {
+  std::string text = "'" + command + "' " + status;
+  if (!output.empty()) {
+    text += ": " + output.back();
+  }
+  return text;
+}
+
 std::string describe_round_end(const RoundSummary& r) {
   if (r.root_cause) {
     return fmt::format("rank {} (node {}, host {}) {}", r.root_cause->rank, r.root_cause->node_rank,

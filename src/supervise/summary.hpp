@@ -53,6 +53,21 @@ struct RoundSummary {
   bool operator==(const RoundSummary&) const = default;
 };
 
+// How this node's health check (--health-check) went.
+struct HealthCheckResult {
+  std::string command;
+  bool ok = false;
+  // "passed", "failed with exit code 3", "failed with signal SIGSEGV (11)",
+  // "timed out after 60 s", "could not start".
+  std::string status;
+  std::vector<std::string> output;  // its last lines (at most k_health_check_lines)
+  double seconds = 0;
+  // One line for the report: "'CMD' failed with exit code 3: <its last line>".
+  std::string describe() const;
+};
+
+inline constexpr size_t k_health_check_lines = 20;  // the output lines kept
+
 struct JobSummary {
   std::string run_id;
   int exit_code = 0;
@@ -66,8 +81,9 @@ struct JobSummary {
   std::vector<RankOutcome> ranks;    // ranks known here, by rank (of the last round)
   long launcher_max_rss_kib = 0;
   int max_restarts = 0;
-  std::vector<RoundSummary> rounds;  // every round this node ran workers in
-  int restarts = 0;                  // the restarts the job used
+  std::vector<RoundSummary> rounds;               // every round this node ran workers in
+  int restarts = 0;                               // the restarts the job used
+  std::optional<HealthCheckResult> health_check;  // --health-check's, on this node
 };
 
 // "rank 3 (node 1) exited with exit code 7": what ended a round.

@@ -123,7 +123,7 @@ class AgentTest : public ::testing::Test {
       config.nnodes = 2;
     }
     agent = std::make_unique<Agent>(
-        config, env, NodeIdentity{"b", "10.0.0.2", nproc, 4321, {}, "", {}, {}, "", {}}, spawner,
+        config, env, NodeIdentity{"b", "10.0.0.2", nproc, 4321, {}, "", {}, {}, "", {}, ""}, spawner,
         clock, multi_node ? &link : nullptr, console, mpi);
     agent->start();
   }
@@ -746,7 +746,7 @@ TEST_F(AgentTest, APythonRankPrintsItsOwnStacks) {
   config.program = "python3";
   spawner.debugger = true;
   agent = std::make_unique<Agent>(config, env,
-                                  NodeIdentity{"b", "10.0.0.2", 1, 4321, {}, "", {}, {}, "", {}},
+                                  NodeIdentity{"b", "10.0.0.2", 1, 4321, {}, "", {}, {}, "", {}, ""},
                                   spawner, clock, nullptr, console);
   agent->start();
   pass(5s);

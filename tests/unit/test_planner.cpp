@@ -162,6 +162,49 @@ TEST(Planner, AnElasticJobStartsWithMinNodesAndMakesClaimedRanksContiguous) {
   EXPECT_EQ(plan.topology.world_size, 4);
 }
 
+TEST(Planner, ANodeThatFailedItsHealthCheckDoesNotJoin) {
+  const std::string why = "'nvidia-smi' failed with exit code 9: no devices";
+  {  // a fixed-size job ends at once, naming the node and the check
+    RendezvousPlanner p(node(0, 0, 2, true));
+    ASSERT_FALSE(p.add(node(0, 0, 2, true)));
+    auto sick = node(1, 1);
+    sick.health = why;
+    const auto refusal = p.add(sick);
+    ASSERT_TRUE(refusal);
+    EXPECT_TRUE(refusal->whole_job);
+    EXPECT_EQ(refusal->message, "node 1 (h1, 10.0.0.1) failed its health check: " + why);
+  }
+  {  // an elastic job goes on without it
+    RendezvousPlanner p(elastic_node(0, -1, true));
+    ASSERT_FALSE(p.add(elastic_node(0, -1, true)));
+    auto sick = elastic_node(1);
+    sick.health = why;
+    const auto refusal = p.add(sick);
+    ASSERT_TRUE(refusal);
+    EXPECT_FALSE(refusal->whole_job);
+    ASSERT_FALSE(p.add(elastic_node(2)));
+    EXPECT_TRUE(p.enough()) << "the healthy nodes form the job";
+  }
+  {  // node 0 hosts the store: its failure ends even an elastic job
+    auto sick = elastic_node(0, -1, true);
+    sick.health = why;
+    RendezvousPlanner p(sick);
+    const auto refusal = p.add(sick);
+    ASSERT_TRUE(refusal);
+    EXPECT_TRUE(refusal->whole_job);
+  }
+  {  // a stranger is a stranger first
+    RendezvousPlanner p(node(0, 0, 2, true));
+    ASSERT_FALSE(p.add(node(0, 0, 2, true)));
+    auto other = node(1, 1);
+    other.argv = {"other.py"};
+    other.health = why;
+    const auto refusal = p.add(other);
+    ASSERT_TRUE(refusal);
+    EXPECT_FALSE(refusal->whole_job);
+  }
+}
+
 TEST(Planner, ElasticRoundsDropLostNodesAndAdmitWaitingOnesUpToMax) {
   RendezvousPlanner p(elastic_node(0, -1, true));
   for (int a = 0; a < 3; ++a) {

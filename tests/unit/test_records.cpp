@@ -83,8 +83,20 @@ namespace ddplaunch {
 namespace {
 
 TEST(Records, EveryStoreRecordRoundTrips) {
-  JoinRecord join{
-      2, "job", {"train.py", "--x", "a b"}, 3, 2, 4, -1, "host", "10.0.0.3", {7001, 7002}, true, 2};
+  JoinRecord join{2,
+                  "job",
+                  {"train.py", "--x", "a b"},
+                  3,
+                  2,
+                  4,
+                  -1,
+                  "host",
+                  "10.0.0.3",
+                  {7001, 7002},
+                  true,
+                  2,
+                  1,
+                  "'check' failed with exit code 1: no GPU"};
   EXPECT_EQ(decode_join(encode_join(join)), join);
 
   Topology t = uniform_topology(2, 3, 1, "b", "10.0.0.2", "10.0.0.1", 999);

@@ -1,0 +1,84 @@
+"""--health-check: each node runs the user's command before it joins. A node
+whose check fails (or runs past --health-check-timeout) does not join: alone
+it ends with exit 5; in a fixed-size job every node ends at once, naming the
+node and the check's last line; an elastic job goes on without it."""
+import json
+
+from conftest import free_port, read_until
+
+
+def test_a_failing_check_ends_a_one_node_job_before_any_worker_starts(jobs, tmp_path):
+    ran = tmp_path / "ran"
+    r = jobs.run(["--nproc-per-node", 2, "--summary-json", tmp_path / "s.json",
+                  "--health-check", 'echo "checking disks"; echo "/scratch is read-only" >&2; exit 4',
+                  "--", "touch", ran])
+    assert r.returncode == 5, r.stderr
+    assert not ran.exists(), "no worker starts on a node that failed its check"
+    assert "checking disks" in r.stderr, "the check's output is shown"
+    last = r.stderr.strip().splitlines()[-1]
+    assert "failed its health check" in last and "exit code 4" in last, last
+    assert last.endswith("/scratch is read-only; fix the node (or the check) and start the job again"), last
+
+
+def test_a_check_that_hangs_is_killed_at_its_timeout(jobs):
+    r = jobs.run(["--health-check", "echo started; exec sleep 600", "--health-check-timeout", 1,
+                  "--", "true"], timeout=60)
+    assert r.returncode == 5, r.stderr
+    assert "timed out after 1 s: started" in r.stderr, r.stderr
+    # The jobs fixture finds no process left with the test's marker: the sleep is gone.
+
+
+def test_a_passing_check_runs_the_job_and_is_in_the_summary(jobs, tmp_path):
+    r = jobs.run(["--nproc-per-node", 2, "--summary-json", tmp_path / "s.json",
+                  "--health-check", 'echo "gpus ok on $(hostname)"; test -n "$DDPLAUNCH_TEST_MARKER"',
+                  "--", "echo", "worker ran"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("worker ran") == 2
+    h = json.loads((tmp_path / "s.json").read_text())["health_check"]
+    assert h["ok"] and h["status"] == "passed" and h["output"][0].startswith("gpus ok on"), h
+
+
+def test_a_fixed_size_job_ends_at_once_on_every_node_naming_the_sick_one(jobs, tmp_path):
+    port = free_port()
+    common = ["--nnodes", 2, "--nproc-per-node", 1, "--master-port", port, "--rdzv-timeout", 600]
+    healthy = jobs.start([*common, "--node-rank", 0, "--health-check", "true", "--", "true"])
+    sick = jobs.start([*common, "--node-rank", 1, "--summary-json", tmp_path / "s1.json",
+                       "--health-check", "echo 'nvme0: I/O error'; exit 1", "--", "true"])
+    # Not the 600 s rendezvous timeout: node 0 learns it from node 1's join.
+    _, err0 = healthy.communicate(timeout=120)
+    _, err1 = sick.communicate(timeout=120)
+    assert sick.returncode == 5, err1
+    assert healthy.returncode == 3, err0
+    assert "node 1" in err0 and "failed its health check" in err0 and "nvme0: I/O error" in err0, err0
+    h = json.loads((tmp_path / "s1.json").read_text())["health_check"]
+    assert not h["ok"] and h["output"] == ["nvme0: I/O error"], h
+
+
+def test_a_sick_store_host_ends_the_job_on_every_node(jobs):
+    port = free_port()
+    common = ["--nnodes", "1:2", "--nproc-per-node", 1, "--master-port", port, "--rdzv-timeout", 600]
+    sick = jobs.start([*common, "--node-rank", 0, "--health-check", "echo 'ECC errors: 12'; false",
+                       "--", "true"])
+    healthy = jobs.start([*common, "--node-rank", 1, "--health-check", "true", "--", "true"])
+    _, err0 = sick.communicate(timeout=120)
+    _, err1 = healthy.communicate(timeout=120)
+    assert sick.returncode == 5, err0
+    # The node that hosts the store is the job: even an elastic one ends.
+    assert healthy.returncode == 3, err1
+    assert "node 0" in err1 and "ECC errors: 12" in err1, err1
+
+
+def test_an_elastic_job_goes_on_without_the_sick_node(jobs):
+    port = free_port()
+    common = ["--nnodes", "1:2", "--nproc-per-node", 2, "--master-port", port, "--rdzv-timeout", 600,
+              "--rdzv-last-call", 5]
+    healthy = jobs.start([*common, "--health-check", "true", "--", "sh", "-c", 'echo "ws=$WORLD_SIZE"'])
+    read_until(healthy.stderr, "the job starts in")  # it hosts the store
+    sick = jobs.start([*common, "--health-check", "echo 'GPU 3 fell off the bus'; exit 1",
+                       "--", "true"])
+    _, err1 = sick.communicate(timeout=120)
+    assert sick.returncode == 5, err1
+    assert "failed its health check" in err1 and "GPU 3 fell off the bus" in err1, err1
+    out0, err0 = healthy.communicate(timeout=120)
+    assert healthy.returncode == 0, err0
+    assert out0.count("ws=2") == 2, out0
