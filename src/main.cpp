@@ -20,6 +20,7 @@
 #include "launcher/agent_channel.hpp"
 #include "launcher/launch_hosts.hpp"
 #include "log.hpp"
+#include "tool/check_tool.hpp"
 #include "tool/store_tool.hpp"
 #include "tool/token_tool.hpp"
 
@@ -67,6 +68,9 @@ int main(int argc, char** argv) {
       }
       std::fputs(script->c_str(), stdout);
       return k_exit_ok;
+    }
+    if (argc > 1 && std::string(argv[1]) == "check") {
+      return run_check_command({argv + 2, argv + argc}, env);
     }
     if (argc > 1 && std::string(argv[1]) == "token") {
       return run_token_command({argv + 2, argv + argc}, env);

@@ -11,6 +11,7 @@
 #include "agent/driver.hpp"
 #include "agent/health_check.hpp"
 #include "ddplaunch/error.hpp"
+#include "launcher/plan.hpp"
 #include "log.hpp"
 #include "mpi/pmix_server.hpp"
 #include "node/identity.hpp"
@@ -18,6 +19,7 @@
 #include "output/console.hpp"
 #include "output/report_json.hpp"
 #include "output/reports.hpp"
+#include "posix/fd.hpp"
 #include "posix/interfaces.hpp"
 #include "posix/net.hpp"
 #include "posix/signals.hpp"
@@ -154,12 +156,33 @@ int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleW
   return summary.exit_code;
 }
 
+// `--health-check builtin`: this binary's `check`, with the job's log
+// directory and the ports this node will bind (its --worker-port; node 0's
+// --master-port when --node-rank 0 is given). Any other command as given.
+std::string builtin_check_command(const Config& config) {
+  if (config.health_check != "builtin") {
+    return config.health_check;
+  }
+  std::string command = shell_quote(posix::self_exe().value_or("ddplaunch")) + " check";
+  if (!config.log_dir.empty()) {
+    command += " --dir " + shell_quote(config.log_dir);
+  }
+  if (config.worker_port) {
+    command += " --port " + std::to_string(*config.worker_port);
+  }
+  if (config.nnodes > 1 && config.node_rank == 0) {
+    command += " --port " + std::to_string(config.master_port);
+  }
+  return command;
+}
+
 // Runs --health-check; its output is shown as it ends. A one-node job that
 // fails it ends here (exit 5); on several nodes the join record says why.
 HealthCheckResult check_health(const Config& config, const EnvMap& env, Driver& driver,
                                NodeIdentity& self) {
   HealthCheckResult result =
-      run_health_check(config.health_check, env, config.health_check_timeout_s, driver);
+      run_health_check(builtin_check_command(config), env, config.health_check_timeout_s, driver);
+  result.command = config.health_check;
   if (result.ok) {
     log::debug("health check '{}' passed in {:.3f} s", result.command, result.seconds);
     for (const auto& line : result.output) {

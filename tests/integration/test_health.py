@@ -3,6 +3,8 @@ whose check fails (or runs past --health-check-timeout) does not join: alone
 it ends with exit 5; in a fixed-size job every node ends at once, naming the
 node and the check's last line; an elastic job goes on without it."""
 import json
+import subprocess
+import sys
 
 from conftest import free_port, read_until
 
@@ -54,18 +56,15 @@ def test_a_fixed_size_job_ends_at_once_on_every_node_naming_the_sick_one(jobs, t
     assert not h["ok"] and h["output"] == ["nvme0: I/O error"], h
 
 
-def test_a_sick_store_host_ends_the_job_on_every_node(jobs):
-    port = free_port()
-    common = ["--nnodes", "1:2", "--nproc-per-node", 1, "--master-port", port, "--rdzv-timeout", 600]
-    sick = jobs.start([*common, "--node-rank", 0, "--health-check", "echo 'ECC errors: 12'; false",
-                       "--", "true"])
-    healthy = jobs.start([*common, "--node-rank", 1, "--health-check", "true", "--", "true"])
-    _, err0 = sick.communicate(timeout=120)
-    _, err1 = healthy.communicate(timeout=120)
-    assert sick.returncode == 5, err0
-    # The node that hosts the store is the job: even an elastic one ends.
-    assert healthy.returncode == 3, err1
-    assert "node 0" in err1 and "ECC errors: 12" in err1, err1
+def test_a_sick_store_host_ends_even_an_elastic_job_at_once(jobs, tmp_path):
+    # The first node to start hosts the store: without it there is no job,
+    # so it does not wait out --rdzv-timeout for the others.
+    r = jobs.run(["--nnodes", "1:2", "--master-port", free_port(), "--rdzv-timeout", 600,
+                  "--summary-json", tmp_path / "s.json",
+                  "--health-check", "echo 'ECC errors: 12'; false", "--", "true"], timeout=120)
+    assert r.returncode == 5, r.stderr
+    assert "failed its health check" in r.stderr and "ECC errors: 12" in r.stderr, r.stderr
+    assert json.loads((tmp_path / "s.json").read_text())["exit_code"] == 5
 
 
 def test_an_elastic_job_goes_on_without_the_sick_node(jobs):
@@ -82,3 +81,48 @@ def test_an_elastic_job_goes_on_without_the_sick_node(jobs):
     out0, err0 = healthy.communicate(timeout=120)
     assert healthy.returncode == 0, err0
     assert out0.count("ws=2") == 2, out0
+
+
+def _holder_of_a_port():
+    """A process (not the test's own) listening on a fresh port: a stray from an earlier job."""
+    p = subprocess.Popen([sys.executable, "-c",
+                          "import socket, sys, time\n"
+                          "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+                          "print(s.getsockname()[1], flush=True); sys.stdin.read()"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return p, int(p.stdout.readline())
+
+
+def test_check_runs_every_builtin_check_and_says_what_each_found(jobs):
+    r = jobs.run(["check"])
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    lines = r.stdout.splitlines()
+    assert [l.split(":")[0] for l in lines] == ["disk", "gpu", "strays"], lines
+    assert lines[0].startswith("disk: ok: ") and "writable" in lines[0]
+    # Without NVML (this VM) the GPU check says it was skipped and why, and fails nothing.
+    assert lines[1].startswith(("gpu: ok: ", "gpu: skipped: ")), lines
+
+
+def test_check_names_the_process_that_holds_the_jobs_port(jobs):
+    holder, port = _holder_of_a_port()
+    try:
+        r = jobs.run(["check", "strays", "--port", port])
+        assert r.returncode == 5, r.stdout
+        assert r.stdout.strip() == f"strays: FAILED: pid {holder.pid} (python3) listens on port {port}"
+        # As the job's health check: the node does not join, naming the holder.
+        r = jobs.run(["--health-check", "builtin", "--worker-port", port, "--", "true"])
+        assert r.returncode == 5, r.stderr
+        assert f"pid {holder.pid} (python3) listens on port {port}" in r.stderr.splitlines()[-1]
+    finally:
+        holder.stdin.close()
+        holder.wait()
+
+
+def test_check_fails_a_directory_it_cannot_write_and_rejects_bad_arguments(jobs):
+    r = jobs.run(["check", "disk", "--dir", "/proc/ddplaunch-logs"])
+    assert r.returncode == 5, r.stdout
+    assert r.stdout.startswith("disk: FAILED: cannot write in /proc (for /proc/ddplaunch-logs): "), r.stdout
+    r = jobs.run(["check", "network"])
+    assert r.returncode == 2 and "unknown argument 'network'" in r.stderr, r.stderr
+    r = jobs.run(["check", "--port", "99999"])
+    assert r.returncode == 2 and "not a port" in r.stderr, r.stderr

@@ -123,8 +123,8 @@ class AgentTest : public ::testing::Test {
       config.nnodes = 2;
     }
     agent = std::make_unique<Agent>(
-        config, env, NodeIdentity{"b", "10.0.0.2", nproc, 4321, {}, "", {}, {}, "", {}, ""}, spawner,
-        clock, multi_node ? &link : nullptr, console, mpi);
+        config, env, NodeIdentity{"b", "10.0.0.2", nproc, 4321, {}, "", {}, {}, "", {}, ""},
+        spawner, clock, multi_node ? &link : nullptr, console, mpi);
     agent->start();
   }
   // Worker `lr` ends: its pipes close, then it is reaped.
@@ -745,9 +745,9 @@ TEST_F(AgentTest, APythonRankPrintsItsOwnStacks) {
   config.hang_timeout_s = 5;
   config.program = "python3";
   spawner.debugger = true;
-  agent = std::make_unique<Agent>(config, env,
-                                  NodeIdentity{"b", "10.0.0.2", 1, 4321, {}, "", {}, {}, "", {}, ""},
-                                  spawner, clock, nullptr, console);
+  agent = std::make_unique<Agent>(
+      config, env, NodeIdentity{"b", "10.0.0.2", 1, 4321, {}, "", {}, {}, "", {}, ""}, spawner,
+      clock, nullptr, console);
   agent->start();
   pass(5s);
   EXPECT_TRUE(spawner.dumps.empty()) << "faulthandler prints them on SIGABRT";

@@ -1,0 +1,291 @@
+#include "node/health.hpp"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace ddplaunch {
+
+namespace {
+
+std::string errno_text(int e) {
+  return std::strerror(e);
+}
+
+// The nearest directory of `path` (itself, or a parent) that exists.
+std::string existing_dir(std::string path) {
+  std::error_code ec;
+  while (!path.empty() && !std::filesystem::exists(path, ec)) {
+    const auto parent = std::filesystem::path(path).parent_path().string();
+    if (parent == path) {
+      break;
+    }
+    path = parent;
+  }
+  return path.empty() ? "." : path;
+}
+
+// Whether a file can be made in `dir`: "" if so, else why not.
+std::string try_write(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    std::string templ = dir + "/.ddplaunch-check-XXXXXX";
+    fd = ::mkostemp(templ.data(), O_CLOEXEC);
+    if (fd >= 0) {
+      ::unlink(templ.c_str());
+    }
+  }
+  if (fd < 0) {
+    return errno_text(errno);
+  }
+  const char byte = 0;
+  const bool wrote = ::write(fd, &byte, 1) == 1;
+  const int e = errno;
+  ::close(fd);
+  return wrote ? "" : errno_text(e);
+}
+
+// --- NVML, declared here: the few calls of its stable C ABI ----------------
+using NvmlReturn = int;
+using NvmlDevice = void*;
+struct NvmlMemory {
+  unsigned long long total, free, used;
+};
+struct Nvml {
+  NvmlReturn (*init)() = nullptr;
+  NvmlReturn (*shutdown)() = nullptr;
+  NvmlReturn (*count)(unsigned*) = nullptr;
+  NvmlReturn (*by_index)(unsigned, NvmlDevice*) = nullptr;
+  NvmlReturn (*by_uuid)(const char*, NvmlDevice*) = nullptr;
+  NvmlReturn (*memory)(NvmlDevice, NvmlMemory*) = nullptr;
+  const char* (*error)(NvmlReturn) = nullptr;
+};
+
+template <typename F>
+bool sym(void* h, F& fn, const char* name) {
+  fn = reinterpret_cast<F>(::dlsym(h, name));
+  return fn != nullptr;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, sep);) {
+    if (!item.empty()) {
+      out.push_back(item);
+    }
+  }
+  return out;
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// Every pid in /proc.
+std::vector<int> pids() {
+  std::vector<int> out;
+  if (DIR* d = ::opendir("/proc")) {
+    while (const dirent* e = ::readdir(d)) {
+      if (all_digits(e->d_name)) {
+        out.push_back(std::atoi(e->d_name));
+      }
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+std::string comm_of(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
+int parent_of(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) {
+    return 0;
+  }
+  std::istringstream rest(text.substr(close + 1));
+  std::string state;
+  int ppid = 0;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+// Calls fn(pid, link target) for each open fd of each process of this user.
+template <typename F>
+void each_fd(F&& fn) {
+  const uid_t me = ::getuid();
+  for (int pid : pids()) {
+    const std::string base = "/proc/" + std::to_string(pid);
+    struct stat st {};
+    if (::stat(base.c_str(), &st) != 0 || st.st_uid != me) {
+      continue;
+    }
+    DIR* d = ::opendir((base + "/fd").c_str());
+    if (d == nullptr) {
+      continue;
+    }
+    while (const dirent* e = ::readdir(d)) {
+      if (!all_digits(e->d_name)) {
+        continue;
+      }
+      char target[256];
+      const std::string link = base + "/fd/" + e->d_name;
+      const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
+      if (n > 0) {
+        fn(pid, std::string(target, static_cast<size_t>(n)));
+      }
+    }
+    ::closedir(d);
+  }
+}
+
+// The socket inodes listening on `port` (TCP, IPv4 and IPv6).
+std::set<std::string> listening_inodes(int port) {
+  std::set<std::string> inodes;
+  for (const char* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(file);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      f >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      const auto colon = local.rfind(':');
+      if (state == "0A" && colon != std::string::npos &&
+          std::strtol(local.c_str() + colon + 1, nullptr, 16) == port) {
+        inodes.insert(inode);
+      }
+    }
+  }
+  return inodes;
+}
+
+}  // namespace
+
+CheckResult check_disk(const std::vector<std::string>& dirs) {
+  CheckResult r{"disk", CheckResult::State::k_ok, ""};
+  for (const auto& dir : dirs) {
+    const std::string at = existing_dir(dir);
+    if (std::string why = try_write(at); !why.empty()) {
+      r.state = CheckResult::State::k_failed;
+      r.detail = "cannot write in " + at + (at != dir ? " (for " + dir + ")" : "") + ": " + why;
+      return r;
+    }
+    r.detail += (r.detail.empty() ? "" : ", ") + at + " writable";
+  }
+  return r;
+}
+
+CheckResult check_gpus(const EnvMap& env) {
+  CheckResult r{"gpu", CheckResult::State::k_skipped, ""};
+  void* h = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    r.detail = "no NVML (libnvidia-ml.so.1 cannot be loaded): GPUs not checked";
+    return r;
+  }
+  Nvml nvml;
+  if (!sym(h, nvml.init, "nvmlInit_v2") || !sym(h, nvml.shutdown, "nvmlShutdown") ||
+      !sym(h, nvml.count, "nvmlDeviceGetCount_v2") ||
+      !sym(h, nvml.by_index, "nvmlDeviceGetHandleByIndex_v2") ||
+      !sym(h, nvml.by_uuid, "nvmlDeviceGetHandleByUUID") ||
+      !sym(h, nvml.memory, "nvmlDeviceGetMemoryInfo") || !sym(h, nvml.error, "nvmlErrorString")) {
+    r.detail = "this NVML lacks the calls the check needs: GPUs not checked";
+    return r;
+  }
+  if (const NvmlReturn rc = nvml.init(); rc != 0) {
+    r.detail = std::string("NVML does not start (") + nvml.error(rc) + "): GPUs not checked";
+    return r;
+  }
+  unsigned count = 0;
+  nvml.count(&count);
+  std::vector<std::string> wanted;
+  if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) {
+    wanted = split(it->second, ',');
+  } else {
+    for (unsigned i = 0; i < count; ++i) {
+      wanted.push_back(std::to_string(i));
+    }
+  }
+  r.state = CheckResult::State::k_ok;
+  for (const auto& id : wanted) {
+    NvmlDevice dev = nullptr;
+    NvmlReturn rc = all_digits(id) ? nvml.by_index(static_cast<unsigned>(std::stoul(id)), &dev)
+                                   : nvml.by_uuid(id.c_str(), &dev);
+    NvmlMemory mem{};
+    if (rc == 0) {
+      rc = nvml.memory(dev, &mem);
+    }
+    if (rc != 0) {
+      r.state = CheckResult::State::k_failed;
+      r.detail = "GPU " + id + " does not respond: " + nvml.error(rc);
+      break;
+    }
+  }
+  if (r.state == CheckResult::State::k_ok) {
+    r.detail = std::to_string(wanted.size()) + " GPU(s) respond";
+  }
+  nvml.shutdown();
+  return r;
+}
+
+CheckResult check_strays(const std::vector<int>& ports) {
+  CheckResult r{"strays", CheckResult::State::k_ok, ""};
+  std::set<int> mine;  // this process and its ancestors: they started the check
+  for (int pid = ::getpid(); pid > 1 && mine.insert(pid).second;) {
+    pid = parent_of(pid);
+  }
+  std::vector<std::set<std::string>> inodes;
+  for (int port : ports) {
+    inodes.push_back(listening_inodes(port));
+  }
+  std::vector<std::string> found;
+  each_fd([&](int pid, const std::string& target) {
+    const bool gpu = target.rfind("/dev/nvidia", 0) == 0 && all_digits(target.substr(11));
+    if (gpu && mine.count(pid) == 0) {
+      found.push_back("pid " + std::to_string(pid) + " (" + comm_of(pid) + ") holds " + target);
+    }
+    for (size_t i = 0; i < ports.size(); ++i) {
+      if (target.rfind("socket:[", 0) == 0 &&
+          inodes[i].count(target.substr(8, target.size() - 9)) > 0) {
+        found.push_back("pid " + std::to_string(pid) + " (" + comm_of(pid) + ") listens on port " +
+                        std::to_string(ports[i]));
+        inodes[i].clear();  // named once
+      }
+    }
+  });
+  for (size_t i = 0; i < ports.size(); ++i) {
+    if (!inodes[i].empty()) {
+      found.push_back("another user's process listens on port " + std::to_string(ports[i]));
+    }
+  }
+  if (!found.empty()) {
+    r.state = CheckResult::State::k_failed;
+    r.detail = found.front();
+    if (found.size() > 1) {
+      r.detail += " (and " + std::to_string(found.size() - 1) + " more)";
+    }
+    return r;
+  }
+  r.detail = "no process of this user holds a GPU" +
+             (ports.empty() ? std::string() : ", and the job's ports are free");
+  return r;
+}
+
+}  // namespace ddplaunch
