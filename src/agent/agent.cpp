@@ -1,5 +1,6 @@
 #include "agent/agent.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <filesystem>
@@ -62,6 +63,8 @@ void Agent::start() {
   self.ports = m_self.worker_ports;
   self.max_restarts = m_config.max_restarts;
   self.health = m_self.health;
+  self.restart_min_progress = m_config.restart_min_progress;
+  self.max_no_progress_restarts = m_config.max_no_progress_restarts;
   m_link->join(self);
 }
 
@@ -84,6 +87,7 @@ std::string Agent::socket_ifname(const Topology& topology, int node_rank) const 
 
 void Agent::begin(const Topology& topology, int node_rank) {
   m_topology = topology;
+  m_round_progress = 0;
   JobLayout layout =
       layout_of(topology, node_rank, m_config.rdzv_id, m_config.role, m_config.max_restarts);
   layout.restart_count = m_restarts;
@@ -182,7 +186,11 @@ void Agent::apply(const Supervisor::Actions& actions) {
     RankOutcome root = root_outcome(*m_supervisor->root_cause());
     log::debug("rank {} failed first: {}", root.rank, root.exit ? root.exit->describe() : "");
     if (m_link != nullptr && !m_verdict) {
-      publish(JobVerdict{m_supervisor->exit_code(), "", root, m_plan->layout.node_rank});
+      JobVerdict verdict{m_supervisor->exit_code(), "", root, m_plan->layout.node_rank};
+      if (m_config.progress_restarts()) {
+        verdict.progress = made_progress() ? 1 : 0;  // the link asks the other nodes too
+      }
+      publish(verdict);
     }
   }
 }
@@ -298,6 +306,9 @@ void Agent::on_worker_exit(int local_rank, const ExitInfo& info) {
 
 void Agent::on_output(int local_rank, Stream stream, std::string_view data) {
   m_router.on_data(local_rank, stream, data);
+  if (m_config.progress_restarts()) {
+    count_progress(std::count(data.begin(), data.end(), '\n'));
+  }
   // A complete line (or a progress bar's \r update) is progress.
   // Scanned only with --hang-timeout: this is the output hot path.
   if (m_config.hang_timeout_s > 0 && static_cast<size_t>(local_rank) < m_last_progress.size() &&
@@ -359,6 +370,7 @@ void Agent::on_joined(const Topology& topology, int node_rank, const RoundStart&
   }
   m_round = round.round;  // a node admitted to a running elastic job starts late
   m_restarts = round.restarts;
+  m_no_progress = round.no_progress;
   if (m_join_signal) {
     m_topology = topology;  // stopping already: no worker starts
     advance();

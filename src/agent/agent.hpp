@@ -61,6 +61,12 @@ class Agent : public JobLink::Listener {
   void on_output(int local_rank, Stream stream, std::string_view data);
   // Worker `local_rank` wrote to its progress pipe (DDPLAUNCH_PROGRESS_FD).
   void on_progress(int local_rank);
+  // --restart-min-progress: this round's progress events here, and whether
+  // they are enough (the link is told once they are).
+  void count_progress(long long events);
+  bool made_progress() const;
+  bool round_made_progress() const;
+  RoundSummary round_summary(const Decision& d, bool regroup) const;
   void on_output_closed(int local_rank, Stream stream);
   // The launcher stops (true) or starts again (false) reading one of worker
   // `local_rank`'s streams because the console is behind: while any is
@@ -166,8 +172,12 @@ class Agent : public JobLink::Listener {
   std::optional<std::pair<int, std::string>> m_pending_error;
   std::optional<TimePoint> m_report_deadline;  // this node's empty results sent, until
 
-  int m_round = 0;                     // 0, then one more each time the nodes meet again
-  int m_restarts = 0;                  // TORCHELASTIC_RESTART_COUNT
+  int m_round = 0;     // 0, then one more each time the nodes meet again
+  int m_restarts = 0;  // TORCHELASTIC_RESTART_COUNT
+  // --restart-min-progress: failed rounds without progress in a row (the
+  // job's), and this round's progress events on this node.
+  int m_no_progress = 0;
+  long long m_round_progress = 0;
   std::vector<RoundSummary> m_rounds;  // the rounds that ended in a restart
   // --hang-timeout: each rank's last progress; the rank found hung, how long
   // it had shown none, and when it is killed if SIGABRT did not end it.

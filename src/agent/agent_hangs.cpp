@@ -7,7 +7,25 @@
 
 namespace ddplaunch {
 
+void Agent::count_progress(long long events) {
+  if (events <= 0 || m_phase != Phase::k_running) {
+    return;
+  }
+  const bool had = made_progress();
+  m_round_progress += events;
+  if (!had && made_progress() && m_link != nullptr) {
+    m_link->report_progress();
+  }
+}
+
+bool Agent::made_progress() const {
+  return m_round_progress >= m_config.restart_min_progress;
+}
+
 void Agent::on_progress(int local_rank) {
+  if (m_config.progress_restarts()) {
+    count_progress(1);
+  }
   if (static_cast<size_t>(local_rank) < m_last_progress.size()) {
     m_last_progress[static_cast<size_t>(local_rank)] = m_clock.now();
   }

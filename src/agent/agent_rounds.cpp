@@ -76,9 +76,11 @@ bool Agent::try_restart() {
   if (!known || stopping_here) {
     return false;
   }
+  const RestartBudget budget{m_restarts, m_config.max_restarts, m_config.progress_restarts(),
+                             m_no_progress, m_config.max_no_progress_restarts};
   const NextRound next =
       next_round_after(d, m_link != nullptr ? m_verdict : std::nullopt, m_config.elastic(),
-                       m_plan->layout.node_rank, m_restarts, m_config.max_restarts);
+                       m_plan->layout.node_rank, budget, round_made_progress());
   if (next == NextRound::k_none) {
     return false;
   }
@@ -91,25 +93,62 @@ bool Agent::try_restart() {
   return true;
 }
 
+// Whether this round made progress: as the verdict says (the node that
+// published it read every node's), else this node's own count; true when
+// progress is not followed, or not known.
+bool Agent::round_made_progress() const {
+  if (!m_config.progress_restarts()) {
+    return true;
+  }
+  if (m_verdict && m_verdict->progress >= 0) {
+    return m_verdict->progress > 0;
+  }
+  return m_link == nullptr ? made_progress() : true;
+}
+
+RoundSummary Agent::round_summary(const Decision& d, bool regroup) const {
+  RoundSummary r;
+  r.round = m_round;
+  r.nnodes = m_plan->layout.nnodes;
+  r.regroup = regroup;
+  r.exit_code = d.exit_code;
+  r.root_cause = d.root_cause;
+  r.message = d.message;
+  r.start_time = m_start_time;
+  r.end_time = m_clock.wall_now();
+  if (m_config.progress_restarts()) {
+    r.progress_events = m_round_progress;
+    r.made_progress = round_made_progress();
+  }
+  return r;
+}
+
 std::vector<RoundSummary> Agent::rounds(const Decision& last) const {
   std::vector<RoundSummary> all = m_rounds;
   if (m_supervisor) {
-    all.push_back(RoundSummary{m_round, m_plan->layout.nnodes, false, last.exit_code,
-                               last.root_cause, last.message, m_start_time, m_clock.wall_now()});
+    all.push_back(round_summary(last, false));
   }
   return all;
 }
 
 void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, NextRound next) {
   const bool regroup = next == NextRound::k_regroup;
-  m_rounds.push_back(RoundSummary{m_round, m_plan->layout.nnodes, regroup, d.exit_code,
-                                  d.root_cause, d.message, m_start_time, m_clock.wall_now()});
+  m_rounds.push_back(round_summary(d, regroup));
   ++m_round;
   if (regroup) {
     log::info("{}: restarting every worker to admit it (no restart used)",
               describe_round_end(m_rounds.back()));
+  } else if (next == NextRound::k_restart_no_progress) {
+    ++m_no_progress;
+    log::warn(
+        "{} without progress: restarting every worker ({} of {} rounds in a row without "
+        "progress; --max-restarts not used)",
+        describe_round_end(m_rounds.back()), m_no_progress, m_config.max_no_progress_restarts);
   } else {
     ++m_restarts;
+    if (m_rounds.back().made_progress == true) {
+      m_no_progress = 0;
+    }
     log::warn("{}: restarting every worker (restart {} of {})", describe_round_end(m_rounds.back()),
               m_restarts, m_config.max_restarts);
   }
@@ -128,7 +167,7 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
   m_gathered.reset();
   if (m_link != nullptr) {
     m_phase = Phase::k_joining;
-    m_link->next_round(local, RoundStart{m_round, m_restarts});
+    m_link->next_round(local, RoundStart{m_round, m_restarts, m_no_progress});
     if (m_late_signal) {
       // Received while this round ended: the next one is stopped on every node.
       m_join_signal = std::exchange(m_late_signal, std::nullopt);

@@ -69,6 +69,14 @@ struct Config {
   std::string python;            // Default: empty = $PYTHON_EXEC, else python3 on PATH
   std::string role = "default";  // Default: "default" (ROLE_NAME)
   int max_restarts = 0;          // Default: 0. Passed to workers as TORCHELASTIC_MAX_RESTARTS.
+  // Restarts that follow progress: a failed round counts against
+  // --max-restarts only when some node's ranks made this many progress
+  // events in it (output lines, progress-fd writes); a round without
+  // counts against max_no_progress_restarts instead, in a row. Default: 0 =
+  // off (every failure counts against --max-restarts, as torchrun).
+  int restart_min_progress = 0;
+  int max_no_progress_restarts = 3;  // Default: 3 failed rounds in a row without progress
+  bool progress_restarts() const { return restart_min_progress > 0; }
   // Worker environment styles on top of torch's (always on). Default: none.
   bool env_mpi = false;  // "mpi": OMPI_COMM_WORLD_* and Azure ML's master variables
   bool env_tf = false;   // "tf": TF_CONFIG, with a port reserved for each worker

@@ -541,6 +541,22 @@ const OptionSpec k_options[] = {
      c.max_restarts = parse_int_in(v, f, 0, 1000000, "a number from 0 to 1000000");
    },
    [](const Config& c) { return std::to_string(c.max_restarts); }},
+  {"restart_min_progress", "--restart-min-progress,--restart_min_progress", k_workers,
+   "Count a failed round against --max-restarts only when some node's ranks made K progress "
+   "events in it (output lines, DDPLAUNCH_PROGRESS_FD writes); 0: every failure counts",
+   false, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.restart_min_progress = parse_int_in(v, f, 0, 1000000000, "a number from 0 to 1000000000");
+   },
+   [](const Config& c) { return std::to_string(c.restart_min_progress); }},
+  {"max_no_progress_restarts", "--max-no-progress-restarts,--max_no_progress_restarts", k_workers,
+   "With --restart-min-progress: end the job after this many failed rounds in a row without "
+   "progress",
+   false, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.max_no_progress_restarts = parse_int_in(v, f, 0, 1000000, "a number from 0 to 1000000");
+   },
+   [](const Config& c) { return std::to_string(c.max_no_progress_restarts); }},
 
   {"nnodes", "--nnodes", k_nodes,
    "Number of nodes, or MIN:MAX for an elastic job (it starts with MIN to MAX nodes; nodes may "

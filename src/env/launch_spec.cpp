@@ -90,11 +90,14 @@ LaunchSpec make_launch_spec(const Config& config, const JobLayout& layout, const
         env["OMP_NUM_THREADS"] = std::to_string(b.omp_threads);
       }
     }
-    if (config.hang_timeout_s > 0) {
-      // Progress for --hang-timeout, and Python's faulthandler, which prints
-      // every thread's stack when the launcher stops a hung rank (SIGABRT).
+    if (config.hang_timeout_s > 0 || config.progress_restarts()) {
+      // Progress for --hang-timeout and --restart-min-progress.
       spec.progress_pipe = true;
       env["DDPLAUNCH_PROGRESS_FD"] = std::to_string(k_progress_fd);
+    }
+    if (config.hang_timeout_s > 0) {
+      // Python's faulthandler prints every thread's stack when the launcher
+      // stops a hung rank (SIGABRT).
       if (!base_env.contains("PYTHONFAULTHANDLER")) {
         env["PYTHONFAULTHANDLER"] = "1";
       }

@@ -240,6 +240,10 @@ std::string encode_summary(const JobSummary& s) {
                   {"regroup", r.regroup},       {"exit_code", r.exit_code},
                   {"start_time", r.start_time}, {"end_time", r.end_time}};
     round["root_cause"] = r.root_cause ? outcome_json(*r.root_cause) : json(nullptr);
+    if (r.made_progress) {
+      round["made_progress"] = *r.made_progress;
+      round["progress_events"] = r.progress_events;
+    }
     if (!r.message.empty()) {
       round["message"] = r.message;
     }

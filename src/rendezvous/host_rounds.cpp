@@ -275,7 +275,7 @@ void HostLink::publish_round(RoundAssignment plan) {
               plan.topology.nnodes() == 1 ? "" : "s", m_gone.size(), plan.admitted.size());
   }
   const int node_rank = plan.node_rank_of_arrival.at(static_cast<size_t>(m_self.arrival));
-  TopologyRecord record{std::move(plan.topology), "", m_round.restarts};
+  TopologyRecord record{std::move(plan.topology), "", m_round.restarts, m_round.no_progress};
   const std::string text = encode_plan(record);
   m_store.set(keys::round_plan(round), text,
               [this, topology = std::move(*record.topology), node_rank] {

@@ -23,6 +23,7 @@ namespace ddplaunch {
 struct RoundStart {
   int round = 0;
   int restarts = 0;
+  int no_progress = 0;  // --restart-min-progress: failed rounds without progress in a row
   bool operator==(const RoundStart&) const = default;
 };
 
@@ -56,6 +57,10 @@ class JobLink {
   virtual bool admitted() const { return true; }
   // Every local worker succeeded.
   virtual void publish_success() = 0;
+  // This node's ranks made enough progress in this round (once a round):
+  // a failure verdict then says the round made progress, whichever node
+  // publishes it.
+  virtual void report_progress() {}
   // Reports this node's outcomes and, on the store host, collects every
   // node's (bounded by the heartbeat timeout, at most 30 s).
   virtual void finish(const std::vector<RankOutcome>& local) = 0;

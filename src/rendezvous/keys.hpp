@@ -36,6 +36,11 @@ inline std::string stop(int round) {
 inline std::string succeeded(int round) {
   return round_prefix(round) + "succeeded";
 }
+// With --restart-min-progress: the nodes whose ranks made enough progress
+// in round `round` (a counter each such node adds 1 to, once).
+inline std::string progress(int round) {
+  return round_prefix(round) + "progress";
+}
 // Round `round` (>= 1) may start: its topology (a TopologyRecord).
 inline std::string round_plan(int round) {
   return round_prefix(round) + "plan";

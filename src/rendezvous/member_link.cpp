@@ -265,6 +265,7 @@ void MemberLink::take_round_plan(const std::optional<std::string>& text) {
     return;
   }
   m_round.restarts = record.restarts;
+  m_round.no_progress = record.no_progress;
   // Its rank was written before the plan: already there.
   m_store.get(keys::round_rank(m_round.round, m_self.arrival), Ms(1),
               [this, topology = std::move(*record.topology)](std::optional<std::string> rank) {

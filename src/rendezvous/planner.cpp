@@ -96,6 +96,15 @@ std::optional<Refusal> RendezvousPlanner::check(const JoinRecord& r) const {
                " but node 0 has --max-restarts " + std::to_string(m_expected.max_restarts) +
                "; give every node the same --max-restarts");
   }
+  if (r.restart_min_progress != m_expected.restart_min_progress ||
+      r.max_no_progress_restarts != m_expected.max_no_progress_restarts) {
+    return job(describe_node(r) + " has --restart-min-progress " +
+               std::to_string(r.restart_min_progress) + " --max-no-progress-restarts " +
+               std::to_string(r.max_no_progress_restarts) + " but node 0 has " +
+               std::to_string(m_expected.restart_min_progress) + " and " +
+               std::to_string(m_expected.max_no_progress_restarts) +
+               "; give every node the same restart options");
+  }
   if (!r.health.empty()) {
     // Checked against the job's own shape first: a node of another job that
     // failed its check is still a stranger.

@@ -41,6 +41,9 @@ struct JoinRecord {
   // Such a node does not join: an elastic job goes on without it, a
   // fixed-size job (or node 0 failing) ends at once.
   std::string health;
+  // --restart-min-progress and --max-no-progress-restarts: alike too.
+  int restart_min_progress = 0;
+  int max_no_progress_restarts = 3;
   bool operator==(const JoinRecord&) const = default;
 };
 

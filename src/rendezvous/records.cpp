@@ -185,7 +185,9 @@ std::string encode_join(const JoinRecord& r) {
                   {"store_host", r.store_host},
                   {"arrival", r.arrival},
                   {"max_restarts", r.max_restarts},
-                  {"health", r.health}});
+                  {"health", r.health},
+                  {"restart_min_progress", r.restart_min_progress},
+                  {"max_no_progress_restarts", r.max_no_progress_restarts}});
 }
 
 JoinRecord decode_join(std::string_view text) {
@@ -205,6 +207,10 @@ JoinRecord decode_join(std::string_view text) {
     r.arrival = int_of(j.at("arrival"));
     r.max_restarts = int_of(j.at("max_restarts"));
     r.health = j.value("health", std::string());
+    r.restart_min_progress =
+        j.contains("restart_min_progress") ? int_of(j.at("restart_min_progress")) : 0;
+    r.max_no_progress_restarts =
+        j.contains("max_no_progress_restarts") ? int_of(j.at("max_no_progress_restarts")) : 3;
     return r;
   });
 }
@@ -216,6 +222,9 @@ std::string encode_plan(const TopologyRecord& r) {
   json j = {{"ok", true}, {"topology", plan_topology_json(*r.topology)}};
   if (r.restarts > 0) {
     j["restarts"] = r.restarts;
+  }
+  if (r.no_progress > 0) {
+    j["no_progress"] = r.no_progress;
   }
   return text_of(j);
 }
@@ -229,7 +238,8 @@ TopologyRecord decode_plan(std::string_view text) {
     }
     r.topology = plan_topology_from(j.at("topology"));
     r.restarts = j.contains("restarts") ? int_of(j.at("restarts")) : 0;
-    if (r.restarts < 0) {
+    r.no_progress = j.contains("no_progress") ? int_of(j.at("no_progress")) : 0;
+    if (r.restarts < 0 || r.no_progress < 0) {
       throw RecordError("malformed plan record: a negative restart count");
     }
     return r;
@@ -307,6 +317,9 @@ std::string encode_verdict(const JobVerdict& v) {
   if (v.regroup) {
     j["regroup"] = true;
   }
+  if (v.progress >= 0) {
+    j["progress"] = v.progress;
+  }
   j["root_cause"] = v.root_cause ? json::parse(encode_outcome(*v.root_cause)) : json(nullptr);
   return text_of(j);
 }
@@ -319,6 +332,7 @@ JobVerdict decode_verdict(std::string_view text) {
     v.node = int_of(j.at("node"));
     v.lost = int_of(j.at("lost"));
     v.regroup = j.contains("regroup") && j.at("regroup").get<bool>();
+    v.progress = j.contains("progress") ? int_of(j.at("progress")) : -1;
     if (!j.at("root_cause").is_null()) {
       v.root_cause = decode_outcome(j.at("root_cause").dump());
     }

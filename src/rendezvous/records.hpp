@@ -32,6 +32,7 @@ struct TopologyRecord {
   std::optional<Topology> topology;
   std::string error;  // set when topology is not
   int restarts = 0;
+  int no_progress = 0;  // failed rounds without progress in a row (--restart-min-progress)
 };
 std::string encode_plan(const TopologyRecord& record);
 TopologyRecord decode_plan(std::string_view text);

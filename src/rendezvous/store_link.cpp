@@ -148,6 +148,30 @@ void StoreLink::publish_stop(const JobVerdict& verdict) {
     return;  // the agent goes on with its own verdict
   }
   const int round = m_round.round;
+  if (verdict.progress == 0) {
+    // This node's ranks made too little progress; another node's may have
+    // (often rank 0 alone prints): the store's counter says, once, for the
+    // verdict every node reads.
+    m_store.add(keys::progress(round), 0, [this, verdict, round](int64_t nodes) {
+      JobVerdict seen = verdict;
+      seen.progress = nodes > 0 ? 1 : 0;
+      if (round == m_round.round) {
+        compare_set_stop(seen, round);
+      }
+    });
+    return;
+  }
+  compare_set_stop(verdict, round);
+}
+
+void StoreLink::report_progress() {
+  if (m_phase != Phase::k_running || m_store.failed()) {
+    return;
+  }
+  m_store.add(keys::progress(m_round.round), 1, [](int64_t) {});
+}
+
+void StoreLink::compare_set_stop(const JobVerdict& verdict, int round) {
   m_store.compare_set(keys::stop(round), std::nullopt, encode_verdict(verdict),
                       [this, verdict, round](const std::string& current) {
                         if (round != m_round.round) {

@@ -53,6 +53,7 @@ class StoreLink : public JobLink {
   void join(const JoinRecord& self) override;
   void publish_stop(const JobVerdict& verdict) override;
   void publish_success() override;
+  void report_progress() override;
   void finish(const std::vector<RankOutcome>& local) override;
   void next_round(const std::vector<RankOutcome>& local, const RoundStart& next) override;
   bool admitted() const override { return !m_waiting; }
@@ -130,6 +131,9 @@ class StoreLink : public JobLink {
  private:
   void tick(TimePoint now);
   void progress(TimePoint now);
+  // Publishes `verdict` as round `round`'s stop unless one is there; the
+  // one that holds is delivered.
+  void compare_set_stop(const JobVerdict& verdict, int round);
 
   TimePoint m_next_tick{};
   bool m_beat_outstanding = false;

@@ -88,19 +88,40 @@ std::string format_failure_report(const JobSummary& s) {
     return {};
   }
   std::string out;
+  // Rounds without progress (--restart-min-progress) used no restart.
+  auto no_progress = [](const RoundSummary& r) { return r.made_progress == false; };
+  auto events = [](const RoundSummary& r) {
+    return r.progress_events < 0
+               ? std::string()
+               : fmt::format(" ({} progress events on this node)", r.progress_events);
+  };
   int used = s.restarts;
   for (size_t i = 0; i + 1 < s.rounds.size(); ++i) {
-    used -= s.rounds[i].regroup ? 0 : 1;
+    used -= s.rounds[i].regroup || no_progress(s.rounds[i]) ? 0 : 1;
   }
   for (size_t i = 0; i + 1 < s.rounds.size(); ++i) {
     const auto& r = s.rounds[i];
     if (r.regroup) {
       out += fmt::format("ddplaunch: round {} ended: {}; the nodes met again (no restart used)\n",
                          r.round, describe_round_end(r));
+    } else if (no_progress(r)) {
+      out += fmt::format(
+          "ddplaunch: round {} failed without progress{}: {}; restarted (no restart used)\n",
+          r.round, events(r), describe_round_end(r));
     } else {
-      out += fmt::format("ddplaunch: round {} failed: {}; restarted ({} of {})\n", r.round,
-                         describe_round_end(r), ++used, s.max_restarts);
+      out += fmt::format("ddplaunch: round {} failed{}: {}; restarted ({} of {})\n", r.round,
+                         events(r), describe_round_end(r), ++used, s.max_restarts);
     }
+  }
+  size_t stalled = 0;  // the last rounds, in a row, without progress
+  while (stalled < s.rounds.size() && no_progress(s.rounds[s.rounds.size() - 1 - stalled])) {
+    ++stalled;
+  }
+  if (stalled > 0 && s.root_cause) {
+    out += fmt::format(
+        "ddplaunch: {} round{} in a row failed without progress{}: the job ends rather than "
+        "repeat the same failure (--max-no-progress-restarts)\n",
+        stalled, stalled == 1 ? "" : "s", events(s.rounds.back()));
   }
   if (s.root_cause) {
     const auto& r = *s.root_cause;

@@ -50,6 +50,10 @@ struct RoundSummary {
   std::string message;                    // why it ended, when no rank is to blame
   double start_time = 0;
   double end_time = 0;
+  // With --restart-min-progress: this node's progress events in it, and
+  // whether the round made progress (the job's view); -1: not followed.
+  long long progress_events = -1;
+  std::optional<bool> made_progress;
   bool operator==(const RoundSummary&) const = default;
 };
 

@@ -39,14 +39,18 @@ Decision merge_verdict(const LocalEnd& local, const std::optional<JobVerdict>& j
 }
 
 NextRound next_round_after(const Decision& d, const std::optional<JobVerdict>& job, bool elastic,
-                           int node_rank, int restarts, int max_restarts) {
+                           int node_rank, const RestartBudget& budget, bool progress) {
   if (d.stop_signal) {
     return NextRound::k_none;
   }
   if (job && job->regroup) {
     return NextRound::k_regroup;
   }
-  if (restarts >= max_restarts) {
+  if (budget.follow_progress && d.root_cause && d.exit_code != 0 && !progress) {
+    return budget.no_progress < budget.max_no_progress ? NextRound::k_restart_no_progress
+                                                       : NextRound::k_none;
+  }
+  if (budget.restarts >= budget.max_restarts) {
     return NextRound::k_none;
   }
   if (d.root_cause && d.exit_code != 0) {

@@ -22,6 +22,9 @@ struct JobVerdict {
   // An elastic job's membership changes (a node joined): not a failure; the
   // nodes meet again at once without using a restart.
   bool regroup = false;
+  // With --restart-min-progress: whether the round made progress, as the
+  // node that published the verdict read it from the store (-1: unknown).
+  int progress = -1;
   bool success() const { return exit_code == 0 && message.empty() && !root_cause && !regroup; }
   bool operator==(const JobVerdict&) const = default;
 };
@@ -50,21 +53,34 @@ struct Decision {
 Decision merge_verdict(const LocalEnd& local, const std::optional<JobVerdict>& job, int node_rank);
 
 enum class NextRound {
-  k_none,     // the job ends
-  k_restart,  // every node meets again; one restart is used
-  k_regroup,  // an elastic job meets again to admit a node; no restart is used
+  k_none,                 // the job ends
+  k_restart,              // every node meets again; one restart is used
+  k_regroup,              // an elastic job meets again to admit a node; no restart is used
+  k_restart_no_progress,  // a rank failed in a round without progress: one of those is used
+};
+
+// The restarts a job may still use, the same on every node.
+struct RestartBudget {
+  int restarts = 0;              // used before this round (--max-restarts counts these)
+  int max_restarts = 0;          // --max-restarts
+  bool follow_progress = false;  // --restart-min-progress given
+  int no_progress = 0;           // failed rounds without progress in a row, before this one
+  int max_no_progress = 3;       // --max-no-progress-restarts
 };
 
 // What follows a round that ended with `decision` under the job's verdict
-// `job` (nullopt for one node), `restarts` having been used before it:
+// `job` (nullopt for one node), with `budget`:
 // k_regroup when the verdict says so (the store host asks only while
 // restarts remain); k_restart when restarts remain and a rank failed
 // (torchrun's rule: a worker's failure; never a stop signal, a program that
 // cannot start or an internal error) or, in an elastic job, another node
-// than this one and the store host was lost; else k_none. Every node of a
-// job decides alike: the verdict, the restarts used and --max-restarts are
-// the same everywhere.
+// than this one and the store host was lost; else k_none. Following
+// progress, a rank's failure in a round the verdict says made no progress
+// is k_restart_no_progress while those remain (k_none after), whatever
+// --max-restarts has left. `progress` is this round's (the verdict's where
+// it says; one node: its own). Every node of a job decides alike: the
+// verdict and the budget are the same everywhere.
 NextRound next_round_after(const Decision& decision, const std::optional<JobVerdict>& job,
-                           bool elastic, int node_rank, int restarts, int max_restarts);
+                           bool elastic, int node_rank, const RestartBudget& budget, bool progress);
 
 }  // namespace ddplaunch

@@ -223,3 +223,45 @@ def test_a_node_still_joining_when_a_rank_fails_restarts_with_the_others(jobs):
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
         assert "round=1" in out, (out, err)
+
+
+def test_following_progress_rounds_without_progress_use_no_restart_and_end_the_job(jobs, tmp_path):
+    """--restart-min-progress: a failure that repeats before any progress
+    (no output line, no progress-fd write) is not retried --max-restarts
+    times; --max-no-progress-restarts rounds in a row end the job."""
+    r = jobs.run(["--max-restarts", 5, "--restart-min-progress", 1, "--max-no-progress-restarts", 2,
+                  "--summary-json", tmp_path / "s.json", "--", "sh", "-c", "exit 3"])
+    assert r.returncode == 3, r.stderr
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["restarts"] == 0, "--max-restarts was not used"
+    assert [(x["round"], x["made_progress"], x["progress_events"]) for x in s["rounds"]] == \
+        [(0, False, 0), (1, False, 0), (2, False, 0)]
+    assert "3 rounds in a row failed without progress" in r.stderr, r.stderr
+    assert "round 1 failed without progress (0 progress events on this node)" in r.stderr, r.stderr
+
+
+def test_following_progress_a_round_with_progress_uses_a_restart(jobs, tmp_path):
+    # A write to DDPLAUNCH_PROGRESS_FD (no output line) is progress.
+    r = jobs.run(["--max-restarts", 1, "--restart-min-progress", 1,
+                  "--summary-json", tmp_path / "s.json",
+                  "--", "sh", "-c", "printf x >&$DDPLAUNCH_PROGRESS_FD; exit 3"])
+    assert r.returncode == 3, r.stderr
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["restarts"] == 1 and [x["made_progress"] for x in s["rounds"]] == [True, True], s["rounds"]
+    assert "restarted (1 of 1)" in r.stderr, r.stderr
+    # Fewer output lines than --restart-min-progress asks for are no progress.
+    r = jobs.run(["--max-restarts", 1, "--restart-min-progress", 3, "--max-no-progress-restarts", 1,
+                  "--", "sh", "-c", "echo one; echo two; exit 3"])
+    assert r.returncode == 3, r.stderr
+    assert "round 0 failed without progress (2 progress events on this node)" in r.stderr, r.stderr
+    assert "(1 of 1)" not in r.stderr, "--max-restarts was not used"
+
+
+def test_following_progress_every_node_agrees(jobs):
+    procs = nodes(jobs, 2, 1, ["sh", "-c", '[ "$RANK" = 1 ] && exit 4; sleep 300'],
+                  extra=["--max-restarts", 3, "--restart-min-progress", 1,
+                         "--max-no-progress-restarts", 1])
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 4, err
+        assert "round 0 failed without progress" in err and "2 rounds in a row" in err, err

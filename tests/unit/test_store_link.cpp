@@ -347,6 +347,32 @@ TEST_F(StoreLinkTest, TheFirstStopWinsOnEveryNode) {
   EXPECT_EQ(member().heard.verdicts, (std::vector<JobVerdict>{failure(0, 3)}));
 }
 
+TEST_F(StoreLinkTest, AFailureVerdictSaysWhetherAnyNodeMadeProgress) {
+  // --restart-min-progress: node 0's ranks print (rank 0 alone often does),
+  // node 1's rank fails at once. The verdict node 1 publishes says the round
+  // made progress, so every node counts it against --max-restarts alike.
+  two_nodes_running();
+  host().link->report_progress();
+  settle();
+  JobVerdict quiet = failure(1);
+  quiet.progress = 0;  // none on node 1 itself
+  member().link->publish_stop(quiet);
+  settle();
+  ASSERT_EQ(host().heard.verdicts.size(), 1u);
+  EXPECT_EQ(host().heard.verdicts[0].progress, 1);
+  EXPECT_EQ(member().heard.verdicts[0].progress, 1);
+}
+
+TEST_F(StoreLinkTest, AFailureVerdictWithoutProgressAnywhereSaysSo) {
+  two_nodes_running();
+  JobVerdict quiet = failure(1);
+  quiet.progress = 0;
+  member().link->publish_stop(quiet);
+  settle();
+  ASSERT_EQ(host().heard.verdicts.size(), 1u);
+  EXPECT_EQ(host().heard.verdicts[0].progress, 0);
+}
+
 TEST_F(StoreLinkTest, SuccessNeedsEveryNode) {
   two_nodes_running();
   host().link->publish_success();

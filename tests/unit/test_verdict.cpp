@@ -100,8 +100,45 @@ TEST(Verdict, WhatFollowsARound) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    EXPECT_EQ(next_round_after(c.decision, c.job, c.elastic, c.node_rank, c.restarts, 1),
+    const RestartBudget budget{c.restarts, 1};
+    EXPECT_EQ(next_round_after(c.decision, c.job, c.elastic, c.node_rank, budget, true),
               c.expected);
+    // Not following progress, a round's progress changes nothing.
+    EXPECT_EQ(next_round_after(c.decision, c.job, c.elastic, c.node_rank, budget, false),
+              c.expected);
+  }
+}
+
+TEST(Verdict, FollowingProgressOnlyRoundsThatMadeProgressUseRestarts) {
+  Decision failed;
+  failed.exit_code = 7;
+  failed.root_cause = rank_on(3, 1);
+  Decision lost;
+  lost.exit_code = 4;
+  lost.message = "node 2 was lost";
+  const JobVerdict lost_2{4, "node 2 was lost", std::nullopt, 0, 2};
+  struct Case {
+    const char* name;
+    Decision decision;
+    bool progress;
+    int restarts;
+    int no_progress;
+    NextRound expected;
+  };
+  const Case cases[] = {
+      {"progress, restarts remain", failed, true, 0, 2, NextRound::k_restart},
+      {"progress, none remain", failed, true, 2, 0, NextRound::k_none},
+      {"no progress: --max-restarts is not used", failed, false, 2, 0,
+       NextRound::k_restart_no_progress},
+      {"no progress, 3 in a row already", failed, false, 0, 3, NextRound::k_none},
+      {"a lost node is not a rank's failure", lost, false, 0, 3, NextRound::k_restart},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const RestartBudget budget{c.restarts, 2, true, c.no_progress, 3};
+    const std::optional<JobVerdict> job =
+        c.decision.root_cause ? std::nullopt : std::optional<JobVerdict>(lost_2);
+    EXPECT_EQ(next_round_after(c.decision, job, true, 0, budget, c.progress), c.expected);
   }
 }
 
