@@ -16,6 +16,9 @@ inline constexpr int k_exit_usage = 2;       // bad command line or environment 
 inline constexpr int k_exit_rendezvous = 3;  // rendezvous failed: timeout, mismatch, conflict
 inline constexpr int k_exit_node_lost = 4;   // the store or another node went away mid-job
 inline constexpr int k_exit_unhealthy = 5;   // this node failed its health check (--health-check)
+// The job was preempted (--preempt-signal): its ranks were told to
+// checkpoint and exit. EX_TEMPFAIL: a wrapper script may requeue it.
+inline constexpr int k_exit_preempted = 75;
 inline constexpr int k_exit_cannot_execute = 127;  // the worker program could not be executed
 
 // An error that ends the run with a specific exit code and a message meant

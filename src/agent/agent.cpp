@@ -216,6 +216,7 @@ RankOutcome Agent::outcome(int local_rank) const {
   if (m_hung && m_hung->local_rank == local_rank) {
     o.hung_for_s = m_hung->seconds;
   }
+  o.preempted = m_supervisor->reason() == StopReason::k_preempted && o.exit && o.exit->success();
   return o;
 }
 
@@ -235,6 +236,10 @@ RankOutcome Agent::root_outcome(int local_rank) const {
 }
 
 void Agent::on_signal(int sig) {
+  if (m_config.preempt_signal == sig) {
+    preempt(sig);
+    return;
+  }
   const auto now = m_clock.now();
   switch (m_phase) {
     case Phase::k_joining:
@@ -391,6 +396,38 @@ void Agent::on_join_failed(int exit_code, const std::string& message) {
   }
 }
 
+// --preempt-signal received here: every rank of every node gets it and has
+// --term-timeout to checkpoint and exit; the job exits 75 on every node.
+void Agent::preempt(int sig) {
+  const std::string what = node_name() + " received " + signal_name(sig) + " (--preempt-signal)";
+  if (m_phase == Phase::k_joining) {
+    if (m_link == nullptr || !m_link->admitted()) {
+      end_early(k_exit_preempted, StopReason::k_preempted, what + " before the workers started",
+                false);
+      return;
+    }
+    log::info("{}: the job is preempted on every node before its workers start", what);
+    JobVerdict verdict{k_exit_preempted, what + " before the workers started", std::nullopt, -1};
+    verdict.preempt = sig;
+    publish(verdict);
+    return;
+  }
+  if (m_phase != Phase::k_running || !m_supervisor || m_supervisor->stopping()) {
+    log::info("{}: the job is ending already", what);
+    return;
+  }
+  m_preempted_by = what;
+  log::info("{}: sending it to every rank{}; they have {} s to checkpoint and exit", what,
+            m_link != nullptr ? " of every node" : "", m_config.term_timeout_s);
+  apply(m_supervisor->on_preempt(sig, m_clock.now()));
+  if (m_link != nullptr && !m_verdict) {
+    JobVerdict verdict{k_exit_preempted, what, std::nullopt, m_plan->layout.node_rank};
+    verdict.preempt = sig;
+    publish(verdict);
+  }
+  advance();
+}
+
 void Agent::on_verdict(const JobVerdict& verdict) {
   if (m_verdict || m_phase == Phase::k_done) {
     return;
@@ -402,7 +439,13 @@ void Agent::on_verdict(const JobVerdict& verdict) {
     end_early(verdict.exit_code, StopReason::k_remote, verdict.message, false);
     return;
   }
-  if (m_phase == Phase::k_running && m_supervisor && !verdict.success()) {
+  if (m_phase == Phase::k_running && m_supervisor && verdict.preempt > 0) {
+    if (!m_supervisor->stopping()) {
+      log::info("{}: sending {} to every rank here; they have {} s to checkpoint and exit",
+                verdict.message, signal_name(verdict.preempt), m_config.term_timeout_s);
+    }
+    apply(m_supervisor->on_preempt(verdict.preempt, m_clock.now()));
+  } else if (m_phase == Phase::k_running && m_supervisor && !verdict.success()) {
     if (m_supervisor->reason() == StopReason::k_signal && m_supervisor->stop_signal() &&
         !m_late_signal && verdict.exit_code != 128 + *m_supervisor->stop_signal()) {
       // This node's stop lost the race to another verdict (a failure that

@@ -56,6 +56,7 @@ class Agent : public JobLink::Listener {
 
   // --- events -------------------------------------------------------------------
   void on_signal(int sig);
+  void preempt(int sig);
   // Worker `local_rank` ended; its pipes were read up to now first.
   void on_worker_exit(int local_rank, const ExitInfo& info);
   void on_output(int local_rank, Stream stream, std::string_view data);
@@ -177,6 +178,7 @@ class Agent : public JobLink::Listener {
   // --restart-min-progress: failed rounds without progress in a row (the
   // job's), and this round's progress events on this node.
   int m_no_progress = 0;
+  std::string m_preempted_by;  // --preempt-signal: who received it, for the report
   long long m_round_progress = 0;
   std::vector<RoundSummary> m_rounds;  // the rounds that ended in a restart
   // --hang-timeout: each rank's last progress; the rank found hung, how long

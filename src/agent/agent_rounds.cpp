@@ -36,6 +36,9 @@ void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
   m_summary.stop_signal = d.stop_signal;
   m_summary.root_cause = d.root_cause;
   m_summary.message = d.message;
+  if (d.reason == StopReason::k_preempted && d.message.empty()) {
+    m_summary.message = m_preempted_by;
+  }
   m_summary.start_time = m_start_time;
   m_summary.end_time = m_clock.wall_now();
   m_summary.topology = m_topology;

@@ -167,6 +167,10 @@ struct Config {
   // A shell command each node runs before it joins (README, Health checks): a node
   // whose check fails does not join. Default: empty = no check.
   std::string health_check;
+  // --preempt-signal: this signal, received by any node, is sent to every
+  // rank of every node, which then has --term-timeout to checkpoint and
+  // exit; the job exits 75. Default: none (SIGUSR1/2 reach this node's ranks only).
+  std::optional<int> preempt_signal;
   double health_check_timeout_s = 60;  // Default: 60 seconds, then the check has failed
 
   // --- Output ------------------------------------------------------------------

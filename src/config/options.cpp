@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 
 #include "config/integer.hpp"
@@ -283,6 +284,25 @@ void apply_bind_to(Config& c, const std::string& value, const std::string& flag)
                      "none); got '" +
                      value + "'");
   }
+}
+
+// --preempt-signal: one of the signals the launcher handles, by name
+// (USR1, SIGUSR1) or number.
+constexpr std::pair<const char*, int> k_preempt_signals[] = {
+    {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGTERM", SIGTERM},
+    {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT}};
+
+void apply_preempt_signal(Config& c, const std::string& value, const std::string& flag) {
+  for (const auto& [name, sig] : k_preempt_signals) {
+    if (value == name || value == name + 3 || value == std::to_string(sig)) {
+      c.preempt_signal = sig;
+      return;
+    }
+  }
+  throw UsageError(flag +
+                   " takes USR1, USR2, TERM, INT, HUP or QUIT (with or without SIG, or "
+                   "its number); got '" +
+                   value + "'");
 }
 
 // torchrun's --signals-to-handle: checked; ddplaunch's own handling stays.
@@ -656,6 +676,19 @@ const OptionSpec k_options[] = {
    "Seconds without progress (an output line, or a write to DDPLAUNCH_PROGRESS_FD) after "
    "which a rank is hung: its stacks are shown, then it is stopped as a failure; 0: off",
    false, nullptr, nullptr, DDPLAUNCH_SECONDS(hang_timeout_s, true)},
+  {"preempt_signal", "--preempt-signal,--preempt_signal", k_supervision,
+   "A signal (USR1, USR2, TERM, INT, HUP, QUIT) that preempts the job: any node receiving it "
+   "sends it to every rank of every node, which has --term-timeout to checkpoint and exit; the "
+   "job then exits 75",
+   false, nullptr, nullptr, apply_preempt_signal,
+   [](const Config& c) {
+     for (const auto& [name, sig] : k_preempt_signals) {
+       if (c.preempt_signal == sig) {
+         return std::string(name);
+       }
+     }
+     return std::string();
+   }},
   {"health_check", "--health-check,--health_check", k_supervision,
    "Shell command each node runs before it joins; a node whose command fails (or runs past "
    "--health-check-timeout) does not join. `ddplaunch check` runs the built-in checks",

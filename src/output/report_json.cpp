@@ -46,7 +46,7 @@ json outcome_json(const RankOutcome& o) {
     j["signal"] = o.exit->signal();
     j["signal_name"] = signal_name(o.exit->signal());
   } else {
-    j["state"] = o.exit->success() ? "succeeded" : "failed";
+    j["state"] = o.preempted ? "preempted" : o.exit->success() ? "succeeded" : "failed";
     j["exit_code"] = o.exit->code();
     j["signal"] = nullptr;
   }
@@ -77,8 +77,9 @@ RankOutcome outcome_from(const json& j) {
   const auto state = j.at("state").get<std::string>();
   if (state == "signaled") {
     o.exit = ExitInfo::signaled(int_of(j.at("signal")));
-  } else if (state == "succeeded" || state == "failed") {
+  } else if (state == "succeeded" || state == "failed" || state == "preempted") {
     o.exit = ExitInfo::exited(int_of(j.at("exit_code")));
+    o.preempted = state == "preempted";
   } else if (state != "unknown") {
     throw RecordError("unknown rank state '" + state + "'");
   }

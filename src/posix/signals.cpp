@@ -20,6 +20,7 @@ SignalFd::SignalFd(const std::vector<int>& signals) {
   for (int s : signals) {
     sigaddset(&mask, s);
   }
+  m_mask = mask;
   if (sigprocmask(SIG_BLOCK, &mask, &m_old_mask) != 0) {
     throw_errno("sigprocmask");
   }
@@ -31,6 +32,15 @@ SignalFd::SignalFd(const std::vector<int>& signals) {
 }
 
 SignalFd::~SignalFd() {
+  for (int sig : {SIGUSR1, SIGUSR2}) {
+    struct sigaction old = {};
+    if (sigismember(&m_mask, sig) == 1 && sigaction(sig, nullptr, &old) == 0 &&
+        old.sa_handler == SIG_DFL) {
+      ::signal(sig, SIG_IGN);
+    }
+  }
+  while (read_one()) {
+  }
   sigprocmask(SIG_SETMASK, &m_old_mask, nullptr);
 }
 

@@ -15,6 +15,11 @@ namespace ddplaunch::posix {
 class SignalFd {
  public:
   explicit SignalFd(const std::vector<int>& signals);
+  // Restores the signal mask. Signals still pending are discarded first, and
+  // SIGUSR1/SIGUSR2 (whose default action kills) are ignored from then on:
+  // one that arrives as the launcher exits (a scheduler signalling every
+  // node while the job's verdict already ended this one) cannot turn the
+  // job's exit code into 138.
   ~SignalFd();
   SignalFd(const SignalFd&) = delete;
   SignalFd& operator=(const SignalFd&) = delete;
@@ -25,6 +30,7 @@ class SignalFd {
 
  private:
   Fd m_fd;
+  sigset_t m_mask;
   sigset_t m_old_mask;
 };
 

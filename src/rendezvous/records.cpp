@@ -320,6 +320,9 @@ std::string encode_verdict(const JobVerdict& v) {
   if (v.progress >= 0) {
     j["progress"] = v.progress;
   }
+  if (v.preempt > 0) {
+    j["preempt"] = v.preempt;
+  }
   j["root_cause"] = v.root_cause ? json::parse(encode_outcome(*v.root_cause)) : json(nullptr);
   return text_of(j);
 }
@@ -333,6 +336,10 @@ JobVerdict decode_verdict(std::string_view text) {
     v.lost = int_of(j.at("lost"));
     v.regroup = j.contains("regroup") && j.at("regroup").get<bool>();
     v.progress = j.contains("progress") ? int_of(j.at("progress")) : -1;
+    v.preempt = j.contains("preempt") ? int_of(j.at("preempt")) : 0;
+    if (v.preempt < 0 || v.preempt >= 65) {
+      throw RecordError("malformed verdict record: preempt is not a signal number");
+    }
     if (!j.at("root_cause").is_null()) {
       v.root_cause = decode_outcome(j.at("root_cause").dump());
     }

@@ -18,6 +18,9 @@ std::string ending(const RankOutcome& o) {
         "ended, {}",
         o.hung_for_s, text);
   }
+  if (o.preempted) {
+    return "preempted: exited with exit code 0 after the preemption signal";
+  }
   if (o.stopped_by_launcher) {
     text += " after ddplaunch stopped it";
   }
@@ -36,6 +39,8 @@ const char* stop_reason_name(StopReason reason) {
       return "signal";
     case StopReason::k_remote:
       return "remote";
+    case StopReason::k_preempted:
+      return "preempted";
   }
   return "none";
 }
@@ -145,6 +150,10 @@ std::string format_failure_report(const JobSummary& s) {
     if (!s.message.empty()) {
       out += "ddplaunch: " + s.message + "\n";
     }
+  } else if (s.reason == StopReason::k_preempted) {
+    out += "ddplaunch: job preempted: " +
+           (s.message.empty() ? std::string("--preempt-signal") : s.message) +
+           "; every rank was told to checkpoint and exit (exit 75: requeue it)\n";
   } else if (s.reason == StopReason::k_signal && s.stop_signal && s.message.empty()) {
     out +=
         fmt::format("ddplaunch: job stopped: ddplaunch received {}\n", signal_name(*s.stop_signal));

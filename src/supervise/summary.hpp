@@ -37,6 +37,9 @@ struct RankOutcome {
   std::vector<std::string> last_stderr;  // root cause only
   std::optional<WorkerError> error;      // root cause only, when it wrote its error file
   double hung_for_s = 0;  // --hang-timeout found it hung after this long without progress
+  // It exited 0 after the job was preempted (--preempt-signal): a clean
+  // preemption, neither a success nor a failure.
+  bool preempted = false;
   bool operator==(const RankOutcome&) const = default;
 };
 

@@ -1,5 +1,7 @@
 #include "supervise/supervisor.hpp"
 
+#include "ddplaunch/error.hpp"
+
 namespace ddplaunch {
 
 Supervisor::Supervisor(int nworkers, std::chrono::milliseconds grace)
@@ -90,6 +92,14 @@ Supervisor::Actions Supervisor::on_remote_stop(int exit_code, TimePoint now) {
   }
   m_held.reset();  // another node decided first (a scheduler's stop reached it first)
   return begin_stop(StopReason::k_remote, exit_code, SIGTERM, now);
+}
+
+Supervisor::Actions Supervisor::on_preempt(int sig, TimePoint now) {
+  if (stopping()) {
+    return {};
+  }
+  m_held.reset();  // the scheduler may have signalled a worker too
+  return begin_stop(StopReason::k_preempted, k_exit_preempted, sig, now);
 }
 
 Supervisor::Actions Supervisor::on_deadline(TimePoint now) {

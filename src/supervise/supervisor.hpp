@@ -19,6 +19,7 @@ enum class StopReason {
   k_worker_failed,  // a worker on this node failed first (the root cause is local)
   k_signal,         // the launcher was told to stop (SIGINT, SIGTERM, SIGHUP, SIGQUIT)
   k_remote,         // another node failed or was lost; it decided the exit code
+  k_preempted,      // --preempt-signal reached a node: every rank was told to checkpoint and exit
 };
 
 class Supervisor {
@@ -48,6 +49,11 @@ class Supervisor {
   Actions on_launcher_signal(int sig, TimePoint now);
   // Another node decided the job is over with `exit_code`.
   Actions on_remote_stop(int exit_code, TimePoint now);
+  // The job is preempted (--preempt-signal, on this node or another):
+  // `sig` to every running worker, which then has the grace period to
+  // checkpoint and exit before SIGKILL; the exit code is k_exit_preempted
+  // whatever the workers' (an exit 0 is a clean preemption, not a success).
+  Actions on_preempt(int sig, TimePoint now);
   // Call when now >= deadline(): a held worker becomes the root cause
   // (local_failure), or SIGKILL for whoever ignored SIGTERM.
   Actions on_deadline(TimePoint now);

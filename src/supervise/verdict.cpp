@@ -18,7 +18,9 @@ Decision merge_verdict(const LocalEnd& local, const std::optional<JobVerdict>& j
     d.root_cause = job->root_cause;
     d.message = job->root_cause ? "" : job->message;
     const bool ours = job->node == node_rank;
-    if (ours && local.reason != StopReason::k_none && local.reason != StopReason::k_remote) {
+    if (job->preempt > 0) {
+      d.reason = StopReason::k_preempted;  // on every node: a requeue, not a failure
+    } else if (ours && local.reason != StopReason::k_none && local.reason != StopReason::k_remote) {
       d.reason = local.reason;  // this node's rank failed, or its signal stopped the job
       d.stop_signal = local.stop_signal;
     } else {

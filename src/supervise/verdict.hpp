@@ -25,6 +25,9 @@ struct JobVerdict {
   // With --restart-min-progress: whether the round made progress, as the
   // node that published the verdict read it from the store (-1: unknown).
   int progress = -1;
+  // --preempt-signal: the signal that preempted the job (every node sends
+  // it to its ranks); 0: not a preemption.
+  int preempt = 0;
   bool success() const { return exit_code == 0 && message.empty() && !root_cause && !regroup; }
   bool operator==(const JobVerdict&) const = default;
 };

@@ -14,6 +14,7 @@
 //   ready=DIR      create DIR/ready.<rank>      waitfile=PATH  wait until PATH exists
 //   cat            copy stdin to stdout
 //   trap=SIG       on SIG, print "caught SIGNAME" and go on   fds  print open fds: "fds 0 1 2"
+//   checkpoint=SIG on SIG, print "checkpointed on SIGNAME" and exit 0 (a preempted rank)
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -47,6 +48,14 @@ void on_trapped(int sig) {
   int n = std::snprintf(msg, sizeof(msg), "caught SIG%s\n", sigabbrev_np(sig));
   ssize_t ignored = write(1, msg, static_cast<size_t>(n));
   (void)ignored;
+}
+
+void on_checkpoint(int sig) {
+  char msg[64];
+  int n = std::snprintf(msg, sizeof(msg), "checkpointed on SIG%s\n", sigabbrev_np(sig));
+  ssize_t ignored = write(1, msg, static_cast<size_t>(n));
+  (void)ignored;
+  _exit(0);
 }
 
 std::string json_escape(const char* s) {
@@ -211,6 +220,10 @@ int main(int argc, char** argv) {
       struct sigaction sa = {};
       sa.sa_handler = on_trapped;
       sa.sa_flags = SA_RESTART;
+      sigaction(parse_signal(value), &sa, nullptr);
+    } else if (action == "checkpoint") {
+      struct sigaction sa = {};
+      sa.sa_handler = on_checkpoint;
       sigaction(parse_signal(value), &sa, nullptr);
     } else if (action == "fds") {
       std::string out = "fds";

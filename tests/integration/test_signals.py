@@ -1,6 +1,7 @@
 """A stop signal ends the job on every node at any phase: while agents wait for
 each other, while workers run, while results are gathered, and when the store
 host is frozen. Each agent exits 128+N long before any timeout could end it."""
+import json
 import os
 import signal
 import socket
@@ -181,3 +182,40 @@ def test_a_stop_signal_wins_over_the_deaths_it_causes(jobs, tmp_path):
     assert p.returncode == 143, err
     assert "job stopped: ddplaunch received SIGTERM" in err, err
     assert "job failed" not in err, err
+
+
+def test_a_preemption_signal_on_one_node_checkpoints_every_rank_everywhere(jobs, tmp_path):
+    """--preempt-signal USR1 sent to node 1's launcher alone: every rank of
+    both nodes gets SIGUSR1, checkpoints and exits 0, and both launchers exit
+    75 (preempted: requeue it), with the ranks' state "preempted"."""
+    port = free_port()
+    procs = [jobs.start(["--nnodes", 2, "--node-rank", n, "--nproc-per-node", 2, "--master-port", port,
+                         "--rdzv-timeout", 60, "--preempt-signal", "USR1",
+                         "--summary-json", tmp_path / f"s{n}.json", "--",
+                         *worker("checkpoint=USR1", f"ready={tmp_path}", "sleep=300")])
+             for n in range(2)]
+    assert wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 4, timeout=60)
+    procs[1].send_signal(signal.SIGUSR1)
+    outs = [p.communicate(timeout=60) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 75, err
+        assert out.count("checkpointed on SIGUSR1") == 2, out
+        assert "job preempted: node 1" in err and "(--preempt-signal)" in err, err
+    s = json.loads((tmp_path / "s0.json").read_text())
+    assert s["stop_reason"] == "preempted" and s["exit_code"] == 75
+    assert sorted(r["state"] for r in s["ranks"]) == ["preempted"] * 4, s["ranks"]
+
+
+def test_a_rank_that_ignores_the_preemption_is_killed_after_the_term_timeout(jobs, tmp_path):
+    p = jobs.start(["--preempt-signal", "SIGUSR2", "--term-timeout", 1, "--",
+                    *worker("trap=USR2", f"ready={tmp_path}", "sleep=300")])
+    assert wait_until(lambda: list(tmp_path.glob("ready.*")), timeout=60)
+    p.send_signal(signal.SIGUSR2)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 75, err
+    assert "caught SIGUSR2" in out and "killed by signal SIGKILL" in err, (out, err)
+
+
+def test_preempt_signal_takes_only_signals_ddplaunch_handles(jobs):
+    r = jobs.run(["--preempt-signal", "SEGV", "--", "true"])
+    assert r.returncode == 2 and "--preempt-signal takes USR1, USR2, TERM" in r.stderr, r.stderr

@@ -238,3 +238,26 @@ def test_an_mpi_program_under_srun_sees_ddplaunchs_job_not_the_steps(cluster, jo
     lines = sorted(l.split("]: ", 1)[-1] for l in r.stdout.splitlines() if "mpi rank" in l)
     assert lines == [f"mpi rank {i} size 4 sum 6 from {(i + 3) % 4} RANK={i}"
                      for i in range(4)], r.stdout + r.stderr
+
+
+def test_scancel_signal_usr1_preempts_every_rank_on_both_hosts(cluster, jobs, shared):
+    """`scancel --signal=USR1` (what a preemption or `--signal=USR1@T` sends)
+    with --preempt-signal USR1: every rank on both hosts checkpoints and
+    exits 0, and both launchers exit 75 so that a wrapper can requeue."""
+    cmd = ["srun", "-N2", "--ntasks-per-node=1", "sh", "-c",
+           f'exec {BIN} --nproc-per-node 2 --preempt-signal USR1 '
+           f'--summary-json {shared}/summary.$SLURM_NODEID.json '
+           f'-- {worker()[0]} checkpoint=USR1 ready={shared} pidfile={shared} sleep=300']
+    p = cluster.popen(cmd, env=jobs.env())
+    jobs.procs.append(p)
+    assert wait_until(lambda: len(list(shared.glob("ready.*"))) == 4, timeout=120), cluster.logs()
+    job_id = cluster.run(["squeue", "-h", "-o", "%i"]).stdout.split()[0]
+    r = cluster.run(["scancel", "--signal=USR1", job_id])
+    assert r.returncode == 0, r.stderr
+    out, err = p.communicate(timeout=120)
+    # srun's own code is its tasks' (a requeueing wrapper reads it).
+    assert p.returncode == 75, err
+    assert out.count("checkpointed on SIGUSR1") == 4, out
+    for n in (0, 1):
+        summary = json.loads((shared / f"summary.{n}.json").read_text())
+        assert summary["exit_code"] == 75 and summary["stop_reason"] == "preempted", summary

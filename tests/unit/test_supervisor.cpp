@@ -186,3 +186,25 @@ TEST(Supervisor, OnlyStopSignalsAreHeld) {
 
 }  // namespace
 }  // namespace ddplaunch
+
+namespace ddplaunch {
+namespace {
+
+TEST(Supervisor, APreemptionSendsItsSignalGivesTheGracePeriodAndExits75) {
+  Supervisor s(3, std::chrono::seconds(30));
+  const Supervisor::TimePoint t{};
+  EXPECT_EQ(s.on_preempt(SIGUSR1, t).signals, all(3, SIGUSR1));
+  EXPECT_EQ(s.reason(), StopReason::k_preempted);
+  EXPECT_EQ(s.deadline(), t + std::chrono::seconds(30));
+  // Ranks that checkpoint and exit 0 are no failure; the job's code stays 75.
+  EXPECT_FALSE(s.on_worker_exit(0, ExitInfo::exited(0), t).local_failure);
+  EXPECT_FALSE(s.on_worker_exit(1, ExitInfo::exited(0), t).local_failure);
+  EXPECT_TRUE(s.on_preempt(SIGUSR1, t).signals.empty()) << "once";
+  // One that ignores it is killed after the grace period.
+  EXPECT_EQ(s.on_deadline(t + std::chrono::seconds(30)).signals, (std::vector<SA>{{2, SIGKILL}}));
+  EXPECT_EQ(s.exit_code(), 75);
+  EXPECT_FALSE(s.root_cause());
+}
+
+}  // namespace
+}  // namespace ddplaunch

@@ -144,3 +144,24 @@ TEST(Verdict, FollowingProgressOnlyRoundsThatMadeProgressUseRestarts) {
 
 }  // namespace
 }  // namespace ddplaunch
+
+namespace ddplaunch {
+namespace {
+
+TEST(Verdict, APreemptionIsPreemptedOnEveryNodeAndNeverRestarted) {
+  JobVerdict preempted{75, "node 1 (b) received SIGUSR1 (--preempt-signal)", std::nullopt, 1};
+  preempted.preempt = SIGUSR1;
+  LocalEnd here;
+  here.reason = StopReason::k_preempted;
+  here.exit_code = 75;
+  for (int node : {0, 1}) {
+    const Decision d = merge_verdict(here, preempted, node);
+    EXPECT_EQ(d.exit_code, 75);
+    EXPECT_EQ(d.reason, StopReason::k_preempted);
+    EXPECT_EQ(next_round_after(d, preempted, true, node, RestartBudget{0, 5}, true),
+              NextRound::k_none);
+  }
+}
+
+}  // namespace
+}  // namespace ddplaunch
