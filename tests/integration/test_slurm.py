@@ -179,15 +179,20 @@ echo "advised=$?"
     assert {e["SLURMD_NODENAME"] for e in envs.values()} == {"node0", "node1"}
 
 
-def test_scancel_ends_every_worker_on_both_hosts(cluster, jobs, shared):
-    # Each agent writes its summary; the workers say when they run.
+def running_step(cluster, jobs, shared, options="", steps=""):
+    """An srun step of one ddplaunch per host (2 ranks each), each writing its
+    summary, every rank ready and sleeping: (srun's Popen, the job id)."""
     cmd = ["srun", "-N2", "--ntasks-per-node=1", "sh", "-c",
-           f'exec {BIN} --nproc-per-node 2 --summary-json {shared}/summary.$SLURM_NODEID.json '
-           f'-- {worker()[0]} ready={shared} pidfile={shared} sleep=300']
+           f'exec {BIN} --nproc-per-node 2 {options} --summary-json {shared}/summary.$SLURM_NODEID.json '
+           f'-- {worker()[0]} {steps} ready={shared} pidfile={shared} sleep=300']
     p = cluster.popen(cmd, env=jobs.env())
     jobs.procs.append(p)
     assert wait_until(lambda: len(list(shared.glob("ready.*"))) == 4, timeout=120), cluster.logs()
-    job_id = cluster.run(["squeue", "-h", "-o", "%i"]).stdout.split()[0]
+    return p, cluster.run(["squeue", "-h", "-o", "%i"]).stdout.split()[0]
+
+
+def test_scancel_ends_every_worker_on_both_hosts(cluster, jobs, shared):
+    p, job_id = running_step(cluster, jobs, shared)
     r = cluster.run(["scancel", job_id])
     assert r.returncode == 0, r.stderr
     p.communicate(timeout=120)
@@ -244,14 +249,7 @@ def test_scancel_signal_usr1_preempts_every_rank_on_both_hosts(cluster, jobs, sh
     """`scancel --signal=USR1` (what a preemption or `--signal=USR1@T` sends)
     with --preempt-signal USR1: every rank on both hosts checkpoints and
     exits 0, and both launchers exit 75 so that a wrapper can requeue."""
-    cmd = ["srun", "-N2", "--ntasks-per-node=1", "sh", "-c",
-           f'exec {BIN} --nproc-per-node 2 --preempt-signal USR1 '
-           f'--summary-json {shared}/summary.$SLURM_NODEID.json '
-           f'-- {worker()[0]} checkpoint=USR1 ready={shared} pidfile={shared} sleep=300']
-    p = cluster.popen(cmd, env=jobs.env())
-    jobs.procs.append(p)
-    assert wait_until(lambda: len(list(shared.glob("ready.*"))) == 4, timeout=120), cluster.logs()
-    job_id = cluster.run(["squeue", "-h", "-o", "%i"]).stdout.split()[0]
+    p, job_id = running_step(cluster, jobs, shared, "--preempt-signal USR1", "checkpoint=USR1")
     r = cluster.run(["scancel", "--signal=USR1", job_id])
     assert r.returncode == 0, r.stderr
     out, err = p.communicate(timeout=120)
