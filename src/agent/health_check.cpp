@@ -1,5 +1,7 @@
 #include "agent/health_check.hpp"
 
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,6 +56,12 @@ class LastLines {
   std::string m_partial;
 };
 
+// Whether the process behind `pidfd` has ended (readable: it has).
+bool has_ended(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
+}
+
 std::string seconds_text(double s) {
   return fmt::format("{:g} s", s);
 }
@@ -88,39 +96,54 @@ HealthCheckResult run_health_check(const std::string& command, const EnvMap& env
   }
   Child& child = started.front();
   LastLines lines;
+  // Its output and its end, watched together through one epoll fd (itself
+  // readable): a command that leaves a background process holding its
+  // output has still ended when the shell has.
+  const posix::Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, child.pid(), 0)));
+  const posix::Fd both(::epoll_create1(EPOLL_CLOEXEC));
+  for (int fd : {child.out().get(), pidfd.get()}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (fd >= 0 && both) {
+      ::epoll_ctl(both.get(), EPOLL_CTL_ADD, fd, &ev);
+    }
+  }
+  auto drain = [&] {
+    char buf[4096];
+    while (child.out()) {
+      const ssize_t n = ::read(child.out().get(), buf, sizeof buf);
+      if (n > 0) {
+        lines.add(std::string_view(buf, static_cast<size_t>(n)));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        return n == 0;  // true: the output ended
+      }
+    }
+    return true;
+  };
   bool timed_out = false;
-  char buf[4096];
-  while (child.out()) {
-    const ssize_t n = ::read(child.out().get(), buf, sizeof buf);
-    if (n > 0) {
-      lines.add(std::string_view(buf, static_cast<size_t>(n)));
-      continue;
-    }
-    if (n == 0) {
+  bool watching_output = true;
+  while (true) {
+    const bool output_ended = drain();
+    // Without a pidfd (before Linux 5.3) its output's end stands for its end.
+    if (pidfd ? has_ended(pidfd.get()) : output_ended) {
       break;
     }
-    if (errno == EINTR) {
-      continue;
+    if (output_ended && watching_output && both) {
+      ::epoll_ctl(both.get(), EPOLL_CTL_DEL, child.out().get(), nullptr);  // at EOF for good
+      watching_output = false;
     }
-    if (errno != EAGAIN) {
-      break;
-    }
-    if (!driver.wait_readable(child.out().get(), deadline, "running the health check")) {
+    const int watch = both ? both.get() : child.out().get();
+    if (!driver.wait_readable(watch, deadline, "running the health check")) {
       timed_out = true;
       break;
     }
   }
-  // Its output ended: now its end (a command that closed its output early
-  // still has the deadline).
-  if (!timed_out) {
-    posix::Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, child.pid(), 0)));
-    if (pidfd && !driver.wait_readable(pidfd.get(), deadline, "running the health check")) {
-      timed_out = true;
-    }
-  }
-  if (timed_out) {
-    child.signal(SIGKILL);
-  }
+  drain();
+  // Whatever it left behind in its process group goes with it.
+  child.signal(SIGKILL);
   int status = 0;
   while (::waitpid(child.pid(), &status, 0) < 0 && errno == EINTR) {
   }

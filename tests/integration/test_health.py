@@ -30,6 +30,16 @@ def test_a_check_that_hangs_is_killed_at_its_timeout(jobs):
     # The jobs fixture finds no process left with the test's marker: the sleep is gone.
 
 
+def test_a_check_that_leaves_a_process_behind_has_ended_when_its_shell_has(jobs):
+    # The sleep holds the check's output open; the check still passes at once
+    # (not at its timeout), and the sleep is killed with it (the jobs fixture
+    # finds no process of the test left).
+    r = jobs.run(["--health-check", "echo checked; sleep 600 &", "--health-check-timeout", 300,
+                  "--", "echo", "worker ran"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "worker ran" in r.stdout
+
+
 def test_a_passing_check_runs_the_job_and_is_in_the_summary(jobs, tmp_path):
     r = jobs.run(["--nproc-per-node", 2, "--summary-json", tmp_path / "s.json",
                   "--health-check", 'echo "gpus ok on $(hostname)"; test -n "$DDPLAUNCH_TEST_MARKER"',
