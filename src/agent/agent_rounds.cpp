@@ -159,6 +159,22 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
     m_router.on_close(lr, Stream::k_out);  // a last unfinished line is shown now
     m_router.on_close(lr, Stream::k_err);
   }
+  // A new round never starts beside the last one's leftovers (a process that
+  // escaped its worker's group, holding a GPU or a port).
+  int killed = 0;
+  const auto left = m_spawner.reclaim(millis(m_config.restart_reclaim_timeout_s), killed);
+  if (killed > 0) {
+    log::info("killed {} process{} the last round left behind", killed, killed == 1 ? "" : "es");
+  }
+  if (!left.empty()) {
+    end_early(k_exit_node_lost, StopReason::k_none,
+              fmt::format("{} cannot start the next round: pid {} of the last round is still "
+                          "alive after --restart-reclaim-timeout {} s (in uninterruptible sleep?); "
+                          "this node leaves the job",
+                          node_name(), left.front(), m_config.restart_reclaim_timeout_s),
+              true);
+    return;
+  }
   m_supervisor.reset();
   m_pids.clear();
   m_end_times.clear();

@@ -275,6 +275,7 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   ProcessSpawner spawner;
   if (guard) {
     spawner.spare(guard->guard_pid());
+    spawner.set_marker(guard->marker());
   }
   // Node 0 hosts the store; every agent holds one connection to it.
   std::unique_ptr<StoreServer> store_server;

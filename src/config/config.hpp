@@ -76,6 +76,10 @@ struct Config {
   // off (every failure counts against --max-restarts, as torchrun).
   int restart_min_progress = 0;
   int max_no_progress_restarts = 3;  // Default: 3 failed rounds in a row without progress
+  // Before a restart, how long a node waits for what its last round left
+  // (processes that escaped, found by the job's marker) to be gone; a node
+  // still dirty then leaves the job. Default: 60 seconds.
+  double restart_reclaim_timeout_s = 60;
   bool progress_restarts() const { return restart_min_progress > 0; }
   // Worker environment styles on top of torch's (always on). Default: none.
   bool env_mpi = false;  // "mpi": OMPI_COMM_WORLD_* and Azure ML's master variables

@@ -147,29 +147,34 @@ bool environ_has(const std::string& pid, const std::string& needle) {
 
 }  // namespace
 
-int kill_marked_processes(const std::string& marker) {
+std::vector<pid_t> kill_marked_once(const std::string& marker) {
   const std::string needle = "DDPLAUNCH_AGENT_ID=" + marker;
   const std::string self = std::to_string(getpid());
+  std::vector<pid_t> found;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) {
+    return found;
+  }
+  while (dirent* ent = readdir(dir)) {
+    const std::string pid = ent->d_name;
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid == self) {
+      continue;
+    }
+    const auto number = parse_integer_in(pid, 1, std::numeric_limits<pid_t>::max());
+    if (number && environ_has(pid, needle)) {
+      kill(static_cast<pid_t>(*number), SIGKILL);
+      found.push_back(static_cast<pid_t>(*number));
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+int kill_marked_processes(const std::string& marker) {
   int killed = 0;
   for (int round = 0; round < 64; ++round) {
-    int found = 0;
-    DIR* dir = opendir("/proc");
-    if (dir == nullptr) {
-      break;
-    }
-    while (dirent* ent = readdir(dir)) {
-      const std::string pid = ent->d_name;
-      if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid == self) {
-        continue;
-      }
-      const auto number = parse_integer_in(pid, 1, std::numeric_limits<pid_t>::max());
-      if (number && environ_has(pid, needle)) {
-        kill(static_cast<pid_t>(*number), SIGKILL);
-        ++found;
-      }
-    }
-    closedir(dir);
-    killed += found;
+    const auto found = kill_marked_once(marker).size();
+    killed += static_cast<int>(found);
     if (found == 0) {
       break;
     }

@@ -19,7 +19,10 @@
 // Created once, early, before any thread exists.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
+#include <vector>
 
 namespace ddplaunch {
 
@@ -55,5 +58,8 @@ class JobGuard {
 // DDPLAUNCH_AGENT_ID=`marker`, round after round until none is found.
 // Returns how many were killed.
 int kill_marked_processes(const std::string& marker);
+// One pass of that: the pids found (and sent SIGKILL). A zombie has no
+// environment left: it is not found.
+std::vector<pid_t> kill_marked_once(const std::string& marker);
 
 }  // namespace ddplaunch

@@ -4,8 +4,11 @@
 #include <spawn.h>
 
 #include <csignal>
+#include <set>
 #include <string>
+#include <thread>
 
+#include "proc/guard.hpp"
 #include "proc/reap.hpp"
 #include "proc/spawn.hpp"
 
@@ -39,6 +42,30 @@ void ProcessSpawner::kill_all() {
       }
     }
   }
+}
+
+std::vector<pid_t> ProcessSpawner::reclaim(std::chrono::milliseconds timeout, int& killed) {
+  killed = 0;
+  std::vector<pid_t> left;
+  if (m_marker.empty()) {
+    return left;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::set<pid_t> seen;
+  int strays = 0;
+  while (true) {
+    left = kill_marked_once(m_marker);
+    seen.insert(left.begin(), left.end());
+    strays += kill_stray_children(m_spared);
+    while (reap_any()) {  // the killed ones reparented to us: no zombie is left
+    }
+    if (left.empty() || std::chrono::steady_clock::now() >= deadline) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // let the killed ones go
+  }
+  killed = static_cast<int>(seen.size()) + strays;
+  return left;
 }
 
 bool ProcessSpawner::dump_stacks(int local_rank) {

@@ -6,7 +6,9 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "env/launch_spec.hpp"
@@ -35,6 +37,16 @@ class Spawner {
     (void)local_rank;
     return false;
   }
+  // Before a new round: kills whatever the last round left (a process that
+  // escaped its worker's group deeper than kill_all()'s sweep reaches, found
+  // by the job's marker) and waits up to `timeout` for it to be gone.
+  // Returns the pids still alive then (empty: this node is clean); how many
+  // it killed goes to `killed`.
+  virtual std::vector<pid_t> reclaim(std::chrono::milliseconds timeout, int& killed) {
+    (void)timeout;
+    killed = 0;
+    return {};
+  }
 };
 
 class ProcessSpawner : public Spawner {
@@ -43,6 +55,10 @@ class ProcessSpawner : public Spawner {
   void signal(int local_rank, int sig) override;
   void kill_all() override;
   bool dump_stacks(int local_rank) override;
+  std::vector<pid_t> reclaim(std::chrono::milliseconds timeout, int& killed) override;
+  // The job's DDPLAUNCH_AGENT_ID (JobGuard::marker()), for reclaim(); none:
+  // reclaim() finds nothing.
+  void set_marker(std::string marker) { m_marker = std::move(marker); }
 
   std::vector<Child>& children() { return m_children; }
   // The local rank whose stacks the reaped `pid` printed (dump_stacks()),
@@ -61,6 +77,7 @@ class ProcessSpawner : public Spawner {
   std::vector<Child> m_children;
   uint64_t m_generation = 0;
   pid_t m_spared = -1;
+  std::string m_marker;
   std::vector<std::pair<pid_t, int>> m_debuggers;  // pid, local rank
 };
 

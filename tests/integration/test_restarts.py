@@ -265,3 +265,22 @@ def test_following_progress_every_node_agrees(jobs):
         _, err = p.communicate(timeout=120)
         assert p.returncode == 4, err
         assert "round 0 failed without progress" in err and "2 rounds in a row" in err, err
+
+
+def test_a_new_round_never_starts_beside_what_the_last_one_left(jobs, tmp_path):
+    """A rank that leaves a chain of 12 processes outside its group (each
+    the child of the last: deeper than the per-round sweep of reparented
+    children reaches) fails; before round 1 starts, every one of them is
+    gone (found by the job's marker and killed)."""
+    deepest = tmp_path / "deepest"
+    chain = tmp_path / "chain.sh"
+    chain.write_text('n=$1; if [ "$n" -le 0 ]; then echo $$ > "$2"; exec sleep 300; fi\n'
+                     'sh "$0" $((n-1)) "$2" & wait\n')
+    worker = (f'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then setsid sh {chain} 12 {deepest} & '
+              f'while [ ! -s {deepest} ]; do sleep 0.01; done; exit 3; fi; '
+              f'if kill -0 "$(cat {deepest})" 2>/dev/null; then echo leftover alive; '
+              f'else echo leftover gone; fi')
+    r = jobs.run(["--max-restarts", 1, "--", "sh", "-c", worker])
+    assert r.returncode == 0, r.stderr
+    assert "leftover gone" in r.stdout, r.stdout
+    assert "the last round left behind" in r.stderr, r.stderr

@@ -42,6 +42,13 @@ struct FakeSpawner : Spawner {
     return static_cast<int>(std::count_if(signals.begin(), signals.end(),
                                           [sig](const auto& s) { return s.second == sig; }));
   }
+  std::vector<pid_t> leftovers;  // what reclaim() finds still alive
+  int reclaims = 0;
+  std::vector<pid_t> reclaim(std::chrono::milliseconds, int& killed) override {
+    ++reclaims;
+    killed = static_cast<int>(leftovers.size());
+    return leftovers;
+  }
 };
 
 struct FakeClock : Clock {
@@ -504,6 +511,20 @@ TEST_F(AgentTest, OneNodeRestartsEveryWorkerWithAFreshPortAndTheNextCount) {
   ASSERT_TRUE(s.rounds[0].root_cause);
   EXPECT_EQ(s.rounds[0].root_cause->rank, 1);
   EXPECT_EQ(s.rounds[1].exit_code, 0);
+}
+
+TEST_F(AgentTest, ANodeThatCannotGetCleanDoesNotStartTheNextRound) {
+  config.max_restarts = 2;
+  make(1, false);
+  spawner.leftovers = {4242};  // the last round's, in uninterruptible sleep
+  ends(0, ExitInfo::exited(3));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(spawner.reclaims, 1);
+  EXPECT_EQ(spawner.spawned.size(), 1u) << "no worker starts beside the leftover";
+  EXPECT_EQ(agent->summary().exit_code, 4);
+  ASSERT_TRUE(agent->error());
+  EXPECT_NE(agent->error()->find("pid 4242 of the last round is still alive"), std::string::npos)
+      << *agent->error();
 }
 
 TEST_F(AgentTest, RestartsExhaustedEndWithTheLastRootCause) {
