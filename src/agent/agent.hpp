@@ -50,6 +50,10 @@ class Agent : public JobLink::Listener {
   // `mpi` (the PMIx server its workers' MPI_Init finds) is null with --no-pmix.
   Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner& spawner,
         const Clock& clock, JobLink* link, ConsoleSink& console, MpiHost* mpi = nullptr);
+  // --health-check before every round after the first (the first is run
+  // before joining, by run_launch): nullopt when it passed, else what failed.
+  using HealthCheck = std::function<std::optional<std::string>()>;
+  void set_health_check(HealthCheck check) { m_health_check = std::move(check); }
 
   // Joins the job (multi-node) or starts the workers (one node).
   void start();
@@ -178,7 +182,8 @@ class Agent : public JobLink::Listener {
   // --restart-min-progress: failed rounds without progress in a row (the
   // job's), and this round's progress events on this node.
   int m_no_progress = 0;
-  std::string m_preempted_by;  // --preempt-signal: who received it, for the report
+  std::string m_preempted_by;
+  HealthCheck m_health_check;  // --preempt-signal: who received it, for the report
   long long m_round_progress = 0;
   std::vector<RoundSummary> m_rounds;  // the rounds that ended in a restart
   // --hang-timeout: each rank's last progress; the rank found hung, how long

@@ -175,6 +175,21 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
               true);
     return;
   }
+  // --health-check again, before every round: a node that fails it does not
+  // start the round (alone, or in an elastic job: it leaves; in a fixed-size
+  // job: every node ends, naming it).
+  std::optional<std::string> unhealthy;
+  if (m_health_check) {
+    if (auto failed = m_health_check()) {
+      unhealthy = fmt::format("{} failed its health check before round {}: {}", node_name(),
+                              m_round, *failed);
+      if (m_link == nullptr || m_config.elastic()) {
+        end_early(k_exit_unhealthy, StopReason::k_none,
+                  *unhealthy + (m_link == nullptr ? "" : "; it leaves the job"), true);
+        return;
+      }
+    }
+  }
   m_supervisor.reset();
   m_pids.clear();
   m_end_times.clear();
@@ -187,7 +202,9 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
   if (m_link != nullptr) {
     m_phase = Phase::k_joining;
     m_link->next_round(local, RoundStart{m_round, m_restarts, m_no_progress});
-    if (m_late_signal) {
+    if (unhealthy) {
+      publish(JobVerdict{k_exit_unhealthy, *unhealthy, std::nullopt, m_plan->layout.node_rank});
+    } else if (m_late_signal) {
       // Received while this round ended: the next one is stopped on every node.
       m_join_signal = std::exchange(m_late_signal, std::nullopt);
       publish(JobVerdict{

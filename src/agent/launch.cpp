@@ -293,6 +293,23 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
     driver.watch_mpi(pmix->event_fd());
   }
   Agent agent(config, worker_env, self, spawner, clock, link.get(), console, pmix.get());
+  if (!config.health_check.empty()) {
+    // Again before each restart, while the nodes meet: it holds this node's
+    // loop (bounded by --health-check-timeout; signals still end it).
+    agent.set_health_check([&config, &env, &driver]() -> std::optional<std::string> {
+      const HealthCheckResult result = run_health_check(builtin_check_command(config), env,
+                                                        config.health_check_timeout_s, driver);
+      if (result.ok) {
+        return std::nullopt;
+      }
+      for (const auto& line : result.output) {
+        log::warn("health check: {}", line);
+      }
+      HealthCheckResult shown = result;
+      shown.command = config.health_check;
+      return shown.describe();
+    });
+  }
   if (link) {
     link->set_listener(agent);
   }

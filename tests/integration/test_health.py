@@ -136,3 +136,30 @@ def test_check_fails_a_directory_it_cannot_write_and_rejects_bad_arguments(jobs)
     assert r.returncode == 2 and "unknown argument 'network'" in r.stderr, r.stderr
     r = jobs.run(["check", "--port", "99999"])
     assert r.returncode == 2 and "not a port" in r.stderr, r.stderr
+
+
+def test_the_check_runs_again_before_each_restart(jobs, tmp_path):
+    # Round 0's rank breaks the node (the flag) and fails: the check before
+    # round 1 fails, and no round 1 starts.
+    flag = tmp_path / "broken"
+    r = jobs.run(["--max-restarts", 3, "--health-check", f"test ! -e {flag} || (echo 'disk gone'; false)",
+                  "--health-check-timeout", 30, "--", "sh", "-c",
+                  f'echo "round $TORCHELASTIC_RESTART_COUNT"; touch {flag}; exit 3'])
+    assert r.returncode == 5, r.stderr
+    assert "round 0" in r.stdout and "round 1" not in r.stdout, r.stdout
+    assert "failed its health check before round 1" in r.stderr and "disk gone" in r.stderr, r.stderr
+
+
+def test_a_node_that_fails_the_check_before_a_restart_ends_a_fixed_size_job_everywhere(jobs, tmp_path):
+    port = free_port()
+    flag = tmp_path / "broken"
+    common = ["--nnodes", 2, "--nproc-per-node", 1, "--master-port", port, "--rdzv-timeout", 60,
+              "--max-restarts", 2, "--"]
+    worker = ["sh", "-c", f'[ "$RANK" = 1 ] && touch {flag} && exit 3; sleep 300']
+    procs = [jobs.start(["--node-rank", 0, "--health-check", "true", *common, *worker]),
+             jobs.start(["--node-rank", 1, "--health-check", f"test ! -e {flag} || (echo 'ECC'; false)",
+                         *common, *worker])]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 5, err
+        assert "node 1" in err and "failed its health check before round 1" in err and "ECC" in err, err
