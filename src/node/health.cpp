@@ -14,6 +14,8 @@
 #include <set>
 #include <sstream>
 
+#include "posix/library.hpp"
+
 namespace ddplaunch {
 
 namespace {
@@ -70,12 +72,6 @@ struct Nvml {
   NvmlReturn (*memory)(NvmlDevice, NvmlMemory*) = nullptr;
   const char* (*error)(NvmlReturn) = nullptr;
 };
-
-template <typename F>
-bool sym(void* h, F& fn, const char* name) {
-  fn = reinterpret_cast<F>(::dlsym(h, name));
-  return fn != nullptr;
-}
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -201,12 +197,16 @@ CheckResult check_gpus(const EnvMap& env) {
     return r;
   }
   Nvml nvml;
-  if (!sym(h, nvml.init, "nvmlInit_v2") || !sym(h, nvml.shutdown, "nvmlShutdown") ||
-      !sym(h, nvml.count, "nvmlDeviceGetCount_v2") ||
-      !sym(h, nvml.by_index, "nvmlDeviceGetHandleByIndex_v2") ||
-      !sym(h, nvml.by_uuid, "nvmlDeviceGetHandleByUUID") ||
-      !sym(h, nvml.memory, "nvmlDeviceGetMemoryInfo") || !sym(h, nvml.error, "nvmlErrorString")) {
-    r.detail = "this NVML lacks the calls the check needs: GPUs not checked";
+  std::string why;
+  auto sym = [h, &why](auto& fn, const char* name) {
+    return posix::load_symbol(h, fn, name, why, "libnvidia-ml");
+  };
+  if (!sym(nvml.init, "nvmlInit_v2") || !sym(nvml.shutdown, "nvmlShutdown") ||
+      !sym(nvml.count, "nvmlDeviceGetCount_v2") ||
+      !sym(nvml.by_index, "nvmlDeviceGetHandleByIndex_v2") ||
+      !sym(nvml.by_uuid, "nvmlDeviceGetHandleByUUID") ||
+      !sym(nvml.memory, "nvmlDeviceGetMemoryInfo") || !sym(nvml.error, "nvmlErrorString")) {
+    r.detail = why + ": GPUs not checked";
     return r;
   }
   if (const NvmlReturn rc = nvml.init(); rc != 0) {

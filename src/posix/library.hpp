@@ -14,12 +14,14 @@ namespace ddplaunch::posix {
 // nullptr with `why` set when it cannot be loaded.
 void* open_libpmix(std::string& why);
 
-// Sets `fn` to `name` in `handle`; false, with `why` set, when it is missing.
+// Sets `fn` to `name` in `handle` (the library called `library` in
+// messages); false, with `why` set, when it is missing.
 template <typename F>
-bool load_symbol(void* handle, F& fn, const char* name, std::string& why) {
+bool load_symbol(void* handle, F& fn, const char* name, std::string& why,
+                 const char* library = "libpmix") {
   fn = reinterpret_cast<F>(dlsym(handle, name));
   if (fn == nullptr) {
-    why = std::string("libpmix has no ") + name;
+    why = std::string(library) + " has no " + name;
   }
   return fn != nullptr;
 }
