@@ -17,6 +17,12 @@ peers, and its workers here do no collective that would fail).
 Elastic: 3 agents x 2 workers with --nnodes 2:3 and one restart; once every
 rank runs, node 2's agent is SIGKILLed; from then to the last worker of the
 2-node round started (capped at 60 s, as above).
+
+Restart over leftovers (issue 22): the restart round again, but the failing
+rank first leaves a chain of 12 processes outside its process group (each
+the child of the last, all sleeping); ddplaunch kills and waits for them
+before round 1 starts (--restart-reclaim-timeout). torchrun's agent leaves
+them running: the row says whether any was left when round 1 started.
 """
 import argparse
 import glob
@@ -42,11 +48,24 @@ def note(name, value):  # whole or not at all: the bench reads it at once
     open(f"{d}/.{name}", "w").write(repr(value))
     os.rename(f"{d}/.{name}", f"{d}/{name}")
 note(f"start.{rnd}.{rank}", t)
-if mode == "fail" and rnd == 0 and rank == 3:
+if mode.startswith("fail") and rnd == 0 and rank == 3:
     while len([f for f in os.listdir(d) if f.startswith("start.0.")]) < 4:
         time.sleep(0.01)
+    if mode == "fail-strays":  # 12 nested processes, out of our group
+        import subprocess
+        chain = ('n=$1; if [ "$n" -le 0 ]; then echo $$ > "$2/.deepest"; mv "$2/.deepest" "$2/deepest"; '
+                 'exec sleep 300; fi; sh -c "$0" "$0" $((n-1)) "$2" & wait')
+        subprocess.Popen(["sh", "-c", chain, chain, "12", d], start_new_session=True)
+        while not os.path.exists(f"{d}/deepest"):
+            time.sleep(0.005)
     note("fail", time.time())
     os._exit(1)
+if rnd == 1 and rank == 0 and os.path.exists(f"{d}/deepest"):
+    try:
+        os.kill(int(open(f"{d}/deepest").read()), 0)
+        note("leftover", "alive")
+    except ProcessLookupError:
+        note("leftover", "gone")
 if rnd == 0:
     time.sleep(60)
 """
@@ -96,6 +115,22 @@ def restart_round(launcher, build, script):
             return max(float(open(f).read()) for f in glob.glob(f"{d}/start.1.*")) - failed
         finally:
             cleanup(procs)
+
+
+def restart_over_strays(launcher, build, script):
+    """The restart round when the failing rank left 12 escaped processes:
+    (seconds, whether the deepest was still alive when round 1 started)."""
+    with tempfile.TemporaryDirectory() as d:
+        procs = start(agents(launcher, build, free_port(), [TORCH_PY, script, d, "fail-strays"], 1))
+        try:
+            if not wait_for(f"{d}/start.1.*", 4, timeout=60) or not wait_for(f"{d}/leftover", 1, 10):
+                return None
+            failed = float(open(f"{d}/fail").read())
+            took = max(float(open(f).read()) for f in glob.glob(f"{d}/start.1.*")) - failed
+            return took, open(f"{d}/leftover").read().strip("'")
+        finally:
+            cleanup(procs)
+            subprocess.run(["pkill", "-KILL", "-f", f"sh -c n=.*{d}"], check=False)
 
 
 def lost_node(launcher, build, script):
@@ -151,16 +186,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--leftovers-only", action="store_true",
+                    help="only the restart over leftovers (issue 22)")
     args = ap.parse_args()
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(WORKER)
         script = f.name
     try:
         print("| 2 agents x 2 workers, loopback | ddplaunch | torchrun (c10d) | ratio |\n|---|---|---|---|")
-        for name, measure in (("restart round (failing exit to every new worker started)", restart_round),
-                              ("lost node (agent SIGKILLed to node 0's exit)", lost_node),
-                              ("elastic 2:3, node 2 lost (agent SIGKILLed to every worker of the "
-                               "2-node round started)", elastic_lost_node)):
+        rows = (("restart round (failing exit to every new worker started)", restart_round),
+                ("lost node (agent SIGKILLed to node 0's exit)", lost_node),
+                ("elastic 2:3, node 2 lost (agent SIGKILLed to every worker of the "
+                 "2-node round started)", elastic_lost_node))
+        for name, measure in () if args.leftovers_only else rows:
             ours = [measure("ddplaunch", args.build, script) for _ in range(args.repeat)]
             theirs = [measure("torchrun", args.build, script) for _ in range(args.repeat)]
             good = [v for v in ours if v not in (None, float("inf"))]
@@ -168,6 +206,15 @@ def main():
             ratio = (f"{statistics.median(base) / statistics.median(good):.0f}x faster"
                      if good and base else "")
             print(f"| {name} | {show(ours)} | {show(theirs)} | {ratio} |", flush=True)
+        cells = []
+        for launcher in ("ddplaunch", "torchrun"):
+            runs = [restart_over_strays(launcher, args.build, script) for _ in range(args.repeat)]
+            done = [r for r in runs if r is not None]
+            alive = sum(1 for r in done if r[1] == "alive")
+            cells.append(show([r[0] for r in done] + [None] * (len(runs) - len(done))) +
+                         f"; the leftovers alive in round 1: {alive} of {len(done)} runs")
+        print(f"| restart round over 12 escaped processes the failing rank left | {cells[0]} | "
+              f"{cells[1]} | |", flush=True)
     finally:
         os.unlink(script)
     return 0

@@ -362,6 +362,7 @@ std::optional<Agent::TimePoint> Agent::next_deadline() const {
   }
   if (m_phase == Phase::k_finishing) {
     consider(m_drain_deadline);
+    consider(m_sweep_at);
   }
   if (m_pending_error && m_report_deadline) {
     consider(m_report_deadline);
@@ -526,6 +527,17 @@ void Agent::step() {
       return;
     }
     case Phase::k_finishing:
+      if (m_sweep_at && now >= *m_sweep_at && !m_router.all_closed()) {
+        // Pipes still held open: by processes that escaped deeper than
+        // kill_all()'s sweep reaches. Killed by the job's marker, they let
+        // go of them now, not at the drain deadline.
+        m_sweep_at.reset();
+        int killed = 0;
+        m_spawner.reclaim(std::chrono::milliseconds(0), killed);
+        if (killed > 0) {
+          log::debug("killed {} process(es) that held the workers' output open", killed);
+        }
+      }
       if (m_router.all_closed() || now >= *m_drain_deadline) {
         if (try_restart()) {
           return;

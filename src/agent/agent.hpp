@@ -40,6 +40,10 @@ inline constexpr auto k_publish_wait = std::chrono::milliseconds(500);
 inline constexpr auto k_stack_dump_wait = std::chrono::seconds(10);
 // How long to wait for output pipes to close after every worker has ended.
 inline constexpr auto k_drain_timeout = std::chrono::seconds(2);
+// When the workers' pipes are still open this long after the last worker
+// ended, what holds them (escaped deeper than kill_all() reaches) is found
+// by the job's marker and killed.
+inline constexpr auto k_sweep_after = std::chrono::milliseconds(20);
 
 class Agent : public JobLink::Listener {
  public:
@@ -171,6 +175,7 @@ class Agent : public JobLink::Listener {
   std::optional<int> m_join_signal;  // a stop signal received while joining
   std::optional<int> m_late_signal;  // one received after the verdict was known
   std::optional<TimePoint> m_drain_deadline;
+  std::optional<TimePoint> m_sweep_at;  // k_sweep_after past the start of finishing
   std::optional<std::vector<RankOutcome>> m_gathered;
   // The run cannot go on (exit code, message); it ends once the other nodes
   // were told, or the store did not answer in time.

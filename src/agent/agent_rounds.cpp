@@ -14,6 +14,7 @@ void Agent::start_finishing() {
   m_phase = Phase::k_finishing;
   m_spawner.kill_all();
   m_drain_deadline = m_clock.now() + k_drain_timeout;
+  m_sweep_at = m_clock.now() + k_sweep_after;
 }
 
 void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
@@ -198,6 +199,7 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
   m_published_stop = false;
   m_published_success = false;
   m_drain_deadline.reset();
+  m_sweep_at.reset();
   m_gathered.reset();
   if (m_link != nullptr) {
     m_phase = Phase::k_joining;

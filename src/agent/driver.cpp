@@ -242,20 +242,24 @@ void Driver::dispatch(const posix::EventLoop::Ready& ready) {
   }
 }
 
-// What a worker wrote to its progress pipe only says it is alive.
-void Driver::read_progress(int local_rank) {
+// What a worker wrote to its progress pipe only says it is alive. True when
+// something was read.
+bool Driver::read_progress(int local_rank) {
   posix::Fd& fd = m_spawner->children().at(static_cast<size_t>(local_rank)).progress();
   if (!fd) {
-    return;
+    return false;
   }
   ssize_t n = ::read(fd.get(), m_buffer.get(), k_read_size);
   if (n > 0) {
     m_agent->on_progress(local_rank);
-  } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+    return true;
+  }
+  if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
     m_loop.remove(fd.get());
     m_worker_fds.erase(fd.get());
     fd.close();
   }
+  return false;
 }
 
 // Reads one chunk; false when nothing more is there now.
@@ -332,6 +336,9 @@ void Driver::reap() {
     for (Stream s : {Stream::k_out, Stream::k_err}) {
       for (int round = 0; round < k_drain_rounds && read_stream(*lr, s); ++round) {
       }
+    }
+    // Its last progress too (--restart-min-progress judges the round by it).
+    for (int round = 0; round < k_drain_rounds && read_progress(*lr); ++round) {
     }
     m_agent->on_worker_exit(*lr, reaped->second);
   }

@@ -65,7 +65,7 @@ class Driver {
   void sync_store_fd();
   std::optional<TimePoint> next_deadline() const;
   void dispatch(const posix::EventLoop::Ready& ready);
-  void read_progress(int local_rank);
+  bool read_progress(int local_rank);
   bool read_stream(int local_rank, Stream stream);  // false: nothing more there now
   void resume_streams(bool all);
   void reap();
