@@ -1,6 +1,7 @@
 #include "config/options.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <csignal>
@@ -292,7 +293,10 @@ constexpr std::pair<const char*, int> k_preempt_signals[] = {
     {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGTERM", SIGTERM},
     {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT}};
 
-void apply_preempt_signal(Config& c, const std::string& value, const std::string& flag) {
+void apply_preempt_signal(Config& c, const std::string& given, const std::string& flag) {
+  std::string value = given;
+  std::transform(value.begin(), value.end(), value.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
   for (const auto& [name, sig] : k_preempt_signals) {
     if (value == name || value == name + 3 || value == std::to_string(sig)) {
       c.preempt_signal = sig;
@@ -302,7 +306,7 @@ void apply_preempt_signal(Config& c, const std::string& value, const std::string
   throw UsageError(flag +
                    " takes USR1, USR2, TERM, INT, HUP or QUIT (with or without SIG, or "
                    "its number); got '" +
-                   value + "'");
+                   given + "'");
 }
 
 // torchrun's --signals-to-handle: checked; ddplaunch's own handling stays.

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include "cli/cli.hpp"
 #include "cli/completion.hpp"
 #include "cluster/precedence.hpp"
@@ -106,6 +108,23 @@ TEST(Config, GoodCommandLines) {
        }},
       {{"--standalone", "--rdzv-backend", "c10d", "--monitor-interval", "5", "p"},
        [](const Config& c) { EXPECT_EQ(c.nnodes, 1); }},
+      {{"--preempt-signal", "usr1", "--restart-min-progress", "50", "--max-no-progress-restarts",
+        "0", "--health-check", "nvidia-smi -L", "--health-check-timeout", "5",
+        "--restart-reclaim-timeout", "0", "p"},
+       [](const Config& c) {
+         EXPECT_EQ(c.preempt_signal, SIGUSR1);
+         EXPECT_TRUE(c.progress_restarts());
+         EXPECT_EQ(c.restart_min_progress, 50);
+         EXPECT_EQ(c.max_no_progress_restarts, 0);
+         EXPECT_EQ(c.health_check, "nvidia-smi -L");
+         EXPECT_EQ(c.health_check_timeout_s, 5);
+         EXPECT_EQ(c.restart_reclaim_timeout_s, 0);
+       }},
+      {{"--preempt-signal", "15", "p"},
+       [](const Config& c) {
+         EXPECT_EQ(c.preempt_signal, SIGTERM);
+         EXPECT_FALSE(c.progress_restarts()) << "off unless asked: torchrun's restarts";
+       }},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(::testing::PrintToString(c.args));
@@ -129,6 +148,9 @@ TEST(Config, BadCommandLinesAreUsageErrorsNamingTheFlag) {
       {{"--nnodes", "4:2", "p"}, "MIN is larger than MAX"},
       {{"--nnodes", "1:", "p"}, "--nnodes"},
       {{"--rdzv-last-call", "-1", "p"}, "--rdzv-last-call"},
+      {{"--preempt-signal", "KILL", "p"}, "--preempt-signal takes USR1, USR2"},
+      {{"--restart-min-progress", "-1", "p"}, "--restart-min-progress"},
+      {{"--health-check-timeout", "0", "p"}, "--health-check-timeout"},
       {{"--nnodes", "2", "--node-rank", "2", "p"}, "out of range"},
       {{"--node-rank", "x", "p"}, "--node-rank"},
       {{"--master-port", "0", "p"}, "--master-port"},
