@@ -534,13 +534,15 @@ void Agent::step() {
         m_sweep_at.reset();
         int killed = 0;
         m_spawner.reclaim(std::chrono::milliseconds(0), killed);
-        if (killed > 0) {
-          log::debug("killed {} process(es) that held the workers' output open", killed);
-        }
+        m_swept += killed;  // reported with the restart's own count
       }
       if (m_router.all_closed() || now >= *m_drain_deadline) {
         if (try_restart()) {
           return;
+        }
+        if (m_swept > 0) {
+          log::info("killed {} process{} the workers left behind holding their output", m_swept,
+                    m_swept == 1 ? "" : "es");
         }
         std::vector<RankOutcome> local;
         local.reserve(m_pids.size());

@@ -176,6 +176,7 @@ class Agent : public JobLink::Listener {
   std::optional<int> m_late_signal;  // one received after the verdict was known
   std::optional<TimePoint> m_drain_deadline;
   std::optional<TimePoint> m_sweep_at;  // k_sweep_after past the start of finishing
+  int m_swept = 0;                      // leftovers the finishing sweep killed this round
   std::optional<std::vector<RankOutcome>> m_gathered;
   // The run cannot go on (exit code, message); it ends once the other nodes
   // were told, or the store did not answer in time.

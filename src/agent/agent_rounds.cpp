@@ -164,6 +164,7 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
   // escaped its worker's group, holding a GPU or a port).
   int killed = 0;
   const auto left = m_spawner.reclaim(millis(m_config.restart_reclaim_timeout_s), killed);
+  killed += std::exchange(m_swept, 0);  // and those the finishing sweep killed
   if (killed > 0) {
     log::info("killed {} process{} the last round left behind", killed, killed == 1 ? "" : "es");
   }
