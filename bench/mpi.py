@@ -2,8 +2,10 @@
 """What hosting a PMIx server costs, and ddplaunch against mpirun, side by
 side in one run, interleaved round by round (medians):
 
-  - launch cost of N workers of `true` with the server (the default) and
-    with --no-pmix, and the posix_spawn floor (bench/spawn_floor);
+  - launch cost of N workers of `true` with the server (the default), with
+    it but no topology cache (DDPLAUNCH_TOPOLOGY_CACHE=0: hwloc discovers the
+    machine at every launch) and with --no-pmix, and the posix_spawn floor
+    (bench/spawn_floor);
   - an MPI program (tests/helpers/mpi_hello.c: MPI_Init, an allreduce, a
     ring, MPI_Finalize) as N ranks under ddplaunch and under `mpirun -np N`.
 
@@ -13,7 +15,8 @@ import argparse
 import os
 import statistics
 import subprocess
-import time
+
+from benchlib import run_timed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -21,16 +24,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def timed(cmd, env=None, timeout=10):
     """Seconds, or None when it hung past `timeout` (Open MPI 4.1's mpirun
     sometimes never returns when 32 processes end at once)."""
-    t = time.perf_counter()
-    try:
-        r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    elapsed, code = run_timed(cmd, env, timeout)
+    if elapsed is None:
         subprocess.run(["pkill", "-KILL", "-f", "ddplaunch_mpi_hello"], check=False)
         return None
-    elapsed = time.perf_counter() - t
-    if r.returncode != 0:
-        raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}")
+    if code != 0:
+        raise SystemExit(f"failed ({code}): {' '.join(cmd)}")
     return elapsed
 
 
@@ -46,13 +45,16 @@ def main():
     mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
     env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none")
     print("| workers | floor (posix_spawn) | ddplaunch --no-pmix | ddplaunch (PMIx server) | "
-          "server's cost | mpirun -np N true | MPI program: ddplaunch | MPI program: mpirun | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "server's cost | server, no topology cache | mpirun -np N true | MPI program: ddplaunch | "
+          "MPI program: mpirun | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    nocache = dict(env, DDPLAUNCH_TOPOLOGY_CACHE="0")
     for n in args.workers:
         cases = {
             "floor": [os.path.join(b, "bench", "spawn_floor"), str(n), "true"],
             "nopmix": [bin_, "--no-pmix", "--nproc-per-node", str(n), "--", "true"],
             "pmix": [bin_, "--nproc-per-node", str(n), "--", "true"],
+            "pmix_nocache": [bin_, "--nproc-per-node", str(n), "--", "true"],
             "mpirun_true": [*mpirun, "-np", str(n), "true"],
             "mpi_ddp": [bin_, "--nproc-per-node", str(n), "--", hello],
             "mpi_mpirun": [*mpirun, "-np", str(n), hello],
@@ -61,7 +63,7 @@ def main():
         hung = {k: 0 for k in cases}
         for _ in range(args.rounds):
             for k, cmd in cases.items():
-                t = timed(cmd, env)
+                t = timed(cmd, nocache if k == "pmix_nocache" else env)
                 if t is None:
                     hung[k] += 1
                 else:
@@ -70,6 +72,8 @@ def main():
         note = {k: f" ({hung[k]} of {args.rounds} hung)" if hung[k] else "" for k in cases}
         print(f"| {n} | {m['floor']:.1f} ms | {m['nopmix']:.1f} ms | {m['pmix']:.1f} ms | "
               f"+{m['pmix'] - m['nopmix']:.1f} ms ({m['pmix'] / m['nopmix']:.2f}x) | "
+              f"{m['pmix_nocache']:.1f} ms (+{m['pmix_nocache'] - m['nopmix']:.1f}, "
+              f"{m['pmix_nocache'] / m['nopmix']:.2f}x) | "
               f"{m['mpirun_true']:.1f} ms{note['mpirun_true']} | {m['mpi_ddp']:.1f} ms{note['mpi_ddp']} | "
               f"{m['mpi_mpirun']:.1f} ms{note['mpi_mpirun']} | "
               f"{m['mpi_mpirun'] / m['mpi_ddp']:.2f}x faster |", flush=True)

@@ -30,34 +30,23 @@ import subprocess
 import tempfile
 import time
 
-from benchlib import free_port
+from benchlib import free_port, run_timed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH_PY = "/usr/bin/python3"
 
 
 
-def timed(cmd, repeat, timeout=60, **kw):
+def timed(cmd, repeat, timeout=60):
     """Median wall time of `repeat` runs; None if any run fails. Runs that
     exceed `timeout` are killed and counted as hangs, not as times."""
     times, hangs = [], 0
     for _ in range(repeat):
-        t = time.perf_counter()
-        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True, **kw)
-        # A blocking wait bounded by SIGALRM: p.wait(timeout=) polls with
-        # growing sleeps, which adds milliseconds to the times measured.
-        signal.setitimer(signal.ITIMER_REAL, timeout)
-        try:
-            code = p.wait()
-        except TimeoutError:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        elapsed, code = run_timed(cmd, timeout=timeout)
+        if elapsed is None:
             hangs += 1
             continue
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        times.append(time.perf_counter() - t)
+        times.append(elapsed)
         if code != 0:
             return None, hangs
     return (statistics.median(times) if times else None), hangs

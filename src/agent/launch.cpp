@@ -14,6 +14,7 @@
 #include "launcher/plan.hpp"
 #include "log.hpp"
 #include "mpi/pmix_server.hpp"
+#include "mpi/topology_cache.hpp"
 #include "node/identity.hpp"
 #include "node/resources.hpp"
 #include "output/console.hpp"
@@ -254,7 +255,7 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   // exchange above (a client of mpirun's, done), before the first round.
   std::unique_ptr<PmixServer> pmix;
   if (config.pmix && !config.dry_run && guard) {
-    pmix = PmixServer::start(guard->job_dir());
+    pmix = PmixServer::start(guard->job_dir(), topology_cache_enabled(env));
   }
   NodeIdentity self = identify_node(config, env, address.host);
   if (guard) {

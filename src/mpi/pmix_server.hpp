@@ -18,6 +18,7 @@
 
 #include "mpi/dmodex.hpp"
 #include "mpi/fence.hpp"
+#include "mpi/hwloc_topology.hpp"
 #include "mpi/mpi_host.hpp"
 #include "posix/fd.hpp"
 #include "store/connection.hpp"
@@ -31,7 +32,9 @@ class PmixServer : public MpiHost {
   // the machine: ~15 ms) overlaps the launcher's own until the first
   // start_round() waits for it. Call once signals are blocked (the threads
   // inherit the mask) and no PMIx client runs in this process.
-  static std::unique_ptr<PmixServer> start(const std::string& tmpdir);
+  // With `cache_topology`, the machine's topology comes from this user's
+  // cache when it fits (mpi/topology_cache), and a discovered one is cached.
+  static std::unique_ptr<PmixServer> start(const std::string& tmpdir, bool cache_topology);
   ~PmixServer() override;
   PmixServer(const PmixServer&) = delete;
   PmixServer& operator=(const PmixServer&) = delete;
@@ -63,8 +66,10 @@ class PmixServer : public MpiHost {
 
   posix::Fd m_wake;  // eventfd
   std::thread m_starting;
-  bool m_running = false;  // set by m_starting; read after it is joined
-  std::string m_why;       // why it does not run
+  bool m_running = false;                     // set by m_starting; read after it is joined
+  std::string m_why;                          // why it does not run
+  std::unique_ptr<HwlocTopology> m_topology;  // set by m_starting; outlives libpmix's use
+  std::string m_topology_why;                 // why there is none
   std::mutex m_mutex;
   std::vector<std::unique_ptr<Upcall>> m_queue;  // guarded by m_mutex
   // The main thread's.

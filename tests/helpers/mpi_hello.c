@@ -9,6 +9,9 @@
 //   fail-first-round:R rank R exits 3 after MPI_Init when TORCHELASTIC_RESTART_COUNT is 0
 //   hosts              each rank also prints the host of every rank as its PMIx server
 //                      described them: "rank R sees hosts H0 H1 ..." (built with libpmix)
+//   topology           each rank also prints the machine's topology as its PMIx server
+//                      shares it (PMIX_HWLOC_XML_V2, what Open MPI reads):
+//                      "rank R topology BYTES HASH machine=yes|no"
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +57,36 @@ static void print_hosts(int rank, int size) {
 #endif
 }
 
+// The topology's XML the server shares, as its length and FNV-1a hash.
+static void print_topology(int rank) {
+#if HELLO_HAVE_PMIX
+  pmix_proc_t me;
+  if (PMIx_Init(&me, NULL, 0) != PMIX_SUCCESS) {
+    printf("rank %d topology: PMIx_Init failed\n", rank);
+    return;
+  }
+  pmix_proc_t job = me;
+  job.rank = PMIX_RANK_WILDCARD;
+  pmix_value_t* value = NULL;
+  if (PMIx_Get(&job, PMIX_HWLOC_XML_V2, NULL, 0, &value) == PMIX_SUCCESS && value != NULL &&
+      value->type == PMIX_STRING) {
+    const char* xml = value->data.string;
+    unsigned long long hash = 1469598103934665603ULL;
+    for (const char* c = xml; *c != '\0'; ++c) {
+      hash = (hash ^ (unsigned char)*c) * 1099511628211ULL;
+    }
+    printf("rank %d topology %zu %016llx machine=%s\n", rank, strlen(xml), hash,
+           strstr(xml, "type=\"Machine\"") != NULL ? "yes" : "no");
+  } else {
+    printf("rank %d topology: none\n", rank);
+  }
+  fflush(stdout);
+  PMIx_Finalize(NULL, 0);
+#else
+  printf("rank %d topology: built without libpmix\n", rank);
+#endif
+}
+
 static int target_rank(const char* arg, const char* mode) {
   size_t n = strlen(mode);
   return strncmp(arg, mode, n) == 0 && arg[n] == ':' ? atoi(arg + n + 1) : -1;
@@ -92,6 +125,9 @@ int main(int argc, char** argv) {
   }
   if (strcmp(mode, "hosts") == 0) {
     print_hosts(rank, size);
+  }
+  if (strcmp(mode, "topology") == 0) {
+    print_topology(rank);
   }
   int sum = 0;
   MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -120,3 +120,58 @@ def test_direct_modex_serves_a_peers_data_without_a_fence(jobs):
                       "OMPI_MCA_pmix_base_collect_data": "0"})
     assert r.returncode == 0, r.stderr
     assert one_world(r.stdout, 4), r.stdout
+
+
+def topology_lines(out):
+    return sorted(re.findall(r"rank \d+ (topology .*)", out))
+
+
+def test_the_machine_topology_is_cached_and_shared_to_the_byte(jobs, tmp_path):
+    """The PMIx server's topology is discovered once, cached for this user,
+    and read back at the next launch: the ranks get the same XML (what
+    Open MPI places them by) either way; a stale, damaged or foreign cache
+    is discovered again and replaced."""
+    env = {"TMPDIR": str(tmp_path)}
+    cache = tmp_path / f"ddplaunch-topology-{os.geteuid()}.xml"
+    args = ["--log-level", "debug", "--nproc-per-node", 2, "--", MPI_HELLO, "topology"]
+
+    first = jobs.run(args, env=env)
+    assert first.returncode == 0, first.stderr
+    assert "topology: discovered, now cached" in first.stderr, first.stderr
+    shared = topology_lines(first.stdout)
+    assert len(shared) == 2 and len(set(shared)) == 1 and "machine=yes" in shared[0], first.stdout
+    assert cache.read_text().startswith("ddplaunch-topology 1 hwloc="), cache.read_text()[:200]
+    assert cache.stat().st_mode & 0o777 == 0o600
+
+    again = jobs.run(args, env=env)
+    assert again.returncode == 0, again.stderr
+    assert f"topology: read from {cache}" in again.stderr, again.stderr
+    assert topology_lines(again.stdout) == shared, again.stdout
+
+    header, xml = cache.read_text().split("\n", 1)
+    for damage in [header.replace("boot=", "boot=other-") + "\n" + xml,  # another boot's
+                   header + "\n<topology version=\"2.0\"><object type=\"Bogus\"",  # cut short
+                   "<?xml version=\"1.0\"?>\n"]:  # not ours at all
+        cache.write_text(damage)
+        r = jobs.run(args, env=env)
+        assert r.returncode == 0, r.stderr
+        assert "topology: discovered, now cached" in r.stderr, r.stderr
+        assert topology_lines(r.stdout) == shared, r.stdout
+        assert cache.read_text() == header + "\n" + xml
+
+    cache.chmod(0o666)  # others could have written it: not trusted
+    r = jobs.run(args, env=env)
+    assert "topology: discovered, now cached" in r.stderr, r.stderr
+    assert cache.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_user_steering_hwloc_gets_no_cache(jobs, tmp_path):
+    r = jobs.run(["--log-level", "debug", "--nproc-per-node", 2, "--", MPI_HELLO, "topology"],
+                 env={"TMPDIR": str(tmp_path), "HWLOC_COMPONENTS": "-opencl"})
+    assert r.returncode == 0, r.stderr
+    assert len(set(topology_lines(r.stdout))) == 1 and "machine=yes" in r.stdout, r.stdout
+    assert not list(tmp_path.glob("ddplaunch-topology-*")), "no cache is written"
+    r = jobs.run(["--nproc-per-node", 1, "--", MPI_HELLO],
+                 env={"TMPDIR": str(tmp_path), "DDPLAUNCH_TOPOLOGY_CACHE": "0"})
+    assert r.returncode == 0, r.stderr
+    assert not list(tmp_path.glob("ddplaunch-topology-*")), "no cache is written"
