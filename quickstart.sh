@@ -10,6 +10,8 @@ cd "$(dirname "$0")"
 mode="${1:-demo}"
 BUILD_DIR="${BUILD_DIR:-build}"
 JOBS="${JOBS:-$(nproc)}"
+# Each stage's line says how long the run has taken so far (CI's 30-minute budget).
+say() { printf 'quickstart: [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 packages=(build-essential cmake pkg-config libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
           libgtest-dev libssl-dev openmpi-bin libopenmpi-dev libpmix-dev libhwloc-dev python3 python3-pytest python3-pytest-timeout python3-torch
@@ -21,13 +23,14 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
-  echo "quickstart: installing ${missing[*]}"
+  say "installing ${missing[*]}"
   sudo_cmd=()
   [ "$(id -u)" = 0 ] || sudo_cmd=(sudo)
   "${sudo_cmd[@]}" apt-get update -q
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+say "building ($BUILD_DIR)"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"
 
@@ -44,25 +47,28 @@ case "$mode" in
     rc0=0 rc1=0
     run_node 0 || rc0=$?
     wait "$node1" || rc1=$?
-    echo "quickstart: node 0 exited $rc0, node 1 exited $rc1"
+    say "node 0 exited $rc0, node 1 exited $rc1"
     exit $((rc0 || rc1))
     ;;
   test)
+    say "the suite ($BUILD_DIR)"
     (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 600)
     # The same suite again under ASan+UBSan and under TSan (SANITIZE=0 skips them).
     if [ "${SANITIZE:-1}" != 0 ]; then
       for sanitizer in address thread; do
         dir="$BUILD_DIR-$sanitizer"
-        echo "quickstart: the suite under -DDDPLAUNCH_SANITIZE=$sanitizer ($dir)"
+        say "building under -DDDPLAUNCH_SANITIZE=$sanitizer ($dir)"
         cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPLAUNCH_SANITIZE="$sanitizer" \
           -DDDPLAUNCH_BUILD_BENCH=OFF >/dev/null
         cmake --build "$dir" -j "$JOBS"
+        say "the suite under -DDDPLAUNCH_SANITIZE=$sanitizer ($dir)"
         (cd "$dir" && ctest --output-on-failure -j "$JOBS" --timeout 600 -E '^format$')
       done
       # Every libFuzzer target for a bounded time (FUZZ_SECONDS each, all at once).
-      echo "quickstart: the fuzz targets, ${FUZZ_SECONDS:-60} s each ($BUILD_DIR-fuzz)"
+      say "the fuzz targets, ${FUZZ_SECONDS:-60} s each ($BUILD_DIR-fuzz)"
       JOBS="$JOBS" tests/fuzz/run.sh "${FUZZ_SECONDS:-60}" "$BUILD_DIR-fuzz"
     fi
+    say "done"
     ;;
   *)
     echo "usage: $0 demo|test" >&2

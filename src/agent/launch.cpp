@@ -177,22 +177,33 @@ std::string builtin_check_command(const Config& config) {
   return command;
 }
 
-// Runs --health-check; its output is shown as it ends. A one-node job that
-// fails it ends here (exit 5); on several nodes the join record says why.
-HealthCheckResult check_health(const Config& config, const EnvMap& env, Driver& driver,
-                               NodeIdentity& self) {
+// Runs --health-check (before the node joins, and again before each later
+// round); its output is shown as it ends: a warning when it failed.
+HealthCheckResult run_and_show_health_check(const Config& config, const EnvMap& env,
+                                            Driver& driver) {
   HealthCheckResult result =
       run_health_check(builtin_check_command(config), env, config.health_check_timeout_s, driver);
   result.command = config.health_check;
   if (result.ok) {
     log::debug("health check '{}' passed in {:.3f} s", result.command, result.seconds);
-    for (const auto& line : result.output) {
-      log::debug("health check: {}", line);
-    }
-    return result;
   }
   for (const auto& line : result.output) {
-    log::warn("health check: {}", line);
+    if (result.ok) {
+      log::debug("health check: {}", line);
+    } else {
+      log::warn("health check: {}", line);
+    }
+  }
+  return result;
+}
+
+// The check before this node joins. A one-node job that fails it ends here
+// (exit 5); on several nodes the join record says why.
+HealthCheckResult check_health(const Config& config, const EnvMap& env, Driver& driver,
+                               NodeIdentity& self) {
+  HealthCheckResult result = run_and_show_health_check(config, env, driver);
+  if (result.ok) {
+    return result;
   }
   self.health = result.describe();
   if (config.nnodes == 1) {
@@ -298,17 +309,8 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
     // Again before each restart, while the nodes meet: it holds this node's
     // loop (bounded by --health-check-timeout; signals still end it).
     agent.set_health_check([&config, &env, &driver]() -> std::optional<std::string> {
-      const HealthCheckResult result = run_health_check(builtin_check_command(config), env,
-                                                        config.health_check_timeout_s, driver);
-      if (result.ok) {
-        return std::nullopt;
-      }
-      for (const auto& line : result.output) {
-        log::warn("health check: {}", line);
-      }
-      HealthCheckResult shown = result;
-      shown.command = config.health_check;
-      return shown.describe();
+      const HealthCheckResult result = run_and_show_health_check(config, env, driver);
+      return result.ok ? std::nullopt : std::optional<std::string>(result.describe());
     });
   }
   if (link) {
