@@ -58,6 +58,13 @@ class Agent : public JobLink::Listener {
   // before joining, by run_launch): nullopt when it passed, else what failed.
   using HealthCheck = std::function<std::optional<std::string>()>;
   void set_health_check(HealthCheck check) { m_health_check = std::move(check); }
+  // Before every round after the first, once the last round's processes are
+  // gone: waits up to `timeout` until none of `pids` (its workers) holds GPU
+  // memory; the first still holding it then, else nullopt (NVML, set by
+  // run_launch; none: no wait).
+  using GpuReleaseWait = std::function<std::optional<pid_t>(const std::vector<pid_t>& pids,
+                                                            std::chrono::milliseconds timeout)>;
+  void set_gpu_release_wait(GpuReleaseWait wait) { m_gpu_release_wait = std::move(wait); }
 
   // Joins the job (multi-node) or starts the workers (one node).
   void start();
@@ -188,8 +195,9 @@ class Agent : public JobLink::Listener {
   // --restart-min-progress: failed rounds without progress in a row (the
   // job's), and this round's progress events on this node.
   int m_no_progress = 0;
-  std::string m_preempted_by;
-  HealthCheck m_health_check;  // --preempt-signal: who received it, for the report
+  std::string m_preempted_by;  // --preempt-signal: who received it, for the report
+  HealthCheck m_health_check;
+  GpuReleaseWait m_gpu_release_wait;
   long long m_round_progress = 0;
   std::vector<RoundSummary> m_rounds;  // the rounds that ended in a restart
   // --hang-timeout: each rank's last progress; the rank found hung, how long

@@ -1,6 +1,7 @@
 // How the Agent ends a round: finishing, gathering every node's results, a
 // restart (same nodes, or a new membership), or an early end. Part of
 // agent.hpp's Agent.
+#include <algorithm>
 #include <utility>
 
 #include "agent/agent.hpp"
@@ -163,6 +164,7 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
   // A new round never starts beside the last one's leftovers (a process that
   // escaped its worker's group, holding a GPU or a port).
   int killed = 0;
+  const auto reclaim_deadline = m_clock.now() + millis(m_config.restart_reclaim_timeout_s);
   const auto left = m_spawner.reclaim(millis(m_config.restart_reclaim_timeout_s), killed);
   killed += std::exchange(m_swept, 0);  // and those the finishing sweep killed
   if (killed > 0) {
@@ -176,6 +178,22 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
                           node_name(), left.front(), m_config.restart_reclaim_timeout_s),
               true);
     return;
+  }
+  // Nor beside GPU memory the last round's workers still hold: the driver
+  // frees a dead process's memory after it has gone (NVML, where present).
+  if (m_gpu_release_wait) {
+    const auto left_for_gpus = std::max(
+        std::chrono::milliseconds(0),
+        std::chrono::duration_cast<std::chrono::milliseconds>(reclaim_deadline - m_clock.now()));
+    if (const auto holding = m_gpu_release_wait(m_pids, left_for_gpus)) {
+      end_early(k_exit_node_lost, StopReason::k_none,
+                fmt::format("{} cannot start the next round: pid {} of the last round still holds "
+                            "GPU memory after --restart-reclaim-timeout {} s; this node leaves the "
+                            "job",
+                            node_name(), *holding, m_config.restart_reclaim_timeout_s),
+                true);
+      return;
+    }
   }
   // --health-check again, before every round: a node that fails it does not
   // start the round (alone, or in an elastic job: it leaves; in a fixed-size

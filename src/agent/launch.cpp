@@ -15,6 +15,7 @@
 #include "log.hpp"
 #include "mpi/pmix_server.hpp"
 #include "mpi/topology_cache.hpp"
+#include "node/gpu_release.hpp"
 #include "node/identity.hpp"
 #include "node/resources.hpp"
 #include "output/console.hpp"
@@ -215,6 +216,33 @@ HealthCheckResult check_health(const Config& config, const EnvMap& env, Driver& 
   return result;
 }
 
+// Before each restart, the last round's GPU memory is waited for where NVML
+// is present (one session, opened at the first restart), in the Driver's
+// wait: signals still end it.
+Agent::GpuReleaseWait gpu_release_wait(const EnvMap& env, Driver& driver) {
+  auto holders = std::make_shared<std::optional<GpuHolders>>();
+  return [&env, &driver, holders](const std::vector<pid_t>& pids,
+                                  std::chrono::milliseconds timeout) -> std::optional<pid_t> {
+    if (!*holders) {
+      std::string why;
+      *holders = nvml_gpu_holders(env, why);
+      if (!**holders) {
+        log::debug("the last round's GPU memory is not waited for: {}", why);
+      }
+    }
+    if (!**holders) {
+      return std::nullopt;
+    }
+    const posix::Fd never(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    return wait_gpu_release(
+        **holders, pids, std::chrono::steady_clock::now() + timeout,
+        [&](std::chrono::steady_clock::time_point until) {
+          driver.wait_readable(never.get(), until, "waiting for the last round's GPU memory");
+        },
+        [] { return std::chrono::steady_clock::now(); });
+  };
+}
+
 }  // namespace
 
 int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
@@ -313,6 +341,7 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
       return result.ok ? std::nullopt : std::optional<std::string>(result.describe());
     });
   }
+  agent.set_gpu_release_wait(gpu_release_wait(env, driver));
   if (link) {
     link->set_listener(agent);
   }

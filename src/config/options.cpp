@@ -575,7 +575,8 @@ const OptionSpec k_options[] = {
    [](const Config& c) { return std::to_string(c.restart_min_progress); }},
   {"restart_reclaim_timeout", "--restart-reclaim-timeout,--restart_reclaim_timeout", k_workers,
    "Seconds a node waits, before a restart, for every process its last round left to be gone "
-   "(they are killed); a node still holding one then leaves the job",
+   "(they are killed) and, with NVML, for its workers' GPU memory to be released; a node still "
+   "holding either then leaves the job",
    false, nullptr, nullptr, DDPLAUNCH_SECONDS(restart_reclaim_timeout_s, true)},
   {"max_no_progress_restarts", "--max-no-progress-restarts,--max_no_progress_restarts", k_workers,
    "With --restart-min-progress: end the job after this many failed rounds in a row without "

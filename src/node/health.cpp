@@ -1,7 +1,6 @@
 #include "node/health.hpp"
 
 #include <dirent.h>
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,7 +13,7 @@
 #include <set>
 #include <sstream>
 
-#include "posix/library.hpp"
+#include "node/nvml.hpp"
 
 namespace ddplaunch {
 
@@ -55,33 +54,6 @@ std::string try_write(const std::string& dir) {
   const int e = errno;
   ::close(fd);
   return wrote ? "" : errno_text(e);
-}
-
-// --- NVML, declared here: the few calls of its stable C ABI ----------------
-using NvmlReturn = int;
-using NvmlDevice = void*;
-struct NvmlMemory {
-  unsigned long long total, free, used;
-};
-struct Nvml {
-  NvmlReturn (*init)() = nullptr;
-  NvmlReturn (*shutdown)() = nullptr;
-  NvmlReturn (*count)(unsigned*) = nullptr;
-  NvmlReturn (*by_index)(unsigned, NvmlDevice*) = nullptr;
-  NvmlReturn (*by_uuid)(const char*, NvmlDevice*) = nullptr;
-  NvmlReturn (*memory)(NvmlDevice, NvmlMemory*) = nullptr;
-  const char* (*error)(NvmlReturn) = nullptr;
-};
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, sep);) {
-    if (!item.empty()) {
-      out.push_back(item);
-    }
-  }
-  return out;
 }
 
 bool all_digits(const std::string& s) {
@@ -191,57 +163,25 @@ CheckResult check_disk(const std::vector<std::string>& dirs) {
 
 CheckResult check_gpus(const EnvMap& env) {
   CheckResult r{"gpu", CheckResult::State::k_skipped, ""};
-  void* h = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) {
-    r.detail = "no NVML (libnvidia-ml.so.1 cannot be loaded): GPUs not checked";
-    return r;
-  }
-  Nvml nvml;
   std::string why;
-  auto sym = [h, &why](auto& fn, const char* name) {
-    return posix::load_symbol(h, fn, name, why, "libnvidia-ml");
-  };
-  if (!sym(nvml.init, "nvmlInit_v2") || !sym(nvml.shutdown, "nvmlShutdown") ||
-      !sym(nvml.count, "nvmlDeviceGetCount_v2") ||
-      !sym(nvml.by_index, "nvmlDeviceGetHandleByIndex_v2") ||
-      !sym(nvml.by_uuid, "nvmlDeviceGetHandleByUUID") ||
-      !sym(nvml.memory, "nvmlDeviceGetMemoryInfo") || !sym(nvml.error, "nvmlErrorString")) {
+  const auto nvml = NvmlSession::open(why);
+  if (!nvml) {
     r.detail = why + ": GPUs not checked";
     return r;
   }
-  if (const NvmlReturn rc = nvml.init(); rc != 0) {
-    r.detail = std::string("NVML does not start (") + nvml.error(rc) + "): GPUs not checked";
-    return r;
-  }
-  unsigned count = 0;
-  nvml.count(&count);
-  std::vector<std::string> wanted;
-  if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) {
-    wanted = split(it->second, ',');
-  } else {
-    for (unsigned i = 0; i < count; ++i) {
-      wanted.push_back(std::to_string(i));
-    }
-  }
+  const std::vector<std::string> wanted = nvml->visible(env);
   r.state = CheckResult::State::k_ok;
   for (const auto& id : wanted) {
-    NvmlDevice dev = nullptr;
-    NvmlReturn rc = all_digits(id) ? nvml.by_index(static_cast<unsigned>(std::stoul(id)), &dev)
-                                   : nvml.by_uuid(id.c_str(), &dev);
-    NvmlMemory mem{};
-    if (rc == 0) {
-      rc = nvml.memory(dev, &mem);
-    }
-    if (rc != 0) {
+    std::string error;
+    if (!nvml->responds(id, error)) {
       r.state = CheckResult::State::k_failed;
-      r.detail = "GPU " + id + " does not respond: " + nvml.error(rc);
+      r.detail = "GPU " + id + " does not respond: " + error;
       break;
     }
   }
   if (r.state == CheckResult::State::k_ok) {
     r.detail = std::to_string(wanted.size()) + " GPU(s) respond";
   }
-  nvml.shutdown();
   return r;
 }
 

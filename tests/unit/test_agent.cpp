@@ -527,6 +527,44 @@ TEST_F(AgentTest, ANodeThatCannotGetCleanDoesNotStartTheNextRound) {
       << *agent->error();
 }
 
+TEST_F(AgentTest, TheNextRoundWaitsForTheLastRoundsGpuMemory) {
+  config.max_restarts = 2;
+  config.restart_reclaim_timeout_s = 60;
+  make(2, false);
+  std::vector<pid_t> asked;
+  std::chrono::milliseconds given{};
+  agent->set_gpu_release_wait(
+      [&](const std::vector<pid_t>& pids, std::chrono::milliseconds timeout) {
+        asked = pids;
+        given = timeout;
+        return std::optional<pid_t>();  // released
+      });
+  const std::vector<pid_t> workers = {100, 101};  // the fake spawner's
+  ends(0, ExitInfo::exited(3));
+  ends(1, ExitInfo::signaled(SIGTERM));
+  ASSERT_FALSE(agent->done());
+  EXPECT_EQ(asked, workers) << "the last round's workers are the ones waited for";
+  EXPECT_GT(given, std::chrono::milliseconds(0));
+  EXPECT_LE(given, std::chrono::milliseconds(60'000));
+  EXPECT_EQ(spawner.spawned.size(), 2u) << "released: the next round starts";
+}
+
+TEST_F(AgentTest, GpuMemoryStillHeldKeepsTheNodeOutOfTheNextRound) {
+  config.max_restarts = 2;
+  make(1, false);
+  agent->set_gpu_release_wait([](const std::vector<pid_t>&, std::chrono::milliseconds) {
+    return std::optional<pid_t>(777);
+  });
+  ends(0, ExitInfo::exited(3));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(spawner.spawned.size(), 1u) << "no worker starts beside the held GPU memory";
+  EXPECT_EQ(agent->summary().exit_code, 4);
+  ASSERT_TRUE(agent->error());
+  EXPECT_NE(agent->error()->find("pid 777 of the last round still holds GPU memory"),
+            std::string::npos)
+      << *agent->error();
+}
+
 TEST_F(AgentTest, RestartsExhaustedEndWithTheLastRootCause) {
   config.max_restarts = 1;
   make(1, false);
