@@ -83,23 +83,30 @@ def peak_rss_mib(args, cmd, tries=3):
 
 
 def bench_launch_vs_floor(args, ddp, floor):
-    """ddplaunch against the posix_spawn floor, paired: the two alternate run
-    by run, so a VM that slows down slows both. Each ratio is printed beside
-    the floor's own time and the absolute overhead, which does not move with
-    the floor's speed."""
+    """ddplaunch against the posix_spawn floor, paired: they alternate run by
+    run (the order rotating), so a VM that slows down slows all. ddplaunch
+    runs as it is by default (its PMIx server on, for MPI workers) and with
+    --no-pmix (the launcher alone). Each ratio is printed beside the floor's
+    own time and the absolute overhead, which does not move with the floor's
+    speed."""
     sizes = args.launch_sizes
     print(f"\n### Launch against the posix_spawn floor: N x /bin/true, paired, "
           f"median of {args.repeat} (wall and CPU of the whole tree)\n")
-    print("| workers | floor | ddplaunch | wall ratio | overhead | floor CPU | ddplaunch CPU | CPU ratio |\n"
-          "|---|---|---|---|---|---|---|---|")
+    print("| workers | floor | ddplaunch | wall ratio | overhead | ddplaunch --no-pmix | wall ratio | "
+          "overhead | floor CPU | ddplaunch CPU | --no-pmix CPU | CPU ratio (--no-pmix) |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|")
+    base = [ddp, "--no-prefix"]
     cmds = {"floor": lambda n: [floor, str(n), "/bin/true"],
-            "ddp": lambda n: [ddp, "--nproc-per-node", str(n), "--no-prefix", "--", "/bin/true"]}
-    overhead, slow = {}, []
+            "ddp": lambda n: [*base, "--nproc-per-node", str(n), "--", "/bin/true"],
+            "nopmix": lambda n: [*base, "--no-pmix", "--nproc-per-node", str(n), "--", "/bin/true"]}
+    names = list(cmds)
+    overhead = {"ddp": {}, "nopmix": {}}
+    slow = []
     for n in sizes:
-        runs = {"floor": [], "ddp": []}
+        runs = {k: [] for k in names}
         repeat = args.repeat if n <= 64 else max(3, args.repeat // 2)
         for i in range(repeat):
-            for name in (("floor", "ddp") if i % 2 == 0 else ("ddp", "floor")):
+            for name in names[i % 3:] + names[:i % 3]:
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t = time.perf_counter()
                 # No timeout=: with one, Popen.wait() polls with growing sleeps
@@ -112,17 +119,20 @@ def bench_launch_vs_floor(args, ddp, floor):
                 runs[name].append((wall, cpu))
         med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
                for k, v in runs.items()}
-        (fw, fc), (dw, dc) = med["floor"], med["ddp"]
-        overhead[n] = dw - fw
+        (fw, fc), (dw, dc), (nw, nc) = med["floor"], med["ddp"], med["nopmix"]
+        overhead["ddp"][n], overhead["nopmix"][n] = dw - fw, nw - fw
         if n > 1 and fw / n > 0.001:
             slow.append(n)
         print(f"| {n} | {fw * 1e3:.1f} ms | {dw * 1e3:.1f} ms | {dw / fw:.2f}x | "
-              f"+{(dw - fw) * 1e3:.1f} ms | {fc * 1e3:.1f} ms | {dc * 1e3:.1f} ms | {dc / fc:.2f}x |")
+              f"+{(dw - fw) * 1e3:.1f} ms | {nw * 1e3:.1f} ms | {nw / fw:.2f}x | "
+              f"+{(nw - fw) * 1e3:.1f} ms | {fc * 1e3:.1f} ms | {dc * 1e3:.1f} ms | "
+              f"{nc * 1e3:.1f} ms | {nc / fc:.2f}x |")
     if len(sizes) >= 2 and sizes[0] == 1:
         big = sizes[-1]
-        per = (overhead[big] - overhead[1]) / (big - 1)
-        print(f"\nAbsolute overhead beyond the floor: {overhead[1] * 1e3:.2f} ms fixed, "
-              f"{per * 1e6:.0f} us per worker (from {big} workers).")
+        for key, label in (("ddp", "ddplaunch"), ("nopmix", "ddplaunch --no-pmix")):
+            per = (overhead[key][big] - overhead[key][1]) / (big - 1)
+            print(f"\nAbsolute overhead beyond the floor, {label}: {overhead[key][1] * 1e3:.2f} ms "
+                  f"fixed, {per * 1e6:.0f} us per worker (from {big} workers).")
     if slow:
         print(f"\nWARNING: the floor is slow on this machine (over 1 ms per worker at "
               f"{', '.join(map(str, slow))} workers): a slow floor hides a launcher's fixed costs; "
