@@ -1,7 +1,12 @@
 #include "mpi/hwloc_topology.hpp"
 
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include "log.hpp"
 #include "mpi/topology_cache.hpp"
+#include "posix/fd.hpp"
 #include "posix/library.hpp"
 
 #if DDPLAUNCH_HAVE_HWLOC
@@ -12,11 +17,17 @@ namespace ddplaunch {
 
 #if !DDPLAUNCH_HAVE_HWLOC
 
-std::unique_ptr<HwlocTopology> HwlocTopology::obtain(void*, std::string& why) {
+std::unique_ptr<HwlocTopology> HwlocTopology::prepare(void*, std::string& why) {
   why = "this ddplaunch was built without libhwloc-dev";
   return nullptr;
 }
+bool HwlocTopology::obtain(std::string&) {
+  return false;
+}
 void HwlocTopology::remember() {}
+std::string HwlocTopology::describe() const {
+  return "";
+}
 HwlocTopology::~HwlocTopology() = default;
 
 #else
@@ -82,42 +93,79 @@ hwloc_topology_t configured(unsigned long flags) {
   return topology;
 }
 
+// hwloc unloads its plugins when the process's last topology is destroyed,
+// and what they allocated is then lost: LeakSanitizer reports 1 KiB from an
+// "<unknown module>" (the unloaded plugin) after each discovery. One
+// topology, never loaded nor destroyed, keeps hwloc's components (and the
+// plugins they loaded, if any) for the process's life. Its first call
+// decides whether the plugins are loaded at all.
+void init_components_once() {
+  static hwloc_topology_t anchor = [] {
+    hwloc_topology_t topology = nullptr;
+    g_hwloc.init(&topology);
+    return topology;
+  }();
+  (void)anchor;
+}
+
+// Whether this process runs one thread only (/proc/self/status).
+bool single_threaded() {
+  const auto status = posix::read_small_file("/proc/self/status").value_or("");
+  return status.find("\nThreads:\t1\n") != std::string::npos;
+}
+
 }  // namespace
 
-std::unique_ptr<HwlocTopology> HwlocTopology::obtain(void* libpmix, std::string& why) {
+std::unique_ptr<HwlocTopology> HwlocTopology::prepare(void* libpmix, std::string& why) {
   if (g_hwloc.init == nullptr && !g_hwloc.load_from(libpmix, why)) {
     return nullptr;
   }
-  // hwloc unloads its plugins when the process's last topology is
-  // destroyed, and what they allocated is then lost: LeakSanitizer reports
-  // 1 KiB from an "<unknown module>" (the unloaded plugin) after each
-  // discovery. One topology, never loaded nor destroyed, keeps them loaded
-  // for the process's life.
-  static hwloc_topology_t plugins_anchor = [] {
-    hwloc_topology_t anchor = nullptr;
-    g_hwloc.init(&anchor);
-    return anchor;
-  }();
-  (void)plugins_anchor;
   std::unique_ptr<HwlocTopology> self(new HwlocTopology());
   self->m_fingerprint = topology_fingerprint(g_hwloc.api_version());
-  if (const auto xml = read_cached_topology(topology_cache_path(), self->m_fingerprint)) {
+  self->m_xml = read_cached_topology(topology_cache_path(), self->m_fingerprint);
+  if (self->m_xml && single_threaded()) {
+    // Read from XML, the topology needs none of hwloc's plugins, which cost
+    // ~3 ms and ~3 MiB to load (libxml2 and ICU, libX11, libpciaccess,
+    // OpenCL). hwloc reads which to skip from the environment when its
+    // components start, so HWLOC_PLUGINS_BLACKLIST is set around that one
+    // call, here, while no other thread can read the environment (never in
+    // a child's: none is started in between).
+    ::setenv("HWLOC_PLUGINS_BLACKLIST",
+             "hwloc_xml_libxml,hwloc_gl,hwloc_opencl,hwloc_pci,hwloc_cuda,"
+             "hwloc_nvml,hwloc_rsmi,hwloc_levelzero",
+             1);
+    init_components_once();
+    ::unsetenv("HWLOC_PLUGINS_BLACKLIST");
+  }
+  return self;
+}
+
+bool HwlocTopology::obtain(std::string& why) {
+  init_components_once();  // with the plugins, unless prepare() started them without
+  if (m_xml) {
     // Read back as this machine's (binding works), not as a foreign one,
     // with what its discovery supported: the ranks are shared the same
     // topology as when it was discovered, to the byte.
     hwloc_topology_t topology =
         configured(HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM | HWLOC_TOPOLOGY_FLAG_IMPORT_SUPPORT);
-    if (topology != nullptr &&
-        (g_hwloc.set_xmlbuffer(topology, xml->c_str(), static_cast<int>(xml->size() + 1)) != 0 ||
-         g_hwloc.load(topology) != 0)) {
+    if (topology != nullptr && (g_hwloc.set_xmlbuffer(topology, m_xml->c_str(),
+                                                      static_cast<int>(m_xml->size() + 1)) != 0 ||
+                                g_hwloc.load(topology) != 0)) {
       g_hwloc.destroy(topology);
-      topology = nullptr;  // a damaged cache: discover
+      topology = nullptr;
     }
+    m_xml.reset();
     if (topology != nullptr) {
-      self->m_topology = topology;
-      self->m_from_cache = true;
-      return self;
+      m_topology = topology;
+      m_from_cache = true;
+      return true;
     }
+    // A damaged cache: discovered below, maybe without the plugins this
+    // process skipped, so not cached again; removed, so that the next
+    // launch discovers with them and caches that.
+    ::unlink(topology_cache_path().c_str());
+    m_written = true;
+    m_damaged = true;
   }
   hwloc_topology_t topology = configured(0);
   if (topology == nullptr || g_hwloc.load(topology) != 0) {
@@ -125,10 +173,10 @@ std::unique_ptr<HwlocTopology> HwlocTopology::obtain(void* libpmix, std::string&
       g_hwloc.destroy(topology);
     }
     why = "hwloc could not read this machine's topology";
-    return nullptr;
+    return false;
   }
-  self->m_topology = topology;
-  return self;
+  m_topology = topology;
+  return true;
 }
 
 void HwlocTopology::remember() {
@@ -148,6 +196,14 @@ void HwlocTopology::remember() {
     log::debug("the machine's topology was not cached in {}", topology_cache_path());
   }
   g_hwloc.free_xmlbuffer(topology, xml);
+}
+
+std::string HwlocTopology::describe() const {
+  if (m_from_cache) {
+    return "read from " + topology_cache_path();
+  }
+  return m_damaged ? "discovered (a damaged cache was removed)"
+                   : "discovered, now cached in " + topology_cache_path();
 }
 
 HwlocTopology::~HwlocTopology() {

@@ -150,7 +150,6 @@ def test_the_machine_topology_is_cached_and_shared_to_the_byte(jobs, tmp_path):
 
     header, xml = cache.read_text().split("\n", 1)
     for damage in [header.replace("boot=", "boot=other-") + "\n" + xml,  # another boot's
-                   header + "\n<topology version=\"2.0\"><object type=\"Bogus\"",  # cut short
                    "<?xml version=\"1.0\"?>\n"]:  # not ours at all
         cache.write_text(damage)
         r = jobs.run(args, env=env)
@@ -158,6 +157,18 @@ def test_the_machine_topology_is_cached_and_shared_to_the_byte(jobs, tmp_path):
         assert "topology: discovered, now cached" in r.stderr, r.stderr
         assert topology_lines(r.stdout) == shared, r.stdout
         assert cache.read_text() == header + "\n" + xml
+
+    # The right key but an XML hwloc cannot read: discovered, and the file
+    # removed, so that the next launch caches a full discovery again.
+    cache.write_text(header + "\n<topology version=\"2.0\"><object type=\"Bogus\"")
+    r = jobs.run(args, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "topology: discovered (a damaged cache was removed)" in r.stderr, r.stderr
+    assert topology_lines(r.stdout) == shared, r.stdout
+    assert not cache.exists()
+    r = jobs.run(args, env=env)
+    assert "topology: discovered, now cached" in r.stderr, r.stderr
+    assert cache.read_text() == header + "\n" + xml
 
     cache.chmod(0o666)  # others could have written it: not trusted
     r = jobs.run(args, env=env)
