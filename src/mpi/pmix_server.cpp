@@ -325,9 +325,6 @@ std::unique_ptr<PmixServer> PmixServer::start(const std::string& tmpdir, bool ca
       return;
     }
     s->m_running = true;
-    if (s->m_topology) {
-      s->m_topology->remember();  // discovered this time: cached for the next launch
-    }
   });
   return server;
 }
@@ -341,6 +338,10 @@ bool PmixServer::ready() {
       log::debug("no cached topology for the PMIx server ({}): libpmix discovered it",
                  m_topology_why);
     } else if (m_topology) {
+      // Discovered this time: cached for the next launch. Here, not on the
+      // server's thread: the files ddplaunch opens stay on the main thread
+      // (ThreadSanitizer's model of fd numbers reused across threads).
+      m_topology->remember();
       log::debug("the PMIx server's topology: {}", m_topology->describe());
     }
   }
