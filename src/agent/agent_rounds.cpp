@@ -188,8 +188,9 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
     if (const auto holding = m_gpu_release_wait(m_pids, left_for_gpus)) {
       end_early(k_exit_node_lost, StopReason::k_none,
                 fmt::format("{} cannot start the next round: pid {} of the last round still holds "
-                            "GPU memory after --restart-reclaim-timeout {} s; this node leaves the "
-                            "job",
+                            "GPU memory after --restart-reclaim-timeout {} s (nvidia-smi shows "
+                            "it); this node leaves the job: raise the timeout if the driver is "
+                            "only slow to free it",
                             node_name(), *holding, m_config.restart_reclaim_timeout_s),
                 true);
       return;

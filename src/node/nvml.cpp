@@ -2,8 +2,10 @@
 
 #include <dlfcn.h>
 
+#include <limits>
 #include <sstream>
 
+#include "config/integer.hpp"
 #include "posix/library.hpp"
 
 namespace ddplaunch {
@@ -28,10 +30,6 @@ struct NvmlProcessV1 {
   unsigned pid;
   unsigned long long used_gpu_memory;
 };
-
-bool all_digits(const std::string& s) {
-  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
-}
 
 }  // namespace
 
@@ -114,8 +112,11 @@ std::vector<std::string> NvmlSession::visible(const EnvMap& env) const {
 
 void* NvmlSession::device(const std::string& id, int& rc) const {
   NvmlDevice dev = nullptr;
-  rc = all_digits(id) ? m_api.by_index(static_cast<unsigned>(std::stoul(id)), &dev)
-                      : m_api.by_uuid(id.c_str(), &dev);
+  // An index, else a UUID (CUDA_VISIBLE_DEVICES takes both); anything else
+  // is a UUID NVML does not know, never an exception.
+  const auto index = parse_integer_in(id, 0, std::numeric_limits<unsigned>::max());
+  rc =
+      index ? m_api.by_index(static_cast<unsigned>(*index), &dev) : m_api.by_uuid(id.c_str(), &dev);
   return rc == k_success ? dev : nullptr;
 }
 
