@@ -138,6 +138,13 @@ void HostLink::collect_results() {
 void HostLink::round_ended(int ended, const std::set<int>& lost) {
   m_gone = lost;
   collect_results(ended);
+  // A member's last word can come before this node's own workers had ended
+  // (the next round's stop key is watched from next_round on): it was kept
+  // for the round's start, which would wait for that member's results until
+  // the restart's deadline. It is taken now, as if it came while collecting.
+  if (auto early = std::exchange(m_deferred, std::nullopt)) {
+    verdict_while_joining(*early);
+  }
 }
 
 // Waits for the results of every node of round `ended` that is not gone.

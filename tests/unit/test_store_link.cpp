@@ -571,6 +571,39 @@ TEST_F(StoreLinkTest, AMemberKilledWhileItsWorkersStopForARestartIsLostAtOnce) {
   EXPECT_NE(host().heard.verdicts[1].message.find("node 1 (h1) was lost"), std::string::npos);
 }
 
+// The same, when the member is killed before node 0's own workers have
+// ended: node 0 hears the last word while it has not yet stored its own
+// results, and must not keep it for a round that cannot start.
+TEST_F(StoreLinkTest, AMemberKilledBeforeNodeZerosWorkersEndedIsLostAtOnce) {
+  config.max_restarts = 1;
+  two_nodes_running();
+  host().link->publish_stop(failure(0));
+  settle();
+  member().conn.fail(StoreConnection::Failure::k_lost, "killed");
+  settle();
+  ASSERT_EQ(host().heard.verdicts.size(), 1u);
+  host().link->next_round({}, RoundStart{1, 1});
+  settle();
+  ASSERT_EQ(host().heard.verdicts.size(), 2u) << "no time passed: its ON_CLOSE word";
+  EXPECT_EQ(host().heard.verdicts[1].exit_code, k_exit_node_lost);
+  EXPECT_EQ(host().heard.verdicts[1].lost, 1);
+}
+
+// An elastic job goes on without that member, at once.
+TEST_F(StoreLinkTest, AnElasticJobGoesOnWithoutAMemberKilledBeforeNodeZerosWorkersEnded) {
+  config.max_restarts = 1;
+  config.nnodes_min = 1;
+  two_nodes_running();
+  host().link->publish_stop(failure(0));
+  settle();
+  member().conn.fail(StoreConnection::Failure::k_lost, "killed");
+  settle();
+  host().link->next_round({}, RoundStart{1, 1});
+  settle();
+  ASSERT_EQ(host().heard.rounds.size(), 2u) << "the next round started without waiting";
+  EXPECT_EQ(host().heard.topology->nnodes(), 1);
+}
+
 TEST_F(StoreLinkTest, TheLinkUsesTheRoundItIsGivenNotOneItCounts) {
   config.max_restarts = 9;
   two_nodes_running();
