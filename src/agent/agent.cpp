@@ -63,6 +63,7 @@ void Agent::start() {
   self.ports = m_self.worker_ports;
   self.max_restarts = m_config.max_restarts;
   self.health = m_self.health;
+  self.probe_port = m_self.probe_port;
   self.restart_min_progress = m_config.restart_min_progress;
   self.max_no_progress_restarts = m_config.max_no_progress_restarts;
   m_link->join(self);

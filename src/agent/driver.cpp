@@ -27,6 +27,7 @@ constexpr uint64_t k_tag_progress = 1ULL << 59;  // | local rank: its DDPLAUNCH_
 constexpr uint64_t k_tag_waited = 1ULL << 58;    // wait_readable()'s fd
 constexpr uint64_t k_tag_serve = 1ULL << 57;     // a store to serve once a client comes
 constexpr uint64_t k_tag_mpi = 1ULL << 56;       // the PMIx server's queue
+constexpr uint64_t k_tag_probe = 1ULL << 55;     // the network preflight's connects
 // A read this large means the worker filled its pipe; then it gets this size.
 constexpr size_t k_pipe_size_at = 64 * 1024;
 constexpr int k_flood_pipe_size = 1 << 20;
@@ -105,6 +106,9 @@ void Driver::run(Agent& agent, ProcessSpawner& spawner, StoreLink* link, AsyncCl
       const auto now = std::chrono::steady_clock::now();
       m_store->on_time(now);
       m_link->on_time(now);
+      if (m_probe != nullptr) {
+        m_probe->on_time(now);
+      }
     }
     m_agent->on_time();
   }
@@ -120,6 +124,9 @@ std::optional<Driver::TimePoint> Driver::next_deadline() const {
   if (m_link != nullptr) {
     consider(m_link->deadline());
     consider(m_store->deadline());
+    if (m_probe != nullptr) {
+      consider(m_probe->deadline());
+    }
   }
   return deadline;
 }
@@ -170,6 +177,23 @@ std::optional<int> Driver::drain() {
 void Driver::sync_fds() {
   sync_worker_fds();  // first: a new round's pipes may take numbers the store's socket then re-adds
   sync_store_fd();
+  sync_probe_fd();
+}
+
+// The probe's epoll is one fd, open for the probe's life: watched only while
+// its connects are in flight.
+void Driver::sync_probe_fd() {
+  if (m_probe == nullptr) {
+    return;
+  }
+  const int fd = m_probe->fd();
+  if (fd >= 0 && m_probe_fd < 0) {
+    m_loop.set(fd, EPOLLIN, k_tag_probe);
+    m_probe_fd = fd;
+  } else if (fd < 0 && m_probe_fd >= 0) {
+    m_loop.remove(m_probe_fd);
+    m_probe_fd = -1;
+  }
 }
 
 void Driver::sync_store_fd() {
@@ -237,6 +261,8 @@ void Driver::dispatch(const posix::EventLoop::Ready& ready) {
     m_store->on_ready(ready.events, std::chrono::steady_clock::now());
   } else if (ready.tag == k_tag_mpi) {
     m_agent->on_mpi();
+  } else if (ready.tag == k_tag_probe) {
+    m_probe->on_ready(std::chrono::steady_clock::now());
   } else {
     read_stream(static_cast<int>(ready.tag / 2), static_cast<Stream>(ready.tag % 2));
   }

@@ -20,6 +20,7 @@
 #include "posix/event_loop.hpp"
 #include "posix/signals.hpp"
 #include "proc/spawner.hpp"
+#include "rendezvous/preflight.hpp"
 #include "rendezvous/store_link.hpp"
 #include "store/async_client.hpp"
 
@@ -48,6 +49,9 @@ class Driver {
   // Watches the PMIx server's queue (`fd`, readable while it holds
   // something) from here on: run() then calls Agent::on_mpi().
   void watch_mpi(int fd);
+  // Drives the network preflight's connects (`probe` outlives the Driver)
+  // from here on: its fd while connects are in flight, its deadline.
+  void watch_probe(NetworkProbe* probe) { m_probe = probe; }
 
   // After run() threw: tells the other nodes at once (a verdict naming this
   // node's error, and no results from it, so node 0 waits for none), waiting
@@ -63,6 +67,7 @@ class Driver {
   void sync_fds();
   void sync_worker_fds();
   void sync_store_fd();
+  void sync_probe_fd();
   std::optional<TimePoint> next_deadline() const;
   void dispatch(const posix::EventLoop::Ready& ready);
   bool read_progress(int local_rank);
@@ -79,7 +84,9 @@ class Driver {
   StoreLink* m_link = nullptr;
   AsyncClient* m_store = nullptr;  // the link's connection
   bool m_fault = false;
-  int m_store_fd = -1;          // the store's socket as the loop holds it
+  int m_store_fd = -1;  // the store's socket as the loop holds it
+  NetworkProbe* m_probe = nullptr;
+  int m_probe_fd = -1;          // the probe's epoll as the loop holds it
   std::set<uint64_t> m_paused;  // stream tags not read while the console is behind
   uint64_t m_generation_watched = 0;
   std::set<int> m_worker_fds;  // the pipes of this round's workers in the loop

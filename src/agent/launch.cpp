@@ -10,6 +10,7 @@
 #include "agent/agent.hpp"
 #include "agent/driver.hpp"
 #include "agent/health_check.hpp"
+#include "agent/reach_probe.hpp"
 #include "ddplaunch/error.hpp"
 #include "launcher/plan.hpp"
 #include "log.hpp"
@@ -243,6 +244,24 @@ Agent::GpuReleaseWait gpu_release_wait(const EnvMap& env, Driver& driver) {
   };
 }
 
+// The network preflight's probe, with this node's probe listener (on every
+// address: peers dial the one gloo and NCCL will use) when --preflight asks
+// for one; node 0's --preflight decides whether the job runs it.
+std::unique_ptr<ReachProbe> open_probe(const Config& config, NodeIdentity& self) {
+  auto probe = std::make_unique<ReachProbe>();
+  if (config.preflight) {
+    try {
+      self.probe_port = probe->listen_on();
+    } catch (const std::system_error& e) {
+      log::warn(
+          "network preflight: no probe port here ({}); the other nodes do not probe this "
+          "node",
+          e.what());
+    }
+  }
+  return probe;
+}
+
 }  // namespace
 
 int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
@@ -320,13 +339,17 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   // Node 0 hosts the store; every agent holds one connection to it.
   std::unique_ptr<StoreServer> store_server;
   std::unique_ptr<AsyncClient> store;
+  std::unique_ptr<ReachProbe> probe;  // the network preflight's connects
   std::unique_ptr<StoreLink> link;
   if (config.nnodes > 1) {
     store_server = host_store(config, address);
     store = std::make_unique<AsyncClient>(address.host, address.port, millis(config.rdzv_timeout_s),
                                           millis(config.heartbeat_timeout_s), clock.now(),
                                           address.token);
+    probe = open_probe(config, self);
     link = make_store_link(config, address, *store, clock, store_server != nullptr);
+    link->set_probe(probe.get());
+    driver.watch_probe(probe.get());
   }
   if (pmix) {
     pmix->attach_store(store.get(), config.node_rank.value_or(0));

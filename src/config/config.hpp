@@ -138,6 +138,10 @@ struct Config {
   double rdzv_timeout_s = 600;      // Default: 600 seconds
   double heartbeat_interval_s = 1;  // Default: 1 second
   double heartbeat_timeout_s = 15;  // Default: 15 seconds
+  // --preflight: before a multi-node job's first workers start, every node
+  // connects to its peers (docs/RELIABILITY.md). Node 0's decides for the job.
+  bool preflight = true;           // Default: on
+  double preflight_timeout_s = 5;  // Default: 5 seconds for each connect
 
   // --- Starting every node from one command -----------------------------------
   // --hosts/-H and --hostfile: the job's hosts, node 0 first unless

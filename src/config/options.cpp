@@ -672,6 +672,17 @@ const OptionSpec k_options[] = {
   {"heartbeat_timeout", "--heartbeat-timeout", k_nodes,
    "Seconds of silence after which a node is declared lost", false, nullptr, nullptr,
    DDPLAUNCH_SECONDS(heartbeat_timeout_s, false)},
+  {"preflight", "--preflight", k_nodes,
+   "Before a multi-node job's first workers start, every node connects to node 0's MASTER_PORT "
+   "and to its peers' probe ports; a blocked path ends the job (exit 3) naming both nodes",
+   true, nullptr, nullptr, DDPLAUNCH_FLAG(preflight)},
+  {"no_preflight", "--no-preflight,--no_preflight", k_nodes, "Skip the network preflight", true,
+   nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) { c.preflight = !parse_bool(v, f); },
+   [](const Config& c) { return show_bool(!c.preflight); }},
+  {"preflight_timeout", "--preflight-timeout,--preflight_timeout", k_nodes,
+   "Seconds the network preflight waits for each connect", false, nullptr, nullptr,
+   DDPLAUNCH_SECONDS(preflight_timeout_s, false)},
   {"standalone", "--standalone", k_nodes, "One node; the same as --nnodes 1", true,
    "PET_STANDALONE", nullptr, DDPLAUNCH_FLAG(standalone)},
 

@@ -36,6 +36,8 @@ struct NodeIdentity {
   // Why this node failed its health check (--health-check), said in its join
   // record so that node 0 ends or goes on without it; empty: healthy.
   std::string health;
+  // Its network preflight listener (--preflight), on `addr`; 0: none.
+  int probe_port = 0;
 };
 
 // Fills `self`'s host name, advertised address (--local-addr; one node:

@@ -31,6 +31,9 @@ class EventLoop {
   // Forgets `fd` (a no-op for an fd that is not registered).
   void remove(int fd);
   bool contains(int fd) const { return m_fds.contains(fd); }
+  // The epoll instance: readable while a registered fd is ready, so that
+  // another loop can watch this one.
+  int fd() const { return m_epoll.get(); }
 
   // Waits until an fd is ready or `deadline` passes (nullopt: no deadline).
   // EINTR returns an empty list.

@@ -137,12 +137,90 @@ void HostLink::publish_plan(RoundAssignment plan) {
     return;
   }
   const int node_rank = plan.node_rank_of_arrival[self];
+  const bool preflight = m_config.preflight && m_probe != nullptr && plan.topology.nnodes() > 1;
+  if (preflight) {
+    publish_probe_endpoints(plan.topology);
+  }
   // Lent to the record and taken back: a plan of 16,384 nodes is not copied.
   TopologyRecord record{std::move(plan.topology), ""};
+  record.preflight = preflight;
   const std::string text = encode_plan(record);
-  m_store.set(keys::k_plan, text, [this, topology = std::move(*record.topology), node_rank] {
-    start_job(topology, node_rank);
+  m_store.set(keys::k_plan, text,
+              [this, topology = std::move(*record.topology), node_rank, preflight] {
+                m_preflight_started = now();
+                start_job(topology, node_rank, preflight);
+              });
+}
+
+// Before the plan: every node's probe listener, by node rank, and node 0's
+// MASTER_PORT, held open until the preflight ends (nobody listens there
+// before rank 0 starts).
+void HostLink::publish_probe_endpoints(const Topology& topology) {
+  const bool held = m_probe->hold_port(topology.master_port);
+  if (!held) {
+    log::warn("network preflight: MASTER_PORT {} cannot be bound here; it is not probed",
+              topology.master_port);
+  }
+  for (int n = 0; n < topology.nnodes(); ++n) {
+    const JoinRecord& r = m_planner->member(n);
+    // Node 0 is dialled as MASTER_ADDR, as its rank 0's store will be (its
+    // own advertised address may be on a NIC its peers do not reach).
+    ProbeEndpoint e{r.host, n == 0 ? topology.master_addr : r.addr, r.probe_port,
+                    n == 0 && held ? topology.master_port : 0};
+    m_store.set(keys::probe(n), encode_probe_endpoint(e), [] {});
+  }
+}
+
+// Every node's report, until the preflight's deadline: go when no path is
+// blocked, else the job ends on every node with the blocked paths (exit 3).
+void HostLink::preflight_reported() {
+  std::vector<std::string> reports;
+  for (int n = 0; n < m_nnodes; ++n) {
+    reports.push_back(keys::probed(n));
+  }
+  const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(m_preflight_deadline - now()));
+  m_store.wait(reports, wait, [this, reports](bool) {
+    m_store.multi_get(reports, [this](std::vector<std::optional<std::string>> values) {
+      gather_preflight(values);
+    });
   });
+}
+
+void HostLink::gather_preflight(const std::vector<std::optional<std::string>>& values) {
+  if (m_phase != Phase::k_joining || m_verdict_delivered) {
+    return;
+  }
+  std::vector<std::string> blocked;
+  for (int n = 0; n < m_nnodes; ++n) {
+    const auto& v = values.at(static_cast<size_t>(n));
+    const std::string who = "node " + std::to_string(n) + " (" + m_planner->member(n).host + ")";
+    if (!v) {
+      blocked.push_back(who + " did not finish its network preflight within " +
+                        seconds_text(2 * m_config.preflight_timeout_s + 5) + " s");
+      continue;
+    }
+    try {
+      const auto lines = decode_probe_report(*v);
+      blocked.insert(blocked.end(), lines.begin(), lines.end());
+    } catch (const RecordError& e) {
+      blocked.push_back(who + " reported a malformed network preflight: " + e.what());
+    }
+  }
+  if (blocked.empty()) {
+    log::debug("network preflight: every path is open ({} nodes, {} ms)", m_nnodes,
+               std::chrono::duration_cast<Ms>(now() - m_preflight_started).count());
+    m_store.set(keys::k_preflight, "ok", [this] { preflight_passed(); });
+    return;
+  }
+  std::string message = "network preflight: " + blocked.front();
+  if (blocked.size() > 1) {
+    message += " (and " + std::to_string(blocked.size() - 1) + " more path" +
+               (blocked.size() == 2 ? "" : "s") + ": each node's log names its own)";
+  }
+  message +=
+      "; open the path (a firewall, a security group, the interface gloo and NCCL use: "
+      "GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME), or start the job with --no-preflight";
+  publish_stop(JobVerdict{k_exit_rendezvous, message, std::nullopt, m_node_rank});
 }
 
 // Node 0 publishes why rendezvous failed, and keeps the store up until every

@@ -35,6 +35,7 @@ class HostLink : public StoreLink {
   void report_progress(long long waited_s) override;
   void round_starting(const Topology& topology, TimePoint now) override;
   void on_tick(TimePoint now) override;
+  void preflight_reported() override;
 
  private:
   // joining (host_link.cpp)
@@ -44,6 +45,8 @@ class HostLink : public StoreLink {
   void fail(const std::string& error);
   void refuse(int arrival, const std::string& why);  // that node alone
   void publish_plan(RoundAssignment plan);
+  void publish_probe_endpoints(const Topology& topology);
+  void gather_preflight(const std::vector<std::optional<std::string>>& reports);
   int worker_port();
   // while the job runs (host_link.cpp)
   void watch_arrivals();  // the next node to join the running job
@@ -75,6 +78,7 @@ class HostLink : public StoreLink {
   std::vector<std::string> m_hosts;  // by node rank
   std::vector<std::pair<long long, TimePoint>> m_last_beat;
   bool m_check_outstanding = false;
+  TimePoint m_preflight_started{};
 };
 
 }  // namespace ddplaunch

@@ -27,6 +27,15 @@ inline std::string admit(int arrival) {
 inline std::string left(int arrival) {
   return "rdzv/left/" + std::to_string(arrival);
 }
+// The network preflight (first round): each node's probe listener
+// (ProbeEndpoint), what its probes found, and node 0's go.
+inline std::string probe(int node_rank) {
+  return "rdzv/probe/" + std::to_string(node_rank);
+}
+inline std::string probed(int node_rank) {
+  return "rdzv/probed/" + std::to_string(node_rank);
+}
+inline const char* const k_preflight = "rdzv/preflight";
 inline std::string round_prefix(int round) {
   return "job/" + std::to_string(round) + "/";
 }

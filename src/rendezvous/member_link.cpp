@@ -108,6 +108,7 @@ void MemberLink::take_plan(const std::optional<std::string>& text, int node_rank
     join_failed(k_exit_rendezvous, record.error);
     return;
   }
+  m_plan_preflight = record.preflight;
   take_assignment(std::move(*record.topology), node_rank, keys::plan(m_self.arrival));
 }
 
@@ -140,7 +141,24 @@ void MemberLink::take_assignment(Topology topology, int node_rank, const std::st
     join_failed(k_exit_rendezvous, "node 0 published a malformed plan (" + key + "): " + e.what());
     return;
   }
-  start_job(topology, node_rank);
+  start_job(topology, node_rank, std::exchange(m_plan_preflight, false));
+}
+
+// Node 0 says go once every node's report is in and no path is blocked;
+// else its verdict (watch_verdict) names them.
+void MemberLink::preflight_reported() {
+  const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(m_preflight_deadline - now()));
+  m_store.get(keys::k_preflight, wait, [this](std::optional<std::string> go) {
+    if (m_phase != Phase::k_joining || m_verdict_delivered) {
+      return;
+    }
+    if (!go) {
+      join_failed(k_exit_node_lost,
+                  "node 0 did not end the network preflight in time (is it frozen or gone?)");
+      return;
+    }
+    preflight_passed();
+  });
 }
 
 void MemberLink::round_starting(const Topology&, TimePoint) {

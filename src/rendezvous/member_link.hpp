@@ -30,6 +30,7 @@ class MemberLink : public StoreLink {
   void round_starting(const Topology& topology, TimePoint now) override;
   void round_starting_soon() override;
   void verdict_arrived() override;
+  void preflight_reported() override;
 
  private:
   void wait_for_answer();
@@ -47,6 +48,7 @@ class MemberLink : public StoreLink {
   void leave_last_word(std::optional<int> round = std::nullopt);
 
   std::pair<int, int> m_last_word{-1, -1};  // the (round, node rank) it names
+  bool m_plan_preflight = false;            // the first round's plan asks for the preflight
 };
 
 }  // namespace ddplaunch

@@ -44,6 +44,8 @@ struct JoinRecord {
   // --restart-min-progress and --max-no-progress-restarts: alike too.
   int restart_min_progress = 0;
   int max_no_progress_restarts = 3;
+  // Its network preflight listener (--preflight), on `addr`; 0: none.
+  int probe_port = 0;
   bool operator==(const JoinRecord&) const = default;
 };
 
@@ -102,6 +104,10 @@ class RendezvousPlanner {
 
   // --- elastic rounds, after plan() ---------------------------------------------
   int members() const { return static_cast<int>(m_members.size()); }
+  // The join record of the current round's node `node_rank`.
+  const JoinRecord& member(int node_rank) const {
+    return m_members.at(static_cast<size_t>(node_rank));
+  }
   const std::vector<JoinRecord>& waiting() const { return m_waiting; }
   // Waiting nodes, and room for them.
   bool can_grow() const { return !m_waiting.empty() && members() < max_nodes(); }

@@ -187,7 +187,8 @@ std::string encode_join(const JoinRecord& r) {
                   {"max_restarts", r.max_restarts},
                   {"health", r.health},
                   {"restart_min_progress", r.restart_min_progress},
-                  {"max_no_progress_restarts", r.max_no_progress_restarts}});
+                  {"max_no_progress_restarts", r.max_no_progress_restarts},
+                  {"probe_port", r.probe_port}});
 }
 
 JoinRecord decode_join(std::string_view text) {
@@ -211,6 +212,10 @@ JoinRecord decode_join(std::string_view text) {
         j.contains("restart_min_progress") ? int_of(j.at("restart_min_progress")) : 0;
     r.max_no_progress_restarts =
         j.contains("max_no_progress_restarts") ? int_of(j.at("max_no_progress_restarts")) : 3;
+    r.probe_port = j.contains("probe_port") ? int_of(j.at("probe_port")) : 0;
+    if (r.probe_port < 0 || r.probe_port > 65535) {
+      throw RecordError("malformed join record: a probe port outside 0-65535");
+    }
     return r;
   });
 }
@@ -226,6 +231,9 @@ std::string encode_plan(const TopologyRecord& r) {
   if (r.no_progress > 0) {
     j["no_progress"] = r.no_progress;
   }
+  if (r.preflight) {
+    j["preflight"] = true;
+  }
   return text_of(j);
 }
 
@@ -239,10 +247,40 @@ TopologyRecord decode_plan(std::string_view text) {
     r.topology = plan_topology_from(j.at("topology"));
     r.restarts = j.contains("restarts") ? int_of(j.at("restarts")) : 0;
     r.no_progress = j.contains("no_progress") ? int_of(j.at("no_progress")) : 0;
+    r.preflight = j.contains("preflight") && j.at("preflight").get<bool>();
     if (r.restarts < 0 || r.no_progress < 0) {
       throw RecordError("malformed plan record: a negative restart count");
     }
     return r;
+  });
+}
+
+std::string encode_probe_endpoint(const ProbeEndpoint& e) {
+  return text_of(
+      {{"host", e.host}, {"addr", e.addr}, {"port", e.port}, {"master_port", e.master_port}});
+}
+
+ProbeEndpoint decode_probe_endpoint(std::string_view text) {
+  return parse_record(text, "probe", [](const json& j) {
+    ProbeEndpoint e;
+    e.host = j.at("host").get<std::string>();
+    e.addr = j.at("addr").get<std::string>();
+    e.port = int_of(j.at("port"));
+    e.master_port = int_of(j.at("master_port"));
+    if (e.port < 0 || e.port > 65535 || e.master_port < 0 || e.master_port > 65535) {
+      throw RecordError("malformed probe record: a port outside 0-65535");
+    }
+    return e;
+  });
+}
+
+std::string encode_probe_report(const std::vector<std::string>& blocked) {
+  return text_of({{"blocked", blocked}});
+}
+
+std::vector<std::string> decode_probe_report(std::string_view text) {
+  return parse_record(text, "probe report", [](const json& j) {
+    return j.at("blocked").get<std::vector<std::string>>();
   });
 }
 

@@ -13,6 +13,7 @@
 
 #include "output/report_json.hpp"
 #include "rendezvous/planner.hpp"
+#include "rendezvous/preflight.hpp"
 #include "supervise/verdict.hpp"
 #include "topology/topology.hpp"
 
@@ -33,9 +34,20 @@ struct TopologyRecord {
   std::string error;  // set when topology is not
   int restarts = 0;
   int no_progress = 0;  // failed rounds without progress in a row (--restart-min-progress)
+  // rdzv/plan only: the nodes run the network preflight before the workers
+  // start (node 0's --preflight decides for the job).
+  bool preflight = false;
 };
 std::string encode_plan(const TopologyRecord& record);
 TopologyRecord decode_plan(std::string_view text);
+
+// rdzv/probe/<node rank>: a node's probe listener (the network preflight).
+std::string encode_probe_endpoint(const ProbeEndpoint& endpoint);
+ProbeEndpoint decode_probe_endpoint(std::string_view text);
+// rdzv/probed/<node rank>: what that node's probes found: one line per
+// blocked path (describe_blocked()); none when every path was open.
+std::string encode_probe_report(const std::vector<std::string>& blocked);
+std::vector<std::string> decode_probe_report(std::string_view text);
 
 // rdzv/plan/<arrival>: node 0's answer to the agent that joined `arrival`th,
 // the one key that agent waits for: its node rank in the first round, or why

@@ -90,6 +90,10 @@ void StoreLink::watch_verdict() {
 // signal during rendezvous, a node that did not come) ends the joining at
 // once.
 void StoreLink::verdict_while_joining(const JobVerdict& verdict) {
+  if (m_preflight_topology) {
+    deliver(verdict);  // the round starts nowhere before every preflight report is in
+    return;
+  }
   if (verdict.success() || verdict.root_cause || verdict.lost >= 0) {
     m_deferred = verdict;  // delivered by start_job()
   } else {
@@ -97,10 +101,103 @@ void StoreLink::verdict_while_joining(const JobVerdict& verdict) {
   }
 }
 
-void StoreLink::start_job(const Topology& topology, int node_rank) {
+void StoreLink::start_job(const Topology& topology, int node_rank, bool preflight) {
   if (m_phase != Phase::k_joining) {
     return;
   }
+  if (!preflight || topology.nnodes() < 2) {
+    begin_round(topology, node_rank);
+    return;
+  }
+  // The network preflight: this node's peers' probe listeners (node 0
+  // published them before the plan), then the connects.
+  m_node_rank = node_rank;
+  m_nnodes = topology.nnodes();
+  m_preflight_topology = topology;
+  round_starting_soon();  // a member's last word: if it goes now, node 0 hears at once
+  const auto timeout = millis(m_config.preflight_timeout_s);
+  m_preflight_deadline = now() + timeout + timeout + std::chrono::seconds(5);
+  std::vector<int> peers =
+      m_probe != nullptr ? preflight_peers(node_rank, m_nnodes) : std::vector<int>{};
+  if (m_probe != nullptr && probes_master_port(node_rank, m_nnodes)) {
+    peers.push_back(0);  // for node 0's MASTER_PORT (a peer too, maybe)
+  }
+  std::vector<std::string> ks;
+  for (const int peer : peers) {
+    ks.push_back(keys::probe(peer));
+  }
+  m_store.multi_get(
+      ks, [this, peers = std::move(peers)](auto values) { probe_peers(std::move(values), peers); });
+}
+
+void StoreLink::probe_peers(std::vector<std::optional<std::string>> endpoints,
+                            std::vector<int> peers) {
+  if (m_phase != Phase::k_joining || m_verdict_delivered) {
+    return;
+  }
+  std::vector<ProbeTarget> targets;
+  std::vector<ProbeFailure> failures;
+  const bool master = probes_master_port(m_node_rank, m_nnodes);
+  for (size_t i = 0; i < peers.size(); ++i) {
+    const int peer = peers[i];
+    ProbeEndpoint e;
+    try {
+      e = decode_probe_endpoint(endpoints.at(i).value_or(""));
+    } catch (const RecordError& error) {
+      failures.push_back(
+          ProbeFailure{ProbeTarget{peer, "?", "?", 0, false},
+                       std::string("node 0 published no usable probe record: ") + error.what()});
+      continue;
+    }
+    const bool last = i + 1 == peers.size();
+    if (master && last && e.master_port > 0) {
+      targets.push_back(
+          ProbeTarget{peer, e.host, m_preflight_topology->master_addr, e.master_port, true});
+    }
+    if (!(master && last) && e.port > 0) {
+      targets.push_back(ProbeTarget{peer, e.host, e.addr, e.port, false});
+    }
+  }
+  if (m_probe == nullptr || targets.empty()) {
+    probed(failures);
+    return;
+  }
+  const auto deadline = now() + millis(m_config.preflight_timeout_s);
+  m_probe->start(std::move(targets), deadline,
+                 [this, failures](std::vector<ProbeFailure> found) mutable {
+                   failures.insert(failures.end(), found.begin(), found.end());
+                   probed(failures);
+                 });
+}
+
+void StoreLink::probed(const std::vector<ProbeFailure>& failures) {
+  if (m_phase != Phase::k_joining || m_verdict_delivered) {
+    return;
+  }
+  std::vector<std::string> blocked;
+  for (const auto& f : failures) {
+    blocked.push_back(describe_blocked(m_node_rank, m_self.host, f));
+    log::warn("network preflight: {}", blocked.back());
+  }
+  m_store.set(keys::probed(m_node_rank), encode_probe_report(blocked),
+              [this] { preflight_reported(); });
+}
+
+// Every node's paths are open: the round begins (node 0's rank 0 may bind
+// MASTER_PORT now that the probe no longer holds it).
+void StoreLink::preflight_passed() {
+  if (m_phase != Phase::k_joining || m_verdict_delivered || !m_preflight_topology) {
+    return;
+  }
+  if (m_probe != nullptr) {
+    m_probe->release();
+  }
+  Topology topology = std::move(*m_preflight_topology);
+  m_preflight_topology.reset();
+  begin_round(topology, m_node_rank);
+}
+
+void StoreLink::begin_round(const Topology& topology, int node_rank) {
   m_phase = Phase::k_running;
   m_node_rank = node_rank;
   m_nnodes = topology.nnodes();

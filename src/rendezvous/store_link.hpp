@@ -22,6 +22,7 @@
 #include "config/config.hpp"
 #include "posix/clock.hpp"
 #include "rendezvous/job_link.hpp"
+#include "rendezvous/preflight.hpp"
 #include "store/connection.hpp"
 
 namespace ddplaunch {
@@ -48,6 +49,9 @@ class StoreLink : public JobLink {
   ~StoreLink() override = default;
   // Who hears the link's answers; set before join().
   void set_listener(Listener& listener) { m_listener = &listener; }
+  // What makes the network preflight's connects (it must outlive the
+  // link); none: this node probes nothing, and reports so.
+  void set_probe(NetworkProbe* probe) { m_probe = probe; }
 
   // --- JobLink ---------------------------------------------------------------
   void join(const JoinRecord& self) override;
@@ -97,7 +101,14 @@ class StoreLink : public JobLink {
   void watch_verdict();  // parks GET job/<round>/stop
   // A verdict for the round this node is still joining.
   virtual void verdict_while_joining(const JobVerdict& verdict);
-  void start_job(const Topology& topology, int node_rank);
+  // The round starts here; with `preflight` (the first round, node 0's
+  // --preflight), the network preflight runs first.
+  void start_job(const Topology& topology, int node_rank, bool preflight = false);
+  // This node's preflight report is in the store: node 0 gathers every
+  // node's and says go (preflight_passed()) or publishes the blocked paths
+  // as the job's verdict; another node waits for node 0's go.
+  virtual void preflight_reported() = 0;
+  void preflight_passed();
   void deliver(const JobVerdict& verdict);
   void join_failed(int exit_code, const std::string& message);
   void finished(std::vector<RankOutcome> ranks);
@@ -127,6 +138,10 @@ class StoreLink : public JobLink {
   int m_node_rank = -1;
   int m_nnodes = 0;
   std::vector<RankOutcome> m_local;
+  NetworkProbe* m_probe = nullptr;
+  // The topology of the round that waits for the network preflight.
+  std::optional<Topology> m_preflight_topology;
+  TimePoint m_preflight_deadline{};  // by when every node's report is in
 
  private:
   void tick(TimePoint now);
@@ -134,6 +149,9 @@ class StoreLink : public JobLink {
   // Publishes `verdict` as round `round`'s stop unless one is there; the
   // one that holds is delivered.
   void compare_set_stop(const JobVerdict& verdict, int round);
+  void begin_round(const Topology& topology, int node_rank);
+  void probe_peers(std::vector<std::optional<std::string>> endpoints, std::vector<int> peers);
+  void probed(const std::vector<ProbeFailure>& failures);
 
   TimePoint m_next_tick{};
   bool m_beat_outstanding = false;

@@ -177,3 +177,72 @@ def test_real_pytorch_under_mpirun_across_two_hosts(jobs, hosts):
     assert rc == 0, err
     lines = [l for l in out.splitlines() if "replicas" in l]
     assert len(lines) == 4 and all("/4: all-reduce 10," in l for l in lines), out
+
+
+# --- the network preflight -------------------------------------------------------
+
+needs_nft = pytest.mark.skipif(shutil.which("nft") is None, reason="needs nftables (nft)")
+
+
+def firewall(hosts, host, rule):
+    """`rule` in an input chain of its own on `host` (gone with its namespace)."""
+    script = ("table inet ddpl {\n chain input {\n type filter hook input priority 0; "
+              f"policy accept;\n {rule}\n }}\n}}\n")
+    subprocess.run(["ip", "netns", "exec", hosts.namespaces[host], "nft", "-f", "-"],
+                   input=script, text=True, check=True)
+
+
+@pytest.fixture
+def three_hosts():
+    h = netns.Hosts(3)
+    yield h
+    h.remove()
+
+
+@needs_nft
+def test_a_host_whose_firewall_drops_the_probe_port_ends_the_job_before_any_worker(
+        jobs, three_hosts, tmp_path):
+    """node2 drops every new connection to its ephemeral ports (where its
+    probe port, like gloo's, is): instead of a gloo hang, every node exits 3
+    once --preflight-timeout passes, naming both nodes, the address and the
+    port; no worker ever started."""
+    hosts = three_hosts
+    firewall(hosts, "node2", "tcp dport 32768-60999 ct state new drop")
+    started = tmp_path / "started"
+    procs = start_agents(jobs, hosts, ["--nproc-per-node", 1, "--preflight-timeout", 2, "--",
+                                       "sh", "-c", f"touch {started}"])
+    results = finish(procs, timeout=120)
+    for rc, out, err in results:
+        assert rc == 3, err
+    err0 = results[0][2]
+    addr2 = hosts.addrs["node2"]
+    assert f"network preflight: node 0 (node0) cannot reach node 2 (node2) at {addr2}:" in err0, err0
+    assert "(its probe port, on the address gloo and NCCL use): no answer within 2 s" in err0, err0
+    assert "(and 1 more path: each node's log names its own)" in err0, err0
+    assert "--no-preflight" in err0
+    assert f"node 1 (node1) cannot reach node 2 (node2) at {addr2}:" in results[1][2], results[1][2]
+    assert not started.exists(), "a worker started"
+
+
+@needs_nft
+def test_node_0_rejecting_master_port_is_named_by_the_node_that_cannot_reach_it(jobs, hosts):
+    """node0 resets connections to the workers' MASTER_PORT (--worker-port):
+    torch's store would be out of reach from node1; the preflight says so at
+    once (a refusal needs no timeout)."""
+    port = hosts.free_port("node0")
+    firewall(hosts, "node0", f"tcp dport {port} reject with tcp reset")
+    procs = start_agents(jobs, hosts, ["--nproc-per-node", 1, "--worker-port", port, "--",
+                                       "true"])
+    results = finish(procs, timeout=120)
+    for rc, out, err in results:
+        assert rc == 3, err
+    assert (f"node 1 (node1) cannot reach node 0 (node0) at node0:{port} (MASTER_PORT, where rank "
+            "0's store will listen): connection refused") in results[0][2], results[0][2]
+
+
+@needs_nft
+def test_no_preflight_starts_the_job_whatever_the_firewall(jobs, hosts):
+    firewall(hosts, "node1", "tcp dport 32768-60999 ct state new drop")
+    procs = start_agents(jobs, hosts, ["--nproc-per-node", 1, "--no-preflight", "--", "true"])
+    for rc, out, err in finish(procs, timeout=120):
+        assert rc == 0, err

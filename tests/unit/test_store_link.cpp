@@ -13,6 +13,7 @@
 #include "rendezvous/host_link.hpp"
 #include "rendezvous/keys.hpp"
 #include "rendezvous/member_link.hpp"
+#include "rendezvous/preflight.hpp"
 #include "rendezvous/records.hpp"
 #include "store/kv_core.hpp"
 
@@ -43,12 +44,45 @@ struct Heard : JobLink::Listener {
   bool joined() const { return topology.has_value(); }
 };
 
+// The network preflight's connects: every path open at once (`answer`
+// unset), or held until the test answers.
+struct FakeProbe : NetworkProbe {
+  bool answer_at_once = true;
+  int held = 0;  // the port hold_port() holds
+  bool can_hold = true;
+  int releases = 0;
+  int starts = 0;
+  std::vector<ProbeTarget> targets;
+  Done done;
+  bool hold_port(int port) override {
+    held = can_hold ? port : 0;
+    return can_hold;
+  }
+  void release() override { ++releases; }
+  void start(std::vector<ProbeTarget> t, TimePoint, Done d) override {
+    ++starts;
+    targets = std::move(t);
+    done = std::move(d);
+    if (answer_at_once) {
+      answer({});
+    }
+  }
+  void answer(std::vector<ProbeFailure> failures) {
+    std::exchange(done, nullptr)(std::move(failures));
+  }
+  int fd() const override { return -1; }
+  void on_ready(TimePoint) override {}
+  std::optional<TimePoint> deadline() const override { return std::nullopt; }
+  void on_time(TimePoint) override {}
+};
+
 // One agent: its connection, its link and what it heard.
 struct Agent {
   FakeConnection conn;
   std::unique_ptr<StoreLink> link;
   Heard heard;
   JoinRecord self;
+  FakeProbe probe;
   Agent(FakeStore& store, const Config& config, FakeClock& clock, bool host, JoinRecord record)
       : conn(store), self(std::move(record)) {
     static int port = 40000;
@@ -59,6 +93,7 @@ struct Agent {
       link = std::make_unique<MemberLink>(config, address, conn, clock);
     }
     link->set_listener(heard);
+    link->set_probe(&probe);
   }
   void join() { link->join(self); }
 };
@@ -90,6 +125,7 @@ class StoreLinkTest : public ::testing::Test {
     r.node_rank = node_rank;
     r.host = "h" + std::to_string(agents.size());
     r.addr = "10.0.0." + std::to_string(agents.size() + 1);
+    r.probe_port = 5000 + static_cast<int>(agents.size());
     r.max_restarts = config.max_restarts;
     return r;
   }
@@ -137,6 +173,24 @@ class StoreLinkTest : public ::testing::Test {
     member().join();
     settle();
     ASSERT_TRUE(host().heard.joined() && member().heard.joined());
+  }
+  // Node 0 and a member join; node 0's probes (else the member's) wait
+  // for the test's answer.
+  void two_nodes_probing(bool host_waits) {
+    add(true);
+    add(false);
+    (host_waits ? host() : member()).probe.answer_at_once = false;
+    host().join();
+    member().join();
+    settle();
+  }
+  // Rank 1 fails; both nodes go to round `next`.
+  void restart_both(RoundStart next) {
+    host().link->publish_stop(failure(1));
+    settle();
+    host().link->next_round({}, next);
+    member().link->next_round({}, next);
+    settle();
   }
   static JobVerdict failure(int rank, int code = 7) {
     RankOutcome r;
@@ -535,11 +589,7 @@ TEST_F(StoreLinkTest, ARestartMeetsAgainInTheRoundTheAgentNumbers) {
   config.max_restarts = 3;
   two_nodes_running();
   const int first_port = host().heard.topology->master_port;
-  host().link->publish_stop(failure(1));
-  settle();
-  host().link->next_round({}, RoundStart{1, 1});
-  member().link->next_round({}, RoundStart{1, 1});
-  settle();
+  restart_both(RoundStart{1, 1});
   ASSERT_EQ(host().heard.rounds.size(), 2u);
   EXPECT_EQ(host().heard.rounds[1], (RoundStart{1, 1}));
   EXPECT_EQ(member().heard.rounds[1], (RoundStart{1, 1})) << "the restarts come in the plan";
@@ -607,11 +657,7 @@ TEST_F(StoreLinkTest, AnElasticJobGoesOnWithoutAMemberKilledBeforeNodeZerosWorke
 TEST_F(StoreLinkTest, TheLinkUsesTheRoundItIsGivenNotOneItCounts) {
   config.max_restarts = 9;
   two_nodes_running();
-  host().link->publish_stop(failure(1));
-  settle();
-  host().link->next_round({}, RoundStart{5, 2});
-  member().link->next_round({}, RoundStart{5, 2});
-  settle();
+  restart_both(RoundStart{5, 2});
   EXPECT_EQ(member().heard.rounds.back(), (RoundStart{5, 2}));
   EXPECT_TRUE(store.value(keys::round_plan(5)));
   EXPECT_TRUE(store.value(keys::result(0, 1))) << "the ended round's results";
@@ -679,6 +725,102 @@ TEST_F(StoreLinkTest, AnElasticJobAdmitsALateNodeByRegrouping) {
   EXPECT_EQ(member().heard.topology->nnodes(), 2);
   EXPECT_EQ(member().heard.rounds.back(), (RoundStart{1, 0}));
   EXPECT_EQ(host().heard.rounds.back(), (RoundStart{1, 0}));
+}
+
+// --- the network preflight ------------------------------------------------------
+
+// Node 0 holds MASTER_PORT open and publishes every probe port; each node
+// probes the others (a member, node 0's MASTER_PORT too), and the round
+// starts everywhere only once every report is in.
+TEST_F(StoreLinkTest, ThePreflightProbesEveryPathBeforeTheFirstWorkersStart) {
+  two_nodes_probing(true);
+  ASSERT_EQ(host().probe.starts, 1);
+  ASSERT_EQ(member().probe.starts, 1) << "the member's own probes answered at once";
+  EXPECT_FALSE(member().heard.joined()) << "it waits for node 0's go";
+  EXPECT_FALSE(host().heard.joined());
+  const int master_port = host().probe.held;
+  ASSERT_GT(master_port, 0);
+  EXPECT_EQ(host().probe.targets, (std::vector<ProbeTarget>{{1, "h1", "10.0.0.2", 5001, false}}));
+  EXPECT_EQ(member().probe.targets,
+            (std::vector<ProbeTarget>{{0, "h0", "10.0.0.1", 5000, false},
+                                      {0, "h0", "10.0.0.1", master_port, true}}));
+  host().probe.answer({});
+  settle();
+  ASSERT_TRUE(host().heard.joined() && member().heard.joined());
+  EXPECT_EQ(host().heard.topology->master_port, master_port);
+  EXPECT_EQ(host().probe.releases, 1) << "MASTER_PORT is free again before rank 0 binds it";
+  EXPECT_EQ(member().probe.releases, 1);
+}
+
+TEST_F(StoreLinkTest, ABlockedPathEndsTheJobOnEveryNodeNamingBothNodesAndThePort) {
+  two_nodes_probing(false);
+  ASSERT_EQ(member().probe.targets.size(), 2u);
+  member().probe.answer({ProbeFailure{member().probe.targets[1], "connection refused"}});
+  settle();
+  EXPECT_FALSE(host().heard.joined());
+  EXPECT_FALSE(member().heard.joined());
+  for (auto* a : {&host(), &member()}) {
+    ASSERT_EQ(a->heard.verdicts.size(), 1u);
+    const JobVerdict& v = a->heard.verdicts[0];
+    EXPECT_EQ(v.exit_code, k_exit_rendezvous);
+    EXPECT_NE(v.message.find("network preflight: node 1 (h1) cannot reach node 0 (h0) at "
+                             "10.0.0.1:" +
+                             std::to_string(host().probe.held) + " (MASTER_PORT"),
+              std::string::npos)
+        << v.message;
+    EXPECT_NE(v.message.find("connection refused"), std::string::npos);
+    EXPECT_NE(v.message.find("--no-preflight"), std::string::npos);
+  }
+}
+
+TEST_F(StoreLinkTest, ANodeWhosePreflightNeverEndsIsNamedAtTheDeadline) {
+  two_nodes_probing(false);
+  advance(16s, false);  // 2 x --preflight-timeout 5 + 5
+  ASSERT_EQ(host().heard.verdicts.size(), 1u);
+  EXPECT_EQ(host().heard.verdicts[0].exit_code, k_exit_rendezvous);
+  EXPECT_NE(host().heard.verdicts[0].message.find(
+                "node 1 (h1) did not finish its network preflight within 15 s"),
+            std::string::npos)
+      << host().heard.verdicts[0].message;
+}
+
+TEST_F(StoreLinkTest, AMemberLostDuringThePreflightEndsItAtOnce) {
+  two_nodes_probing(false);
+  member().conn.fail(StoreConnection::Failure::k_lost, "killed");
+  settle();
+  ASSERT_EQ(host().heard.verdicts.size(), 1u) << "no time passed: its last word";
+  EXPECT_EQ(host().heard.verdicts[0].lost, 1);
+  EXPECT_FALSE(host().heard.joined());
+}
+
+TEST_F(StoreLinkTest, NodeZerosNoPreflightSkipsItForTheJob) {
+  config.preflight = false;
+  two_nodes_running();
+  EXPECT_EQ(host().probe.starts + member().probe.starts, 0);
+  EXPECT_FALSE(store.value(keys::probe(0)));
+}
+
+TEST_F(StoreLinkTest, ANodeWithoutAProbePortIsNotProbedAndAnUnboundMasterPortIsSkipped) {
+  add(true).probe.can_hold = false;
+  JoinRecord r = record();
+  r.probe_port = 0;
+  add(false, r);
+  host().join();
+  member().join();
+  settle();
+  ASSERT_TRUE(host().heard.joined() && member().heard.joined());
+  EXPECT_EQ(host().probe.starts, 0) << "nothing to probe: no start";
+  EXPECT_EQ(member().probe.targets, (std::vector<ProbeTarget>{{0, "h0", "10.0.0.1", 5000, false}}));
+}
+
+TEST_F(StoreLinkTest, OnlyTheFirstRoundIsProbed) {
+  config.max_restarts = 1;
+  two_nodes_running();
+  restart_both(RoundStart{1, 1});
+  ASSERT_EQ(host().heard.rounds.size(), 2u);
+  ASSERT_EQ(member().heard.rounds.size(), 2u);
+  EXPECT_EQ(host().probe.starts, 1);
+  EXPECT_EQ(member().probe.starts, 1);
 }
 
 }  // namespace
