@@ -18,7 +18,9 @@
 
 namespace ddplaunch {
 
-inline constexpr int k_rendezvous_version = 6;  // 6: the command as a list (argv)
+// 6: the command as a list (argv). 7: the network preflight (probe_port,
+// the plan's preflight, rdzv/probe*).
+inline constexpr int k_rendezvous_version = 7;
 
 // What one agent says about itself when it joins (docs/PROTOCOL.md).
 struct JoinRecord {
