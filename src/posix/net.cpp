@@ -33,6 +33,12 @@ AddrInfoPtr resolve(const std::string& host, int port, bool passive) {
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = passive ? AI_PASSIVE : AI_ADDRCONFIG;
+  in6_addr numeric{};
+  if (!host.empty() && (inet_pton(AF_INET, host.c_str(), &numeric) == 1 ||
+                        inet_pton(AF_INET6, host.c_str(), &numeric) == 1)) {
+    // An address already: no lookup, and no netlink socket for AI_ADDRCONFIG.
+    hints.ai_flags = AI_NUMERICHOST | (passive ? AI_PASSIVE : 0);
+  }
   addrinfo* res = nullptr;
   std::string service = std::to_string(port);
   int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
