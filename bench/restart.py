@@ -18,6 +18,11 @@ Elastic: 3 agents x 2 workers with --nnodes 2:3 and one restart; once every
 rank runs, node 2's agent is SIGKILLed; from then to the last worker of the
 2-node round started (capped at 60 s, as above).
 
+A spare (issue 22, `--spare-only`): 16 agents, 15 running a job of
+--nnodes 8:15 with one shell worker each and one waiting as a spare; node
+5's agent SIGKILLed to every worker of the next round (the spare's
+included) started.
+
 Restart over leftovers (issue 22): the restart round again, but the failing
 rank first leaves a chain of 12 processes outside its process group (each
 the child of the last, all sleeping); ddplaunch kills and waits for them
@@ -171,6 +176,45 @@ def elastic_lost_node(launcher, build, script):
             cleanup(procs)
 
 
+SHELL_WORKER = ('t=$(date +%s.%N); r=$TORCHELASTIC_RESTART_COUNT; '
+                'echo "$t" > "$0/.start.$r.$RANK"; mv "$0/.start.$r.$RANK" "$0/start.$r.$RANK"; '
+                '[ "$r" != 0 ] || exec sleep 60')
+
+
+def spare_replacement(build, agents_count=16):
+    """Hot spares (issue 22): agents_count - 1 agents run a job of --nnodes
+    8:MAX (MAX = agents_count - 1), one worker each; one more agent joins and
+    waits as a spare. Node 5's agent is SIGKILLed: from then to every worker
+    of the new round (the spare's included) started."""
+    nmax = agents_count - 1
+    with tempfile.TemporaryDirectory() as d:
+        port = free_port()
+        base = [os.path.join(build, "ddplaunch"), "--nnodes", f"8:{nmax}", "--nproc-per-node", "1",
+                "--master-port", str(port), "--max-restarts", "1", "--rdzv-last-call", "600",
+                "--no-pmix"]
+        program = ["--", "sh", "-c", SHELL_WORKER, d]
+        procs = start([base + ["--node-rank", str(n)] + program for n in range(nmax)])
+        try:
+            if not wait_for(f"{d}/start.0.*", nmax):
+                return None
+            spare = subprocess.Popen(base + program, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+            procs.append(spare)
+            for line in spare.stderr:  # until it waits, rendezvoused
+                if "waits to be admitted" in line:
+                    break
+            victim = procs[5]
+            t = time.time()
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.wait()
+            if not wait_for(f"{d}/start.1.*", nmax, timeout=60):
+                return None
+            return max(float(open(f).read()) for f in glob.glob(f"{d}/start.1.*")) - t
+        finally:
+            cleanup(procs)
+
+
 def show(values):
     ok = [v for v in values if v is not None and v != float("inf")]
     if not ok:
@@ -188,7 +232,16 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--leftovers-only", action="store_true",
                     help="only the restart over leftovers (issue 22)")
+    ap.add_argument("--spare-only", action="store_true",
+                    help="only the lost member replaced by a spare (issue 22)")
     args = ap.parse_args()
+    if args.spare_only:
+        runs = [spare_replacement(args.build) for _ in range(args.repeat)]
+        print("| 16 agents (15 running + 1 spare), 1 worker each, loopback | ddplaunch | target |\n"
+              "|---|---|---|")
+        print(f"| a lost member replaced by the spare (SIGKILL to every worker of the new round "
+              f"started) | {show(runs)} | 300 ms |", flush=True)
+        return 0
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(WORKER)
         script = f.name

@@ -378,6 +378,7 @@ void Agent::on_joined(const Topology& topology, int node_rank, const RoundStart&
   m_round = round.round;  // a node admitted to a running elastic job starts late
   m_restarts = round.restarts;
   m_no_progress = round.no_progress;
+  m_replaced = round.replaced;
   if (m_join_signal) {
     m_topology = topology;  // stopping already: no worker starts
     advance();

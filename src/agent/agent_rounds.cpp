@@ -121,6 +121,7 @@ RoundSummary Agent::round_summary(const Decision& d, bool regroup) const {
   r.message = d.message;
   r.start_time = m_start_time;
   r.end_time = m_clock.wall_now();
+  r.replaced = m_replaced;
   if (m_config.progress_restarts()) {
     r.progress_events = m_round_progress;
     r.made_progress = round_made_progress();

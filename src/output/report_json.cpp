@@ -248,6 +248,13 @@ std::string encode_summary(const JobSummary& s) {
     if (!r.message.empty()) {
       round["message"] = r.message;
     }
+    if (!r.replaced.empty()) {
+      json replaced = json::array();
+      for (const auto& x : r.replaced) {
+        replaced.push_back({{"node_rank", x.node_rank}, {"lost", x.lost}, {"spare", x.spare}});
+      }
+      round["replaced"] = std::move(replaced);
+    }
     rounds.push_back(std::move(round));
   }
   doc["rounds"] = std::move(rounds);

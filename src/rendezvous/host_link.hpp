@@ -79,6 +79,7 @@ class HostLink : public StoreLink {
   std::vector<std::pair<long long, TimePoint>> m_last_beat;
   bool m_check_outstanding = false;
   TimePoint m_preflight_started{};
+  bool m_clear_stop = false;  // the next round's stop key holds a left-out node's last word
 };
 
 }  // namespace ddplaunch

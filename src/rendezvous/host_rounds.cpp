@@ -178,10 +178,12 @@ void HostLink::collect_results(int ended) {
 }
 
 // A node's last word came while its results for the restart are awaited:
-// its agent was killed while its workers stopped. A fixed-size job cannot go
-// on without it, and ends now, not after the restart's deadline; an elastic
-// one stops waiting for it (the verdict itself waits for the round, as a
-// member's does).
+// its agent was killed (or left, failing its health check) while its
+// workers stopped. A fixed-size job cannot go on without it, and ends now,
+// not after the restart's deadline; an elastic one stops waiting for it and
+// goes on without it (a spare in its place): the word, on the next round's
+// stop key, must not end that round, so node 0 clears the key before the
+// round's plan (publish_round) and the plan says so.
 void HostLink::verdict_while_joining(const JobVerdict& verdict) {
   if (m_collecting >= 0 && verdict.lost >= 0 && !verdict.root_cause && !verdict.success()) {
     if (!m_config.elastic()) {
@@ -189,9 +191,11 @@ void HostLink::verdict_while_joining(const JobVerdict& verdict) {
       deliver(verdict);
       return;
     }
+    m_clear_stop = true;
     if (m_gone.insert(verdict.lost).second) {
       collect_results(m_collecting);
     }
+    return;
   }
   StoreLink::verdict_while_joining(verdict);
 }
@@ -281,8 +285,22 @@ void HostLink::publish_round(RoundAssignment plan) {
     log::info("round {} runs on {} node{} ({} left, {} joined)", round, plan.topology.nnodes(),
               plan.topology.nnodes() == 1 ? "" : "s", m_gone.size(), plan.admitted.size());
   }
+  for (const auto& x : plan.replaced) {
+    log::info("round {}: spare {} takes the place of node {} ({}), lost", round, x.spare,
+              x.node_rank, x.lost);
+  }
+  m_round.replaced = plan.replaced;
   const int node_rank = plan.node_rank_of_arrival.at(static_cast<size_t>(m_self.arrival));
   TopologyRecord record{std::move(plan.topology), "", m_round.restarts, m_round.no_progress};
+  record.replaced = std::move(plan.replaced);
+  if (std::exchange(m_clear_stop, false)) {
+    // A left-out node's last word: gone before the plan (this connection's
+    // requests are carried out in order), and watched for afresh.
+    m_store.erase(keys::stop(round), [] {});
+    m_deferred.reset();
+    watch_verdict();
+    record.stop_cleared = true;
+  }
   const std::string text = encode_plan(record);
   m_store.set(keys::round_plan(round), text,
               [this, topology = std::move(*record.topology), node_rank] {

@@ -24,6 +24,7 @@ struct RoundStart {
   int round = 0;
   int restarts = 0;
   int no_progress = 0;  // --restart-min-progress: failed rounds without progress in a row
+  std::vector<NodeReplacement> replaced{};  // spares that took a lost node's place (on_joined())
   bool operator==(const RoundStart&) const = default;
 };
 

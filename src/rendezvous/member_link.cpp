@@ -284,6 +284,12 @@ void MemberLink::take_round_plan(const std::optional<std::string>& text) {
   }
   m_round.restarts = record.restarts;
   m_round.no_progress = record.no_progress;
+  m_round.replaced = record.replaced;
+  if (record.stop_cleared && m_deferred) {
+    // The last word of a node this round leaves out, which node 0 cleared.
+    m_deferred.reset();
+    watch_verdict();
+  }
   // Its rank was written before the plan: already there.
   m_store.get(keys::round_rank(m_round.round, m_self.arrival), Ms(1),
               [this, topology = std::move(*record.topology)](std::optional<std::string> rank) {

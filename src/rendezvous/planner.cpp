@@ -1,6 +1,7 @@
 #include "rendezvous/planner.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <set>
 
 namespace ddplaunch {
@@ -212,28 +213,36 @@ int RendezvousPlanner::remaining(const std::set<int>& gone) const {
 
 RoundAssignment RendezvousPlanner::next_round(const std::set<int>& gone, const std::set<int>& left,
                                               const std::string& worker_addr, int worker_port) {
-  std::vector<JoinRecord> next;
-  for (int n = 0; n < members(); ++n) {
-    if (!gone.contains(n)) {
-      next.push_back(m_members[static_cast<size_t>(n)]);
-    }
-  }
-  std::vector<int> admitted;
-  std::vector<JoinRecord> still_waiting;
+  std::deque<JoinRecord> spares;
   for (auto& r : m_waiting) {
-    if (left.contains(r.arrival)) {
-      continue;
-    }
-    if (static_cast<int>(next.size()) < max_nodes()) {
-      admitted.push_back(r.arrival);
-      next.push_back(std::move(r));
-    } else {
-      still_waiting.push_back(std::move(r));
+    if (!left.contains(r.arrival)) {
+      spares.push_back(std::move(r));
     }
   }
-  m_waiting = std::move(still_waiting);
+  std::vector<JoinRecord> next;
+  std::vector<int> admitted;
+  std::vector<NodeReplacement> replaced;
+  for (int n = 0; n < members(); ++n) {
+    const JoinRecord& member = m_members[static_cast<size_t>(n)];
+    if (!gone.contains(n)) {
+      next.push_back(member);
+    } else if (!spares.empty()) {
+      replaced.push_back(
+          NodeReplacement{static_cast<int>(next.size()), member.host, spares.front().host});
+      admitted.push_back(spares.front().arrival);
+      next.push_back(std::move(spares.front()));
+      spares.pop_front();
+    }
+  }
+  while (!spares.empty() && static_cast<int>(next.size()) < max_nodes()) {
+    admitted.push_back(spares.front().arrival);
+    next.push_back(std::move(spares.front()));
+    spares.pop_front();
+  }
+  m_waiting.assign(std::make_move_iterator(spares.begin()), std::make_move_iterator(spares.end()));
   RoundAssignment plan = plan_of(std::move(next), worker_addr, worker_port);
   plan.admitted = std::move(admitted);
+  plan.replaced = std::move(replaced);
   return plan;
 }
 

@@ -61,7 +61,8 @@ struct RoundAssignment {
   Topology topology;
   // [arrival] -> the node rank it got; -1: not part of this round.
   std::vector<int> node_rank_of_arrival;
-  std::vector<int> admitted;  // the arrivals that waited and join with this round
+  std::vector<int> admitted;                // the arrivals that waited and join with this round
+  std::vector<NodeReplacement> replaced{};  // of those, the spares in a lost node's place
   bool operator==(const RoundAssignment&) const = default;
 };
 
@@ -116,9 +117,10 @@ class RendezvousPlanner {
   // The members that remain once `gone` (node ranks of the round that ended)
   // leave: as many as the next round would have before it admits anyone.
   int remaining(const std::set<int>& gone) const;
-  // The next round: the members but `gone`, in their order, then waiting
-  // nodes in arrival order (but those in `left`, arrivals that went away) up
-  // to MAX; node ranks contiguous again.
+  // The next round: the members but `gone`, in their order, each gone one's
+  // place taken by the next waiting node (a spare, in arrival order, but
+  // those in `left`, arrivals that went away), so that the members keep
+  // their ranks; then waiting nodes up to MAX; node ranks contiguous again.
   RoundAssignment next_round(const std::set<int>& gone, const std::set<int>& left,
                              const std::string& worker_addr, int worker_port);
   // The arrivals still waiting, forgotten: the job ends without them.

@@ -234,6 +234,16 @@ std::string encode_plan(const TopologyRecord& r) {
   if (r.preflight) {
     j["preflight"] = true;
   }
+  if (r.stop_cleared) {
+    j["stop_cleared"] = true;
+  }
+  if (!r.replaced.empty()) {
+    json replaced = json::array();
+    for (const auto& x : r.replaced) {
+      replaced.push_back(json::array({x.node_rank, x.lost, x.spare}));
+    }
+    j["replaced"] = std::move(replaced);
+  }
   return text_of(j);
 }
 
@@ -248,6 +258,16 @@ TopologyRecord decode_plan(std::string_view text) {
     r.restarts = j.contains("restarts") ? int_of(j.at("restarts")) : 0;
     r.no_progress = j.contains("no_progress") ? int_of(j.at("no_progress")) : 0;
     r.preflight = j.contains("preflight") && j.at("preflight").get<bool>();
+    r.stop_cleared = j.contains("stop_cleared") && j.at("stop_cleared").get<bool>();
+    if (j.contains("replaced")) {
+      for (const auto& x : j.at("replaced")) {
+        if (!x.is_array() || x.size() != 3) {
+          throw RecordError("malformed plan record: a replacement is not [rank, lost, spare]");
+        }
+        r.replaced.push_back(NodeReplacement{int_of(x.at(0)), x.at(1).get<std::string>(),
+                                             x.at(2).get<std::string>()});
+      }
+    }
     if (r.restarts < 0 || r.no_progress < 0) {
       throw RecordError("malformed plan record: a negative restart count");
     }

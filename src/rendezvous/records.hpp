@@ -37,6 +37,11 @@ struct TopologyRecord {
   // rdzv/plan only: the nodes run the network preflight before the workers
   // start (node 0's --preflight decides for the job).
   bool preflight = false;
+  // job/<round>/plan: the spares this round took in a lost node's place.
+  std::vector<NodeReplacement> replaced{};
+  // job/<round>/plan: node 0 cleared job/<round>/stop, which held the last
+  // word of a node this round leaves out: a node that heard it forgets it.
+  bool stop_cleared = false;
 };
 std::string encode_plan(const TopologyRecord& record);
 TopologyRecord decode_plan(std::string_view text);

@@ -53,6 +53,11 @@ void StoreConnection::add(const std::string& key, int64_t delta,
           [done = std::move(done)](const Reply& r) { done(protocol::read_i64(r)); });
 }
 
+void StoreConnection::erase(const std::string& key, std::function<void()> done) {
+  request(protocol::request::remove(key), Duration(0),
+          [done = std::move(done)](const Reply&) { done(); });
+}
+
 void StoreConnection::compare_set(const std::string& key,
                                   const std::optional<std::string>& expected,
                                   const std::string& desired,

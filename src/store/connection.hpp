@@ -65,6 +65,8 @@ class StoreConnection {
   void get(const std::string& key, Duration timeout,
            std::function<void(std::optional<std::string>)> done);
   void add(const std::string& key, int64_t delta, std::function<void(int64_t)> done);
+  // DELETE: `done` once the key is gone (whether it existed or not).
+  void erase(const std::string& key, std::function<void()> done);
   // Sets `desired` if the key holds `expected` (nullopt: if absent); hands
   // over the value held afterwards.
   void compare_set(const std::string& key, const std::optional<std::string>& expected,

@@ -104,8 +104,15 @@ std::string format_failure_report(const JobSummary& s) {
   for (size_t i = 0; i + 1 < s.rounds.size(); ++i) {
     used -= s.rounds[i].regroup || no_progress(s.rounds[i]) ? 0 : 1;
   }
+  auto spares = [&out](const RoundSummary& r) {
+    for (const auto& x : r.replaced) {
+      out += fmt::format("ddplaunch: round {} began with spare {} in the place of node {} ({})\n",
+                         r.round, x.spare, x.node_rank, x.lost);
+    }
+  };
   for (size_t i = 0; i + 1 < s.rounds.size(); ++i) {
     const auto& r = s.rounds[i];
+    spares(r);
     if (r.regroup) {
       out += fmt::format("ddplaunch: round {} ended: {}; the nodes met again (no restart used)\n",
                          r.round, describe_round_end(r));
@@ -117,6 +124,9 @@ std::string format_failure_report(const JobSummary& s) {
       out += fmt::format("ddplaunch: round {} failed{}: {}; restarted ({} of {})\n", r.round,
                          events(r), describe_round_end(r), ++used, s.max_restarts);
     }
+  }
+  if (!s.rounds.empty()) {
+    spares(s.rounds.back());
   }
   size_t stalled = 0;  // the last rounds, in a row, without progress
   while (stalled < s.rounds.size() && no_progress(s.rounds[s.rounds.size() - 1 - stalled])) {

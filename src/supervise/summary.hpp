@@ -57,6 +57,8 @@ struct RoundSummary {
   // whether the round made progress (the job's view); -1: not followed.
   long long progress_events = -1;
   std::optional<bool> made_progress;
+  // The spares it started with in the place of nodes the last round lost.
+  std::vector<NodeReplacement> replaced{};
   bool operator==(const RoundSummary&) const = default;
 };
 

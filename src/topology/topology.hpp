@@ -32,6 +32,16 @@ struct NodeEntry {
   bool operator==(const NodeEntry&) const = default;
 };
 
+// A spare node (one that waited, rendezvoused and health-checked, while an
+// elastic job ran with --nnodes MAX) that a round took in the place of a
+// node the last round lost: it gets that node's rank.
+struct NodeReplacement {
+  int node_rank = 0;
+  std::string lost;   // the lost node's host
+  std::string spare;  // the spare's host
+  bool operator==(const NodeReplacement&) const = default;
+};
+
 // Consecutive node ranks with the same number of workers.
 struct SizeRun {
   int nproc = 1;

@@ -44,6 +44,72 @@ def test_a_killed_node_leaves_the_others_to_go_on_as_a_smaller_job(jobs, tmp_pat
     assert sorted(r["rank"] for r in s["ranks"]) == [0, 1, 2, 3]
 
 
+def test_a_spare_takes_a_lost_nodes_place_and_the_job_stays_at_max(jobs, tmp_path):
+    """Hot spares: a third agent of a 1:2 job waits, rendezvoused, while two
+    run; when node 1's agent is killed, the next round starts at once with
+    the spare as node 1, at MAX nodes, and the report says which spare took
+    which node's place."""
+    port = free_port()
+    hold = ["sh", "-c", 'echo "start rank=$RANK ws=$WORLD_SIZE restarts=$TORCHELASTIC_RESTART_COUNT '
+                        'group=$GROUP_RANK"; [ "$TORCHELASTIC_RESTART_COUNT" != 0 ] || exec sleep 600']
+    extra = ["--max-restarts", 1, "--rdzv-last-call", 600]
+    running = [elastic(jobs, port, "1:2", hold,
+                       extra + ["--node-rank", n, "--summary-json", tmp_path / f"s{n}.json"])
+               for n in range(2)]
+    for p in running:
+        read_until(p.stdout, "ws=4")
+    spare = elastic(jobs, port, "1:2", hold, extra + ["--summary-json", tmp_path / "spare.json"])
+    read_until(spare.stderr, "waits to be admitted")
+    running[1].send_signal(signal.SIGKILL)
+    running[1].wait()
+    ends = []
+    for p in (running[0], spare):
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert "ws=4 restarts=1 group=" in out, (out, err)
+        ends.append((out, err))
+    assert "restarts=1 group=1" in ends[1][0], "the spare is node 1, as the node it replaced"
+    assert "round 1: spare" in ends[0][1] and "takes the place of node 1" in ends[0][1], ends[0][1]
+    s = json.loads((tmp_path / "s0.json").read_text())
+    assert [(r["round"], r["nnodes"]) for r in s["rounds"]] == [(0, 2), (1, 2)]
+    replaced = s["rounds"][1]["replaced"]
+    assert [r["node_rank"] for r in replaced] == [1], replaced
+    assert json.loads((tmp_path / "spare.json").read_text())["rounds"][-1]["replaced"] == replaced
+
+
+def test_a_spare_takes_the_place_of_a_node_that_fails_its_check_before_a_restart(jobs, tmp_path):
+    """Rank 0 fails in round 0; before round 1, node 1's health check fails
+    and it leaves (exit 5). Its last word must not end round 1: the spare
+    runs it in node 1's place, and the job succeeds with one restart."""
+    port = free_port()
+    broken, fail = tmp_path / "broken", tmp_path / "fail"
+    program = ["sh", "-c", 'r=$TORCHELASTIC_RESTART_COUNT; echo "start rank=$RANK ws=$WORLD_SIZE '
+                           'restarts=$r group=$GROUP_RANK"; [ "$r" = 0 ] || exit 0; '
+                           f'if [ "$RANK" = 0 ]; then while [ ! -e {fail} ]; do sleep 0.01; done; '
+                           'exit 3; fi; exec sleep 600']
+    extra = ["--max-restarts", 1, "--rdzv-last-call", 600]
+    node0 = elastic(jobs, port, "1:2", program,
+                    extra + ["--node-rank", 0, "--summary-json", tmp_path / "s0.json"])
+    node1 = elastic(jobs, port, "1:2", program,
+                    extra + ["--node-rank", 1, "--health-check", f"test ! -e {broken}"])
+    for p in (node0, node1):
+        read_until(p.stdout, "ws=4")
+    spare = elastic(jobs, port, "1:2", program, extra)
+    read_until(spare.stderr, "waits to be admitted")
+    broken.touch()
+    fail.touch()
+    out1, err1 = node1.communicate(timeout=120)
+    assert node1.returncode == 5, err1
+    for p in (node0, spare):
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    assert "restarts=1 group=1" in out, (out, err)
+    s = json.loads((tmp_path / "s0.json").read_text())
+    assert s["restarts"] == 1
+    assert [(r["round"], r["nnodes"]) for r in s["rounds"]] == [(0, 2), (1, 2)]
+    assert [r["node_rank"] for r in s["rounds"][1]["replaced"]] == [1]
+
+
 def test_a_node_that_joins_while_the_job_runs_is_admitted_at_once(jobs, tmp_path):
     port = free_port()
     extra = ["--max-restarts", 1, "--rdzv-last-call", 0]

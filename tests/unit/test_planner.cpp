@@ -228,10 +228,12 @@ TEST(Planner, ElasticRoundsDropLostNodesAndAdmitWaitingOnesUpToMax) {
   RoundAssignment next = p.next_round({1}, {3}, "10.0.0.0", 2);
   EXPECT_EQ(next.topology.nnodes(), 4) << "MAX";
   EXPECT_EQ(next.admitted, (std::vector<int>{4, 5}));
-  // The survivors keep their order (arrival 0 and 2 -> ranks 0, 1), the
-  // newcomers follow; arrival 1 (lost) and 3 (left) have none.
-  EXPECT_EQ(next.node_rank_of_arrival, (std::vector<int>{0, -1, 1, -1, 2, 3}));
-  EXPECT_EQ(next.topology.nodes[2].host, "h4");
+  // A spare takes the lost node's place (arrival 4 -> rank 1), so the
+  // survivors keep their ranks (arrivals 0 and 2 -> 0 and 2); the other
+  // newcomer follows; arrival 1 (lost) and 3 (left) have none.
+  EXPECT_EQ(next.node_rank_of_arrival, (std::vector<int>{0, -1, 2, -1, 1, 3}));
+  EXPECT_EQ(next.topology.nodes[1].host, "h4");
+  EXPECT_EQ(next.replaced, (std::vector<NodeReplacement>{{1, "h1", "h4"}}));
   EXPECT_EQ(next.topology.master_port, 2);
   EXPECT_FALSE(p.can_grow());
   EXPECT_TRUE(p.drop_waiting().empty());
@@ -244,6 +246,28 @@ TEST(Planner, ElasticRoundsDropLostNodesAndAdmitWaitingOnesUpToMax) {
   RoundAssignment again = fixed.next_round({}, {}, "10.0.0.0", 7);
   EXPECT_EQ(again.node_rank_of_arrival, first.node_rank_of_arrival);
   EXPECT_EQ(again.topology.nodes, first.topology.nodes);
+}
+
+// Hot spares: more nodes than MAX. The extra ones wait; each lost member's
+// place goes to the next spare, the job stays at MAX, and a lost node
+// without a spare left shrinks it.
+TEST(Planner, SparesTakeTheLostNodesPlacesAndTheJobStaysAtMax) {
+  RendezvousPlanner p(elastic_node(0, -1, true));
+  for (int a = 0; a < 4; ++a) {
+    ASSERT_FALSE(p.add(elastic_node(a, -1, a == 0)));
+  }
+  p.plan("10.0.0.0", 1);
+  ASSERT_FALSE(p.add(elastic_node(4)));
+  ASSERT_FALSE(p.add(elastic_node(5)));
+  EXPECT_FALSE(p.can_grow()) << "at MAX: they are spares";
+  RoundAssignment next = p.next_round({0, 2}, {}, "10.0.0.0", 2);
+  EXPECT_EQ(next.topology.nnodes(), 4);
+  EXPECT_EQ(next.node_rank_of_arrival, (std::vector<int>{-1, 1, -1, 3, 0, 2}));
+  EXPECT_EQ(next.replaced, (std::vector<NodeReplacement>{{0, "h0", "h4"}, {2, "h2", "h5"}}));
+  EXPECT_TRUE(p.waiting().empty());
+  RoundAssignment after = p.next_round({1}, {}, "10.0.0.0", 3);
+  EXPECT_EQ(after.topology.nnodes(), 3) << "no spare left: the job shrinks";
+  EXPECT_TRUE(after.replaced.empty());
 }
 
 // Four agents of a 2-node job start at once: whichever of them hosts the

@@ -122,6 +122,16 @@ TEST(Records, EveryStoreRecordRoundTrips) {
   EXPECT_EQ(decode_assignment(encode_assignment(4095)), 4095);
   auto round_plan = decode_plan(encode_plan(TopologyRecord{t, "", 2}));
   EXPECT_EQ(round_plan.restarts, 2) << "a node admitted late learns the restarts used";
+  TopologyRecord spared{t, "", 1};
+  spared.replaced = {{1, "b", "c"}};
+  spared.preflight = true;
+  auto spared_back = decode_plan(encode_plan(spared));
+  EXPECT_EQ(spared_back.replaced, spared.replaced);
+  EXPECT_TRUE(spared_back.preflight);
+  EXPECT_FALSE(round_plan.preflight);
+  std::string short_one = encode_plan(spared);
+  short_one.replace(short_one.find(R"([1,"b","c"])"), 11, R"([1,"b"])");
+  EXPECT_THROW(decode_plan(short_one), RecordError);
   EXPECT_EQ(decode_admission(encode_admission(Admission{3, ""})).round, 3);
   EXPECT_EQ(decode_admission(encode_admission(Admission{0, "ended"})).error, "ended");
   EXPECT_THROW(decode_admission(R"({"round":0})"), RecordError);

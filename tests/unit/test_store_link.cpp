@@ -727,6 +727,65 @@ TEST_F(StoreLinkTest, AnElasticJobAdmitsALateNodeByRegrouping) {
   EXPECT_EQ(host().heard.rounds.back(), (RoundStart{1, 0}));
 }
 
+// Hot spares: a third agent of a 1:2 job waits; when node 1 is lost, the
+// next round takes the spare as node 1, and every node hears which spare
+// took which node's place.
+TEST_F(StoreLinkTest, ASpareTakesALostMembersPlaceAndRank) {
+  config.nnodes_min = 1;
+  config.max_restarts = 1;
+  two_nodes_running();
+  add(false);
+  agents.back()->join();
+  settle();
+  Agent& spare = *agents.back();
+  EXPECT_FALSE(spare.link->admitted()) << "a spare: the job runs at MAX";
+  member().conn.fail(StoreConnection::Failure::k_lost, "killed");
+  settle();
+  ASSERT_EQ(host().heard.verdicts.size(), 1u);
+  EXPECT_EQ(host().heard.verdicts[0].lost, 1);
+  host().link->next_round({}, RoundStart{1, 1});
+  settle();
+  ASSERT_TRUE(spare.heard.joined());
+  EXPECT_EQ(spare.heard.node_rank, 1) << "the lost node's rank";
+  EXPECT_EQ(spare.heard.topology->nnodes(), 2) << "the job stays at MAX";
+  const std::vector<NodeReplacement> replaced{{1, "h1", "h2"}};
+  EXPECT_EQ(spare.heard.rounds.back().replaced, replaced);
+  EXPECT_EQ(host().heard.rounds.back().replaced, replaced);
+}
+
+// A member of an elastic job killed while the nodes meet for a restart (or
+// leaving, failing its health check): its last word sits on the next
+// round's stop key. The round goes on without it (a spare in its place)
+// and must not be ended by that word: node 0 clears the key, and a real
+// verdict of the round still reaches every node.
+TEST_F(StoreLinkTest, ANodeLeftOutOfAnElasticRoundDoesNotEndItWithItsLastWord) {
+  config.nnodes_min = 1;
+  config.max_restarts = 2;
+  two_nodes_running();
+  add(false);
+  agents.back()->join();
+  settle();
+  Agent& spare = *agents.back();
+  host().link->publish_stop(failure(0));
+  settle();
+  ASSERT_EQ(member().heard.verdicts.size(), 1u);
+  member().conn.fail(StoreConnection::Failure::k_lost, "killed");  // as it stops its workers
+  settle();
+  host().link->next_round({}, RoundStart{1, 1});
+  settle();
+  ASSERT_TRUE(spare.heard.joined());
+  EXPECT_EQ(spare.heard.node_rank, 1);
+  ASSERT_EQ(host().heard.rounds.size(), 2u);
+  EXPECT_EQ(host().heard.verdicts.size(), 1u) << "round 1 was not ended by node 1's last word";
+  EXPECT_TRUE(spare.heard.verdicts.empty());
+  spare.link->publish_stop(failure(1, 5));
+  settle();
+  ASSERT_EQ(host().heard.verdicts.size(), 2u);
+  EXPECT_EQ(host().heard.verdicts[1], failure(1, 5));
+  ASSERT_EQ(spare.heard.verdicts.size(), 1u);
+  EXPECT_EQ(spare.heard.verdicts[0], failure(1, 5));
+}
+
 // --- the network preflight ------------------------------------------------------
 
 // Node 0 holds MASTER_PORT open and publishes every probe port; each node
