@@ -77,6 +77,14 @@ void ReachProbe::start(std::vector<ProbeTarget> targets, TimePoint deadline, Don
   for (auto& target : targets) {
     m_connects.push_back(Connect{std::move(target), posix::Fd()});
   }
+  if (!m_loop) {
+    try {
+      m_loop.emplace();
+    } catch (const std::system_error& e) {
+      log::warn("network preflight: this node probes nothing: {}", e.what());
+      m_connects.clear();
+    }
+  }
   for (size_t i = 0; i < m_connects.size(); ++i) {
     auto& c = m_connects[i];
     auto fd = posix::start_connect(c.target.addr, c.target.port);
@@ -90,14 +98,14 @@ void ReachProbe::start(std::vector<ProbeTarget> targets, TimePoint deadline, Don
       continue;
     }
     c.fd = std::move(*fd);
-    m_loop.set(c.fd.get(), EPOLLOUT, i);
+    m_loop->set(c.fd.get(), EPOLLOUT, i);
     ++m_in_flight;
   }
   finish_if_done();
 }
 
 void ReachProbe::on_ready(TimePoint) {
-  for (const auto& ready : m_loop.wait(std::chrono::steady_clock::now())) {
+  for (const auto& ready : m_loop->wait(std::chrono::steady_clock::now())) {
     const int err = posix::connect_error(m_connects.at(ready.tag).fd.get());
     end(ready.tag, err == 0 ? std::string() : connect_failure(err));
   }
@@ -131,7 +139,7 @@ void ReachProbe::end(size_t i, const std::string& error) {
   if (!c.fd) {
     return;
   }
-  m_loop.remove(c.fd.get());
+  m_loop->remove(c.fd.get());
   const linger reset{1, 0};
   (void)::setsockopt(c.fd.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
   c.fd.close();

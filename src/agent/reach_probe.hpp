@@ -7,6 +7,7 @@
 // side keeps a TIME_WAIT. Not thread-safe: the agent's thread drives it.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,7 @@ class ReachProbe : public NetworkProbe {
   bool hold_port(int port) override;
   void release() override;
   void start(std::vector<ProbeTarget> targets, TimePoint deadline, Done done) override;
-  int fd() const override { return m_in_flight == 0 ? -1 : m_loop.fd(); }
+  int fd() const override { return m_in_flight == 0 ? -1 : m_loop->fd(); }
   void on_ready(TimePoint now) override;
   std::optional<TimePoint> deadline() const override;
   void on_time(TimePoint now) override;
@@ -39,7 +40,9 @@ class ReachProbe : public NetworkProbe {
   void end(size_t i, const std::string& error);  // error empty: it connected
   void finish_if_done();
 
-  posix::EventLoop m_loop;
+  // Made by the first start(): a node short of descriptors fails no
+  // earlier than its probes would.
+  std::optional<posix::EventLoop> m_loop;
   posix::Fd m_listener;  // this node's probe port
   posix::Fd m_held;      // node 0's MASTER_PORT, until release()
   std::vector<Connect> m_connects;
