@@ -291,8 +291,12 @@ void HostLink::take_arrival(int arrival, const std::optional<std::string>& text)
     refuse(arrival, *error);
     return;
   }
-  log::info("{} joined the running job: it waits for the next round", describe_node(record));
-  m_store.set(keys::plan(arrival), encode_answer(JoinAnswer{-1, "", true}), [] {});
+  // At MAX (members + those already waiting), it is a hot spare.
+  const bool spare =
+      m_planner->members() + static_cast<int>(m_planner->waiting().size()) > m_planner->max_nodes();
+  log::info("{} joined the running job: it waits {}", describe_node(record),
+            spare ? "as a spare, for a lost node's place" : "for the next round");
+  m_store.set(keys::plan(arrival), encode_answer(JoinAnswer{-1, "", true, spare}), [] {});
   maybe_regroup();
 }
 

@@ -80,7 +80,7 @@ void MemberLink::take_answer(const std::string& text) {
     return;
   }
   if (answer.wait) {
-    wait_for_admission();  // it joined after node 0 planned the first round
+    wait_for_admission(answer.spare);  // it joined after node 0 planned the first round
     return;
   }
   // The plan is written right after the answers.
@@ -205,13 +205,20 @@ void MemberLink::round_ended(int, const std::set<int>&) {
   wait_for_round_plan();
 }
 
-void MemberLink::wait_for_admission() {
+void MemberLink::wait_for_admission(bool spare) {
   m_waiting = true;
   m_deferred.reset();  // a round this node is not part of
-  log::info(
-      "the job started without this node: it waits to be admitted at the job's next round "
-      "(--nnodes {})",
-      nnodes_text(m_config));
+  if (spare) {
+    log::info(
+        "the job runs at --nnodes {}'s MAX: this node waits to be admitted as a hot spare, "
+        "taking the place of a node the job loses",
+        nnodes_text(m_config));
+  } else {
+    log::info(
+        "the job started without this node: it waits to be admitted at the job's next round "
+        "(--nnodes {})",
+        nnodes_text(m_config));
+  }
   // If this agent goes before it is admitted, the store says so.
   m_store.on_close(keys::left(m_self.arrival), "1");
   // As torchrun's join timeout: a spare node waits --rdzv-timeout at most.

@@ -38,7 +38,7 @@ class MemberLink : public StoreLink {
   void take_plan(const std::optional<std::string>& text, int node_rank);
   // `node_rank` (read from `key`) is checked against the plan before use.
   void take_assignment(Topology topology, int node_rank, const std::string& key);
-  void wait_for_admission();  // it joined once the job ran
+  void wait_for_admission(bool spare);  // it joined once the job ran
   void take_admission(const std::optional<std::string>& text);
   void wait_for_round_plan();
   void take_round_plan(const std::optional<std::string>& text);

@@ -334,7 +334,7 @@ std::string encode_answer(const JoinAnswer& a) {
     return text_of({{"error", a.error}});
   }
   if (a.wait) {
-    return text_of({{"wait", true}});
+    return a.spare ? text_of({{"wait", true}, {"spare", true}}) : text_of({{"wait", true}});
   }
   return encode_assignment(a.node_rank);
 }
@@ -352,6 +352,7 @@ JoinAnswer decode_answer(std::string_view text) {
       if (!a.wait) {
         throw RecordError("malformed node plan record: wait is false");
       }
+      a.spare = j.contains("spare") && j.at("spare").get<bool>();
     } else {
       a.node_rank = int_of(j.at("node_rank"));
       if (a.node_rank < 0) {

@@ -62,6 +62,7 @@ struct JoinAnswer {
   int node_rank = -1;  // >= 0: a member of the first round
   std::string error;   // set: refused
   bool wait = false;   // an elastic job's newcomer: wait for rdzv/admit/<arrival>
+  bool spare = false;  // with wait: the job runs at MAX, so it waits as a hot spare
   bool operator==(const JoinAnswer&) const = default;
 };
 std::string encode_answer(const JoinAnswer& answer);

@@ -59,7 +59,7 @@ def test_a_spare_takes_a_lost_nodes_place_and_the_job_stays_at_max(jobs, tmp_pat
     for p in running:
         read_until(p.stdout, "ws=4")
     spare = elastic(jobs, port, "1:2", hold, extra + ["--summary-json", tmp_path / "spare.json"])
-    read_until(spare.stderr, "waits to be admitted")
+    read_until(spare.stderr, "waits to be admitted as a hot spare")
     running[1].send_signal(signal.SIGKILL)
     running[1].wait()
     ends = []

@@ -142,7 +142,7 @@ TEST(Records, EveryStoreRecordRoundTrips) {
   // rdzv/plan/<arrival>: a rank, a refusal, or wait; a member's answer is the
   // same text as encode_assignment, and a negative rank is malformed.
   for (const JoinAnswer& a : {JoinAnswer{3, "", false}, JoinAnswer{-1, "refused: too many", false},
-                              JoinAnswer{-1, "", true}}) {
+                              JoinAnswer{-1, "", true}, JoinAnswer{-1, "", true, true}}) {
     EXPECT_EQ(decode_answer(encode_answer(a)), a);
   }
   EXPECT_EQ(encode_answer(JoinAnswer{3, "", false}), encode_assignment(3));
