@@ -137,25 +137,26 @@ void StoreLink::probe_peers(std::vector<std::optional<std::string>> endpoints,
   }
   std::vector<ProbeTarget> targets;
   std::vector<ProbeFailure> failures;
+  // Each peer's probe port; node 0's MASTER_PORT from the last record when
+  // this node probes it (start_job() asked for node 0's record last).
   const bool master = probes_master_port(m_node_rank, m_nnodes);
   for (size_t i = 0; i < peers.size(); ++i) {
-    const int peer = peers[i];
     ProbeEndpoint e;
     try {
       e = decode_probe_endpoint(endpoints.at(i).value_or(""));
     } catch (const RecordError& error) {
       failures.push_back(
-          ProbeFailure{ProbeTarget{peer, "?", "?", 0, false},
+          ProbeFailure{ProbeTarget{peers[i], "?", "?", 0, false},
                        std::string("node 0 published no usable probe record: ") + error.what()});
       continue;
     }
-    const bool last = i + 1 == peers.size();
-    if (master && last && e.master_port > 0) {
-      targets.push_back(
-          ProbeTarget{peer, e.host, m_preflight_topology->master_addr, e.master_port, true});
-    }
-    if (!(master && last) && e.port > 0) {
-      targets.push_back(ProbeTarget{peer, e.host, e.addr, e.port, false});
+    if (master && i + 1 == peers.size()) {
+      if (e.master_port > 0) {
+        targets.push_back(
+            ProbeTarget{0, e.host, m_preflight_topology->master_addr, e.master_port, true});
+      }
+    } else if (e.port > 0) {
+      targets.push_back(ProbeTarget{peers[i], e.host, e.addr, e.port, false});
     }
   }
   if (m_probe == nullptr || targets.empty()) {

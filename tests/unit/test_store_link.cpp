@@ -184,6 +184,15 @@ class StoreLinkTest : public ::testing::Test {
     member().join();
     settle();
   }
+  // Two nodes run an elastic job at MAX (2); a third agent joins and
+  // waits as a spare.
+  Agent& two_nodes_running_and_a_spare() {
+    two_nodes_running();
+    add(false);
+    agents.back()->join();
+    settle();
+    return *agents.back();
+  }
   // Rank 1 fails; both nodes go to round `next`.
   void restart_both(RoundStart next) {
     host().link->publish_stop(failure(1));
@@ -733,11 +742,7 @@ TEST_F(StoreLinkTest, AnElasticJobAdmitsALateNodeByRegrouping) {
 TEST_F(StoreLinkTest, ASpareTakesALostMembersPlaceAndRank) {
   config.nnodes_min = 1;
   config.max_restarts = 1;
-  two_nodes_running();
-  add(false);
-  agents.back()->join();
-  settle();
-  Agent& spare = *agents.back();
+  Agent& spare = two_nodes_running_and_a_spare();
   EXPECT_FALSE(spare.link->admitted()) << "a spare: the job runs at MAX";
   member().conn.fail(StoreConnection::Failure::k_lost, "killed");
   settle();
@@ -761,11 +766,7 @@ TEST_F(StoreLinkTest, ASpareTakesALostMembersPlaceAndRank) {
 TEST_F(StoreLinkTest, ANodeLeftOutOfAnElasticRoundDoesNotEndItWithItsLastWord) {
   config.nnodes_min = 1;
   config.max_restarts = 2;
-  two_nodes_running();
-  add(false);
-  agents.back()->join();
-  settle();
-  Agent& spare = *agents.back();
+  Agent& spare = two_nodes_running_and_a_spare();
   host().link->publish_stop(failure(0));
   settle();
   ASSERT_EQ(member().heard.verdicts.size(), 1u);
