@@ -14,6 +14,7 @@
 #include "ddplaunch/error.hpp"
 #include "launcher/plan.hpp"
 #include "log.hpp"
+#include "mpi/pmix_env_cache.hpp"
 #include "mpi/pmix_server.hpp"
 #include "mpi/topology_cache.hpp"
 #include "node/gpu_release.hpp"
@@ -275,6 +276,15 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   become_subreaper();
   raise_fd_limit_for_launcher();
   reserve_spawn_slots();
+  if (config.pmix && env.count("PMIX_MCA_gds") == 0) {
+    // The PMIx server keeps its job data in its own memory ("hash"), not in
+    // shared-memory files (ds21, ds12): a client of those opens the files in
+    // PMIx_Init before it connects, and a worker may start before its
+    // server does (mpi/pmix_relay.hpp). Set here, while this process has one
+    // thread: libpmix reads it when it starts. The workers' environment was
+    // taken already and does not carry it.
+    ::setenv("PMIX_MCA_gds", "hash", 0);
+  }
   // Before any thread (PMIx's, the store's) exists: the guard is a fork.
   std::optional<JobGuard> guard;
   EnvMap worker_env = env;
@@ -313,7 +323,17 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   // exchange above (a client of mpirun's, done), before the first round.
   std::unique_ptr<PmixServer> pmix;
   if (config.pmix && !config.dry_run && guard) {
-    pmix = PmixServer::start(guard->job_dir(), topology_cache_enabled(env));
+    PmixServer::Options options;
+    options.tmpdir = guard->job_dir();
+    options.cache_topology = topology_cache_enabled(env);
+    if (pmix_lazy_enabled(env)) {
+      // The environment an earlier launch's server gave its workers: with
+      // it, the workers start at once and the server only when one of
+      // them connects (a job that never calls MPI_Init never loads libpmix).
+      options.env_fingerprint = pmix_env_fingerprint(env);
+      options.env_template = read_pmix_env_cache(pmix_env_cache_path(), options.env_fingerprint);
+    }
+    pmix = PmixServer::start(std::move(options));
   }
   NodeIdentity self = identify_node(config, env, address.host);
   if (guard) {
@@ -354,6 +374,9 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   if (pmix) {
     pmix->attach_store(store.get(), config.node_rank.value_or(0));
     driver.watch_mpi(pmix->event_fd());
+    if (pmix->relay_fd() >= 0) {
+      driver.watch_mpi(pmix->relay_fd());
+    }
   }
   Agent agent(config, worker_env, self, spawner, clock, link.get(), console, pmix.get());
   if (!config.health_check.empty()) {

@@ -1,5 +1,6 @@
 #include "mpi/pmix_server.hpp"
 
+#include <dlfcn.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -28,9 +29,9 @@ namespace ddplaunch {
 
 struct PmixServer::Upcall {};
 
-PmixServer::PmixServer() = default;
+PmixServer::PmixServer(Options options) : m_options(std::move(options)) {}
 PmixServer::~PmixServer() = default;
-std::unique_ptr<PmixServer> PmixServer::start(const std::string&, bool) {
+std::unique_ptr<PmixServer> PmixServer::start(Options) {
   log::debug("no PMIx server for the workers: this ddplaunch was built without libpmix-dev");
   return nullptr;
 }
@@ -49,6 +50,15 @@ void PmixServer::fence(Upcall&) {}
 void PmixServer::direct_modex(Upcall&) {}
 void PmixServer::complete(Upcall&, bool, std::string) {}
 void PmixServer::serve_direct_modex() {}
+void PmixServer::begin() {}
+MpiRoundEnv PmixServer::register_round(const PmixJob&) {
+  return {};
+}
+void PmixServer::on_started() {}
+void PmixServer::keep_environment(const MpiRoundEnv&) {}
+PmixRunNames PmixServer::run_names(const std::string&, const std::string&) const {
+  return {};
+}
 
 #else
 
@@ -86,6 +96,9 @@ struct ServerApi {
 };
 
 ServerApi g_api;
+// The server's own name; its rank is the launcher's pid (as libpmix's
+// default "pmix-server.<pid>").
+constexpr const char* k_server_nspace = "ddplaunch-server";
 // libpmix's upcalls carry no pointer of ours: the one server of this process.
 std::atomic<PmixServer*> g_server{nullptr};
 
@@ -147,6 +160,7 @@ struct PmixServer::Upcall {
     k_fence,         // libpmix's fence_nb: the local ranks are all in
     k_dmodex,        // libpmix's direct_modex: a remote rank's data wanted here
     k_dmodex_local,  // libpmix's answer to a remote node's direct modex
+    k_started,       // a lazy server's libpmix is up (or failed to start)
   } kind = Kind::k_event;
   std::string nspace;
   MpiEvent event;
@@ -280,53 +294,88 @@ pmix_server_module_t g_module = [] {
 
 }  // namespace
 
-PmixServer::PmixServer() : m_wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+PmixServer::PmixServer(Options options)
+    : m_options(std::move(options)), m_wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (!m_wake) {
     throw posix::errno_error("eventfd for the PMIx server");
   }
 }
 
-std::unique_ptr<PmixServer> PmixServer::start(const std::string& tmpdir, bool cache_topology) {
+std::unique_ptr<PmixServer> PmixServer::start(Options options) {
   if (g_server.load() != nullptr) {
     return nullptr;  // libpmix holds one server per process
   }
-  std::unique_ptr<PmixServer> server(new PmixServer());
+  std::unique_ptr<PmixServer> server(new PmixServer(std::move(options)));
   g_server = server.get();
+  if (server->m_options.env_template) {
+    try {
+      server->m_relay = std::make_unique<PmixRelay>();
+      server->m_relay->on_first_client([s = server.get()] { s->begin(); });
+      log::debug("the PMIx server starts when a worker first connects (its relay: port {})",
+                 server->m_relay->port());
+      return server;
+    } catch (const std::system_error& e) {
+      log::debug("no relay for the PMIx server ({}): it starts now", e.what());
+      server->m_relay.reset();
+      server->m_options.env_template.reset();
+    }
+  }
+  server->begin();
+  return server;
+}
+
+void PmixServer::begin() {
+  if (m_started) {
+    return;
+  }
+  m_started = true;
   // The machine's topology from this user's cache when it still fits the
   // machine (~0.3 ms), where hwloc's discovery takes ~13 ms: read here,
   // before the server's thread exists (HwlocTopology::prepare).
-  if (cache_topology && (g_api.handle != nullptr || g_api.load(server->m_why))) {
-    server->m_topology = HwlocTopology::prepare(g_api.handle, server->m_topology_why);
+  if (m_options.cache_topology && (g_api.handle != nullptr || g_api.load(m_why))) {
+    m_topology = HwlocTopology::prepare(g_api.handle, m_topology_why);
   }
-  server->m_starting = std::thread([s = server.get(), tmpdir] {
-    if (g_api.handle == nullptr && !g_api.load(s->m_why)) {
+  const bool lazy = m_relay != nullptr;
+  m_starting = std::thread([this, lazy, tmpdir = m_options.tmpdir] {
+    auto started = [this, lazy] {
+      if (lazy) {
+        auto up = std::make_unique<Upcall>();
+        up->kind = Upcall::Kind::k_started;
+        post(std::move(up));
+      }
+    };
+    if (g_api.handle == nullptr && !g_api.load(m_why)) {
+      started();
       return;
     }
     InfoList info;
     pmix_topology_t topology{const_cast<char*>("hwloc"), nullptr};
-    if (s->m_topology && !s->m_topology->obtain(s->m_topology_why)) {
-      s->m_topology.reset();
+    if (m_topology && !m_topology->obtain(m_topology_why)) {
+      m_topology.reset();
     }
-    if (s->m_topology) {
-      topology.topology = s->m_topology->get();
+    if (m_topology) {
+      topology.topology = m_topology->get();
       info.topology(PMIX_TOPOLOGY2, &topology);
     }
     if (!tmpdir.empty()) {
       info.str(PMIX_SERVER_TMPDIR, tmpdir);
       info.str(PMIX_SYSTEM_TMPDIR, tmpdir);
     }
+    // Its own name, as the relay's address spells it to the workers.
+    info.str(PMIX_SERVER_NSPACE, k_server_nspace);
+    info.rank(PMIX_SERVER_RANK, static_cast<uint32_t>(::getpid()));
     // The machine's topology, read once here, is handed to every client
     // (shared memory): N ranks do not each read it (PCI included) again.
     info.flag(PMIX_SERVER_SHARE_TOPOLOGY, true);
     const pmix_status_t rc = g_api.init(&g_module, info.data(), info.size());
     if (rc != PMIX_SUCCESS) {
-      s->m_why = "PMIx_server_init: " + error_text(rc);
-      s->m_topology.reset();
-      return;
+      m_why = "PMIx_server_init: " + error_text(rc);
+      m_topology.reset();
+    } else {
+      m_running = true;
     }
-    s->m_running = true;
+    started();
   });
-  return server;
 }
 
 bool PmixServer::ready() {
@@ -381,6 +430,132 @@ void PmixServer::post(std::unique_ptr<Upcall> upcall) {
 }
 
 MpiRoundEnv PmixServer::start_round(const PmixJob& job) {
+  if (m_relay && !m_serving) {
+    // libpmix is not up yet: the kept environment, pointing at the relay;
+    // the round is registered once the first worker connects (on_started).
+    if (m_fences) {
+      m_fences->abandon();
+      m_dmodex->stop_serving();
+    }
+    m_job = job;
+    const std::string uri = std::string(k_server_nspace) + "." + std::to_string(::getpid()) +
+                            ";tcp4://127.0.0.1:" + std::to_string(m_relay->port());
+    MpiRoundEnv out;
+    out.rank_variable = "PMIX_RANK";
+    out.shared = pmix_env_for_run(*m_options.env_template, run_names(uri, job.nspace));
+    return out;
+  }
+  MpiRoundEnv out = register_round(job);
+  if (!m_kept && !out.shared.empty()) {
+    keep_environment(out);
+  }
+  return out;
+}
+
+PmixRunNames PmixServer::run_names(const std::string& uri, const std::string& nspace) const {
+  return {uri, nspace, m_options.tmpdir, std::to_string(::getpid())};
+}
+
+namespace {
+
+// The server's address in setup_fork's environment ("" when none).
+std::string server_uri(const EnvVars& env) {
+  for (const auto& [name, value] : env) {
+    if (name.rfind("PMIX_SERVER_URI", 0) == 0) {
+      return value;
+    }
+  }
+  return "";
+}
+
+// The host and port of a PMIx URI ("ns.rank;tcp4://127.0.0.1:5000",
+// "...;tcp6://[::1]:5000"); port 0 when it has none.
+std::pair<std::string, int> uri_address(const std::string& uri) {
+  const size_t scheme = uri.find("://");
+  const size_t colon = uri.rfind(':');
+  if (scheme == std::string::npos || colon == std::string::npos || colon < scheme + 3) {
+    return {"", 0};
+  }
+  std::string host = uri.substr(scheme + 3, colon - scheme - 3);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const int port = std::atoi(uri.c_str() + colon + 1);
+  return {host, port > 0 && port < 65536 ? port : 0};
+}
+
+// Where libpmix was loaded from (its file keys the kept environment).
+std::string library_path() {
+  Dl_info info{};
+  if (g_api.init == nullptr || ::dladdr(reinterpret_cast<void*>(g_api.init), &info) == 0 ||
+      info.dli_fname == nullptr) {
+    return "";
+  }
+  return info.dli_fname;
+}
+
+}  // namespace
+
+void PmixServer::keep_environment(const MpiRoundEnv& env) {
+  m_kept = true;
+  if (m_options.env_fingerprint.empty() || !m_job) {
+    return;
+  }
+  const auto tmpl = pmix_env_template(env.shared, run_names(server_uri(env.shared), m_job->nspace));
+  if (!tmpl) {
+    log::debug("the PMIx server's environment cannot be kept: the server starts first next time");
+    return;
+  }
+  if (m_options.env_template == tmpl) {
+    return;
+  }
+  if (m_options.env_template) {
+    log::warn(
+        "the PMIx server's environment changed since it was kept in {}: this round's workers may "
+        "fail in MPI_Init; the next launch gives them the new one",
+        pmix_env_cache_path());
+  }
+  const std::string library = library_path();
+  if (library.empty() ||
+      !write_pmix_env_cache(pmix_env_cache_path(), m_options.env_fingerprint, library, *tmpl)) {
+    log::debug("the PMIx server's environment was not kept in {}", pmix_env_cache_path());
+  }
+}
+
+void PmixServer::on_started() {
+  if (!ready()) {
+    log::warn("no PMIx server for the workers ({}): MPI programs will not initialise", m_why);
+    m_relay->refuse_clients();
+    return;
+  }
+  if (!m_job) {
+    m_relay->refuse_clients();
+    return;
+  }
+  MpiRoundEnv env;
+  try {
+    const PmixJob job = *m_job;  // register_round sets m_job
+    env = register_round(job);
+  } catch (const std::exception& e) {
+    log::warn("the PMIx server refused this job ({}): MPI programs will not initialise", e.what());
+    m_relay->refuse_clients();
+    return;
+  }
+  m_serving = true;
+  keep_environment(env);
+  const auto [host, port] = uri_address(server_uri(env.shared));
+  if (port == 0) {
+    log::warn(
+        "the PMIx server gave no address its workers can reach: MPI programs will not initialise");
+    m_relay->refuse_clients();
+    return;
+  }
+  log::debug("the PMIx server started for the first worker that connected; relayed to {}:{}", host,
+             port);
+  m_relay->set_server(host, port);
+}
+
+MpiRoundEnv PmixServer::register_round(const PmixJob& job) {
   if (!ready()) {
     return {};
   }
@@ -388,6 +563,7 @@ MpiRoundEnv PmixServer::start_round(const PmixJob& job) {
     m_fences->abandon();
     m_dmodex->stop_serving();
   }
+
   if (!m_registered.empty()) {
     // The previous round's namespace: its clients are gone.
     g_api.deregister_nspace(m_registered.c_str(), nullptr, nullptr);
@@ -494,6 +670,9 @@ MpiRoundEnv PmixServer::start_round(const PmixJob& job) {
 }
 
 std::vector<MpiEvent> PmixServer::take_events() {
+  if (m_relay) {
+    m_relay->pump();
+  }
   uint64_t count = 0;
   [[maybe_unused]] ssize_t n = ::read(m_wake.get(), &count, sizeof count);
   std::vector<std::unique_ptr<Upcall> > queue;
@@ -503,6 +682,10 @@ std::vector<MpiEvent> PmixServer::take_events() {
   }
   std::vector<MpiEvent> events;
   for (auto& up : queue) {
+    if (up->kind == Upcall::Kind::k_started) {
+      on_started();
+      continue;
+    }
     if (up->kind == Upcall::Kind::k_dmodex_local) {
       up->answer(up->ok, std::move(up->data));
       continue;

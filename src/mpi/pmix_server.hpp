@@ -20,6 +20,8 @@
 #include "mpi/fence.hpp"
 #include "mpi/hwloc_topology.hpp"
 #include "mpi/mpi_host.hpp"
+#include "mpi/pmix_env_cache.hpp"
+#include "mpi/pmix_relay.hpp"
 #include "posix/fd.hpp"
 #include "store/connection.hpp"
 
@@ -27,14 +29,25 @@ namespace ddplaunch {
 
 class PmixServer : public MpiHost {
  public:
-  // Starts the server, its files under `tmpdir` (this node's job directory),
-  // on a thread of its own: libpmix's start (its plugins, hwloc's view of
-  // the machine: ~15 ms) overlaps the launcher's own until the first
-  // start_round() waits for it. Call once signals are blocked (the threads
-  // inherit the mask) and no PMIx client runs in this process.
-  // With `cache_topology`, the machine's topology comes from this user's
-  // cache when it fits (mpi/topology_cache), and a discovered one is cached.
-  static std::unique_ptr<PmixServer> start(const std::string& tmpdir, bool cache_topology);
+  struct Options {
+    std::string tmpdir;           // its files: this node's job directory
+    bool cache_topology = false;  // the machine's topology from this user's cache
+    // Where setup_fork's environment is kept for the next launch
+    // (mpi/pmix_env_cache.hpp); empty: it is not kept.
+    std::string env_fingerprint;
+    // That environment, kept by an earlier launch: the server starts only
+    // when a worker first connects (through the relay); without it, at once.
+    std::optional<EnvVars> env_template;
+  };
+  // Starts the server on a thread of its own, or (with an env_template)
+  // only its relay, the server itself once a worker connects. Its files go
+  // under `tmpdir`. libpmix's start (its plugins, hwloc's view of the
+  // machine) overlaps the launcher's own until the first start_round()
+  // waits for it. Call once signals are blocked (the threads inherit the
+  // mask) and no PMIx client runs in this process. With `cache_topology`,
+  // the machine's topology comes from this user's cache when it fits
+  // (mpi/topology_cache), and a discovered one is cached.
+  static std::unique_ptr<PmixServer> start(Options options);
   ~PmixServer() override;
   PmixServer(const PmixServer&) = delete;
   PmixServer& operator=(const PmixServer&) = delete;
@@ -42,11 +55,17 @@ class PmixServer : public MpiHost {
   // The job's store, for fences across nodes (none: a one-node job). Must
   // outlive this object, or be detached with nullptr first.
   void attach_store(StoreConnection* connection, int node_rank);
-  // Readable when take_events() has something to do.
+  // Readable when take_events() has something to do; so is the relay's
+  // (-1: none), which take_events() also serves.
   int event_fd() const { return m_wake.get(); }
+  int relay_fd() const { return m_relay ? m_relay->fd() : -1; }
+  // Whether libpmix was started (a lazy server: once a worker connected).
+  bool started() const { return m_started; }
 
   // Waits for the server's start; without one (libpmix missing, or it
   // would not start: said once in the debug log) every worker gets nothing.
+  // A lazy server not started yet gives the workers the kept environment,
+  // pointing at the relay, and registers the round when it starts.
   MpiRoundEnv start_round(const PmixJob& job) override;
   std::vector<MpiEvent> take_events() override;
 
@@ -55,8 +74,17 @@ class PmixServer : public MpiHost {
   void post(std::unique_ptr<Upcall> upcall);
 
  private:
-  PmixServer();
+  explicit PmixServer(Options options);
+  void begin();  // starts libpmix on its thread
   bool ready();  // waits for the start; true if the server runs
+  // Registers `job` with libpmix (forgetting the previous round's) and
+  // returns what setup_fork gives its workers.
+  MpiRoundEnv register_round(const PmixJob& job);
+  // libpmix is up (a lazy server): the round so far is registered, the
+  // relay is pointed at it, and the kept environment checked.
+  void on_started();
+  void keep_environment(const MpiRoundEnv& env);
+  PmixRunNames run_names(const std::string& uri, const std::string& nspace) const;
   void fence(Upcall& call);
   void direct_modex(Upcall& call);
   // Hands libpmix a fence's or a direct modex's data (for the round still
@@ -64,7 +92,12 @@ class PmixServer : public MpiHost {
   void complete(Upcall& call, bool ok, std::string data);
   void serve_direct_modex();
 
-  posix::Fd m_wake;  // eventfd
+  Options m_options;
+  posix::Fd m_wake;                    // eventfd
+  std::unique_ptr<PmixRelay> m_relay;  // a lazy server's workers' address
+  bool m_started = false;              // begin() was called
+  bool m_kept = false;                 // the environment was kept (or found unchanged)
+  bool m_serving = false;              // a lazy server registered its round: the relay leads to it
   std::thread m_starting;
   bool m_running = false;                     // set by m_starting; read after it is joined
   std::string m_why;                          // why it does not run

@@ -1,8 +1,6 @@
 #include "mpi/topology_cache.hpp"
 
 #include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +8,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "posix/cache_file.hpp"
 #include "posix/fd.hpp"
 
 namespace ddplaunch {
@@ -102,48 +101,12 @@ bool topology_cache_enabled(const EnvMap& env) {
 
 std::optional<std::string> read_cached_topology(const std::string& path,
                                                 const std::string& fingerprint) {
-  const posix::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
-  struct stat st {};
-  if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
-      (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 ||
-      static_cast<size_t>(st.st_size) > k_max_cache_bytes) {
-    return std::nullopt;
-  }
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return std::nullopt;  // changed under us: discover
-    }
-    got += static_cast<size_t>(n);
-  }
-  const size_t eol = text.find('\n');
-  if (eol == std::string::npos ||
-      std::string_view(text).substr(0, eol) != std::string(k_magic) + fingerprint) {
-    return std::nullopt;
-  }
-  text.erase(0, eol + 1);
-  return text;
+  return posix::read_cache_file(path, std::string(k_magic) + fingerprint, k_max_cache_bytes);
 }
 
 bool write_cached_topology(const std::string& path, const std::string& fingerprint,
                            std::string_view xml) {
-  std::string tmp = path + ".XXXXXX";
-  const posix::Fd fd(::mkostemp(tmp.data(), O_CLOEXEC));  // mode 0600
-  if (!fd) {
-    return false;
-  }
-  const std::string header = std::string(k_magic) + fingerprint + "\n";
-  if (!posix::write_all(fd.get(), header) || !posix::write_all(fd.get(), xml) ||
-      ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return false;
-  }
-  return true;
+  return posix::write_cache_file(path, std::string(k_magic) + fingerprint, xml);
 }
 
 }  // namespace ddplaunch

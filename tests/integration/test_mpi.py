@@ -186,3 +186,61 @@ def test_a_user_steering_hwloc_gets_no_cache(jobs, tmp_path):
                  env={"TMPDIR": str(tmp_path), "DDPLAUNCH_TOPOLOGY_CACHE": "0"})
     assert r.returncode == 0, r.stderr
     assert not list(tmp_path.glob("ddplaunch-topology-*")), "no cache is written"
+
+
+def launcher_maps_libpmix(jobs, env):
+    """How many of the launcher's mappings are libpmix's, as its worker sees them."""
+    r = jobs.run(["--nproc-per-node", 1, "--", "/bin/sh", "-c",
+                  "grep -c libpmix /proc/$PPID/maps || true"], env=env)
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout.split()[-1])
+
+
+def test_the_pmix_server_starts_only_once_a_worker_connects(jobs, tmp_path):
+    """The first launch starts its PMIx server before its workers and keeps
+    the environment the server gives them (this user's file, 0600). Later
+    launches start their workers at once, pointing them at a relay, and
+    start libpmix only when a worker connects: a job that never calls
+    MPI_Init never loads it, and an MPI job still forms one world, restarts
+    included. DDPLAUNCH_PMIX_LAZY=0 starts the server first again."""
+    env = {"TMPDIR": str(tmp_path)}
+    kept = tmp_path / f"ddplaunch-pmix-{os.geteuid()}.env"
+    assert launcher_maps_libpmix(jobs, env) > 0  # nothing kept yet: started first
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert "PMIX_SERVER_URI4=@@URI@@" in kept.read_text(), kept.read_text()
+
+    assert launcher_maps_libpmix(jobs, env) == 0
+    r = jobs.run(["--log-level", "debug", "--nproc-per-node", 4, "--", MPI_HELLO], env=env)
+    assert r.returncode == 0, r.stderr
+    assert one_world(r.stdout, 4), r.stdout
+    assert "the PMIx server started for the first worker that connected" in r.stderr, r.stderr
+
+    r = jobs.run([*LOCAL2x2, "--max-restarts", 1, "--", MPI_HELLO, "fail-first-round:3"], env=env)
+    assert r.returncode == 0, r.stderr
+    assert "restarting every worker (restart 1 of 1)" in r.stderr, r.stderr
+    assert one_world(r.stdout, 4), r.stdout
+
+    r = jobs.run([*LOCAL2x2, "--", MPI_HELLO, "abort:2:7"], env=env)
+    assert r.returncode == 7, r.stderr
+    assert "rank 2 raised MPI_Abort with error code 7" in r.stderr, r.stderr
+
+    assert launcher_maps_libpmix(jobs, {**env, "DDPLAUNCH_PMIX_LAZY": "0"}) > 0
+
+
+def test_a_kept_pmix_environment_that_no_longer_fits_is_replaced(jobs, tmp_path):
+    env = {"TMPDIR": str(tmp_path)}
+    kept = tmp_path / f"ddplaunch-pmix-{os.geteuid()}.env"
+    r = jobs.run(["--nproc-per-node", 1, "--", MPI_HELLO], env=env)
+    assert r.returncode == 0, r.stderr
+    good = kept.read_text()
+    kept.write_text(good + "PMIX_LEFT_OVER=1\n")
+    r = jobs.run(["--nproc-per-node", 2, "--", MPI_HELLO], env=env)
+    assert r.returncode == 0, r.stderr
+    assert "the PMIx server's environment changed since it was kept" in r.stderr, r.stderr
+    assert kept.read_text() == good
+    # Other PMIx settings are another key: learnt with the server started first.
+    r = jobs.run(["--nproc-per-node", 2, "--", MPI_HELLO],
+                 env={**env, "PMIX_MCA_pmix_server_verbose": "0"})
+    assert r.returncode == 0, r.stderr
+    assert one_world(r.stdout, 2), r.stdout
+    assert "PMIX_MCA_pmix_server_verbose=0" in kept.read_text().splitlines()[0]

@@ -6,33 +6,15 @@
 #include <fstream>
 
 #include "mpi/topology_cache.hpp"
+#include "scratch_dir.hpp"
 
 namespace ddplaunch {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A scratch directory, removed with its contents.
-class Scratch {
- public:
-  Scratch() {
-    std::string tmpl = fs::temp_directory_path() / "topology-cache-test-XXXXXX";
-    m_path = ::mkdtemp(tmpl.data());
-  }
-  ~Scratch() { fs::remove_all(m_path); }
-  std::string operator/(const std::string& name) const { return (m_path / name).string(); }
-  void write(const std::string& name, const std::string& text) const {
-    fs::create_directories((m_path / name).parent_path());
-    std::ofstream(m_path / name) << text;
-  }
-  void mkdir(const std::string& name) const { fs::create_directories(m_path / name); }
-
- private:
-  fs::path m_path;
-};
-
 // A machine as /proc and /sys show it, under the scratch directory.
-void fake_machine(const Scratch& dir) {
+void fake_machine(const ScratchDir& dir) {
   dir.write("proc/self/status",
             "Name:\tddplaunch\nCpus_allowed:\tff\nCpus_allowed_list:\t0-7\n"
             "Mems_allowed_list:\t0-1\nvoluntary_ctxt_switches:\t3\n");
@@ -44,12 +26,12 @@ void fake_machine(const Scratch& dir) {
   dir.mkdir("sys/class/net/eth0");
 }
 
-std::string fingerprint(const Scratch& dir) {
+std::string fingerprint(const ScratchDir& dir) {
   return topology_fingerprint(0x20800, dir / "proc", dir / "sys");
 }
 
 TEST(TopologyCache, TheFingerprintNamesWhatTheTopologyDependsOn) {
-  Scratch dir;
+  ScratchDir dir("topology-cache-test");
   fake_machine(dir);
   const std::string key = fingerprint(dir);
   EXPECT_NE(key.find("hwloc=133120"), std::string::npos) << key;
@@ -64,7 +46,7 @@ TEST(TopologyCache, TheFingerprintNamesWhatTheTopologyDependsOn) {
 }
 
 TEST(TopologyCache, AnyChangeToTheMachineChangesTheFingerprint) {
-  Scratch dir;
+  ScratchDir dir("topology-cache-test");
   fake_machine(dir);
   const std::string before = fingerprint(dir);
   dir.mkdir("sys/bus/pci/devices/0000:3b:00.0");  // a GPU hot-plugged
@@ -79,7 +61,7 @@ TEST(TopologyCache, AnyChangeToTheMachineChangesTheFingerprint) {
 }
 
 TEST(TopologyCache, WhatIsWrittenIsReadBackForTheSameFingerprintOnly) {
-  Scratch dir;
+  ScratchDir dir("topology-cache-test");
   const std::string path = dir / "topology.xml";
   const std::string xml = "<?xml version=\"1.0\"?>\n<topology version=\"2.0\">\n</topology>\n";
   EXPECT_FALSE(read_cached_topology(path, "key"));  // none yet
@@ -97,7 +79,7 @@ TEST(TopologyCache, WhatIsWrittenIsReadBackForTheSameFingerprintOnly) {
 }
 
 TEST(TopologyCache, AFileOthersCouldHaveWrittenIsNotTrusted) {
-  Scratch dir;
+  ScratchDir dir("topology-cache-test");
   const std::string path = dir / "topology.xml";
   ASSERT_TRUE(write_cached_topology(path, "key", "<topology/>"));
   ::chmod(path.c_str(), 0666);
