@@ -28,6 +28,7 @@ constexpr uint64_t k_tag_waited = 1ULL << 58;    // wait_readable()'s fd
 constexpr uint64_t k_tag_serve = 1ULL << 57;     // a store to serve once a client comes
 constexpr uint64_t k_tag_mpi = 1ULL << 56;       // the PMIx server's queue
 constexpr uint64_t k_tag_probe = 1ULL << 55;     // the network preflight's connects
+constexpr uint64_t k_tag_relay = 1ULL << 54;     // the PMIx relay's sockets
 // A read this large means the worker filled its pipe; then it gets this size.
 constexpr size_t k_pipe_size_at = 64 * 1024;
 constexpr int k_flood_pipe_size = 1 << 20;
@@ -82,6 +83,11 @@ void Driver::serve_when_connected(int listen_fd, std::function<void()> serve) {
 
 void Driver::watch_mpi(int fd) {
   m_loop.set(fd, EPOLLIN, k_tag_mpi);
+}
+
+void Driver::watch_relay(int fd, std::function<void()> pump) {
+  m_relay = std::move(pump);
+  m_loop.set(fd, EPOLLIN, k_tag_relay);
 }
 
 void Driver::run(Agent& agent, ProcessSpawner& spawner, StoreLink* link, AsyncClient* store,
@@ -261,6 +267,8 @@ void Driver::dispatch(const posix::EventLoop::Ready& ready) {
     m_store->on_ready(ready.events, std::chrono::steady_clock::now());
   } else if (ready.tag == k_tag_mpi) {
     m_agent->on_mpi();
+  } else if (ready.tag == k_tag_relay) {
+    m_relay();
   } else if (ready.tag == k_tag_probe) {
     m_probe->on_ready(std::chrono::steady_clock::now());
   } else {

@@ -46,6 +46,9 @@ class Driver {
   // Calls `serve` (once) when `listen_fd` first has a connection waiting:
   // a one-node job's store gets its thread only if a worker uses it.
   void serve_when_connected(int listen_fd, std::function<void()> serve);
+  // Calls `pump` whenever `fd` is readable (the PMIx relay's epoll, which
+  // outlives the Driver's run).
+  void watch_relay(int fd, std::function<void()> pump);
   // Watches the PMIx server's queue (`fd`, readable while it holds
   // something) from here on: run() then calls Agent::on_mpi().
   void watch_mpi(int fd);
@@ -93,6 +96,7 @@ class Driver {
   std::set<uint64_t> m_grown;  // stream tags whose pipe was enlarged (a flood)
   int m_serve_fd = -1;         // serve_when_connected()'s listener, until a client comes
   std::function<void()> m_serve;
+  std::function<void()> m_relay;  // watch_relay()'s
   // One read of a worker's pipe: as large as a flooding worker's pipe
   // (k_flood_pipe_size), so a full pipe is one read and one wake-up of its
   // writer. Heap, uninitialised: its pages cost memory only once a flood

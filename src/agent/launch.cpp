@@ -375,7 +375,7 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
     pmix->attach_store(store.get(), config.node_rank.value_or(0));
     driver.watch_mpi(pmix->event_fd());
     if (pmix->relay_fd() >= 0) {
-      driver.watch_mpi(pmix->relay_fd());
+      driver.watch_relay(pmix->relay_fd(), [&pmix] { pmix->pump_relay(); });
     }
   }
   Agent agent(config, worker_env, self, spawner, clock, link.get(), console, pmix.get());

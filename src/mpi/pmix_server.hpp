@@ -55,10 +55,11 @@ class PmixServer : public MpiHost {
   // The job's store, for fences across nodes (none: a one-node job). Must
   // outlive this object, or be detached with nullptr first.
   void attach_store(StoreConnection* connection, int node_rank);
-  // Readable when take_events() has something to do; so is the relay's
-  // (-1: none), which take_events() also serves.
+  // Readable when take_events() has something to do.
   int event_fd() const { return m_wake.get(); }
+  // Readable when pump_relay() has something to do (-1: no relay).
   int relay_fd() const { return m_relay ? m_relay->fd() : -1; }
+  void pump_relay() { m_relay->pump(); }
   // Whether libpmix was started (a lazy server: once a worker connected).
   bool started() const { return m_started; }
 
