@@ -28,16 +28,10 @@ PmixRelay::PmixRelay() : m_listener(posix::listen_tcp("127.0.0.1", 0)) {
 void PmixRelay::set_server(const std::string& host, int port) {
   m_server_host = host;
   m_server_port = port;
-  for (auto& [id, pair] : m_pairs) {
-    if (!pair.server.fd) {
-      connect_server(id, pair);
-    }
-  }
-  // connect_server may have closed pairs: erased below, outside the walk.
   for (auto it = m_pairs.begin(); it != m_pairs.end();) {
-    if (!it->second.server.fd) {
+    if (!it->second.server.fd && !connect_server(it->second)) {
       m_loop.remove(it->second.client.fd.get());
-      it = m_pairs.erase(it);
+      it = m_pairs.erase(it);  // its client sees the connection close
     } else {
       update(it->first, it->second);
       ++it;
@@ -54,16 +48,16 @@ void PmixRelay::refuse_clients() {
   m_pairs.clear();
 }
 
-void PmixRelay::connect_server(uint64_t id, Pair& pair) {
+bool PmixRelay::connect_server(Pair& pair) {
   auto fd = posix::start_connect(m_server_host, m_server_port);
   if (!fd) {
     log::warn("cannot reach this node's PMIx server at {}:{}: {}", m_server_host, m_server_port,
               std::strerror(errno));
-    return;  // the caller drops the pair
+    return false;
   }
   pair.server.fd = std::move(*fd);
   pair.connecting = true;
-  (void)id;
+  return true;
 }
 
 void PmixRelay::pump() {
@@ -133,12 +127,9 @@ void PmixRelay::accept_clients() {
     const uint64_t id = m_next_id++;
     Pair& pair = m_pairs[id];
     pair.client.fd = std::move(fd);
-    if (m_server_port != 0) {
-      connect_server(id, pair);
-      if (!pair.server.fd) {
-        m_pairs.erase(id);
-        continue;
-      }
+    if (m_server_port != 0 && !connect_server(pair)) {
+      m_pairs.erase(id);
+      continue;
     }
     update(id, pair);
     if (m_server_port == 0 && m_first_client) {

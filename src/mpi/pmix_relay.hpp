@@ -65,7 +65,8 @@ class PmixRelay {
     bool connecting = false;  // the server side's connect is in flight
   };
   void accept_clients();
-  void connect_server(uint64_t id, Pair& pair);
+  // Starts the pair's connect to the server; false (said) when it cannot.
+  bool connect_server(Pair& pair);
   // Moves what `from` has to `to`'s queue; false when the pair is done.
   bool read_side(Side& from, Side& to);
   bool flush(Side& to, const Side& from);
