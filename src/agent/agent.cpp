@@ -323,6 +323,11 @@ void Agent::on_output(int local_rank, Stream stream, std::string_view data) {
   }
 }
 
+bool Agent::output_needs_only_router() const {
+  return m_config.hang_timeout_s <= 0 && !m_config.progress_restarts() &&
+         m_router.streams_independent();
+}
+
 void Agent::on_output_closed(int local_rank, Stream stream) {
   m_router.on_close(local_rank, stream);
   advance();

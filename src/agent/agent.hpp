@@ -75,6 +75,12 @@ class Agent : public JobLink::Listener {
   // Worker `local_rank` ended; its pipes were read up to now first.
   void on_worker_exit(int local_rank, const ExitInfo& info);
   void on_output(int local_rank, Stream stream, std::string_view data);
+  // Whether a worker's output needs nothing from the agent beyond the
+  // router (no --hang-timeout or --restart-min-progress counting lines, no
+  // shared filter file): then a flooding stream may be read on a reader
+  // thread, straight into `router()`.
+  bool output_needs_only_router() const;
+  OutputRouter& router() { return m_router; }
   // Worker `local_rank` wrote to its progress pipe (DDPLAUNCH_PROGRESS_FD).
   void on_progress(int local_rank);
   // --restart-min-progress: this round's progress events here, and whether

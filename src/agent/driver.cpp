@@ -29,9 +29,10 @@ constexpr uint64_t k_tag_serve = 1ULL << 57;     // a store to serve once a clie
 constexpr uint64_t k_tag_mpi = 1ULL << 56;       // the PMIx server's queue
 constexpr uint64_t k_tag_probe = 1ULL << 55;     // the network preflight's connects
 constexpr uint64_t k_tag_relay = 1ULL << 54;     // the PMIx relay's sockets
+constexpr uint64_t k_tag_readers = 1ULL << 53;   // streams that ended on a reader thread
 // A read this large means the worker filled its pipe; then it gets this size.
 constexpr size_t k_pipe_size_at = 64 * 1024;
-constexpr int k_flood_pipe_size = 1 << 20;
+constexpr int k_flood_pipe_size = 256 << 10;
 constexpr int k_drain_rounds = 64;  // bounded: a grandchild may still be writing
 // How long an internal error's verdict may take to reach the store.
 constexpr auto k_failure_wait = std::chrono::seconds(1);
@@ -97,10 +98,22 @@ void Driver::run(Agent& agent, ProcessSpawner& spawner, StoreLink* link, AsyncCl
   m_link = link;
   m_store = store;
   m_fault = fault;
+  // The reader threads go before run() does: they take lines into the agent's router.
+  struct StopReaders {
+    std::unique_ptr<StreamReaders>& readers;
+    ~StopReaders() {
+      if (readers) {
+        readers->stop();
+      }
+    }
+  } stop_readers{m_readers};
   while (!m_agent->done()) {
     sync_fds();
     if (m_agent->workers_ended()) {
       resume_streams(true);  // what is left in the pipes is bounded: read it now
+      if (m_readers) {
+        m_readers->set_unbounded();
+      }
     }
     for (const auto& ready : m_loop.wait(next_deadline())) {
       dispatch(ready);
@@ -229,6 +242,8 @@ void Driver::sync_worker_fds() {
   }
   m_worker_fds.clear();
   m_paused.clear();
+  m_handed.clear();  // the reader threads stopped reading them when the round closed them
+  m_grown.clear();   // the same tags name new pipes
   auto& children = m_spawner->children();
   for (size_t i = 0; i < children.size(); ++i) {
     for (int s = 0; s < 2; ++s) {
@@ -269,6 +284,8 @@ void Driver::dispatch(const posix::EventLoop::Ready& ready) {
     m_agent->on_mpi();
   } else if (ready.tag == k_tag_relay) {
     m_relay();
+  } else if (ready.tag == k_tag_readers) {
+    take_ended_streams();
   } else if (ready.tag == k_tag_probe) {
     m_probe->on_ready(std::chrono::steady_clock::now());
   } else {
@@ -303,6 +320,16 @@ bool Driver::read_stream(int local_rank, Stream stream) {
   if (!fd) {
     return false;
   }
+  const uint64_t tag = 2 * static_cast<uint64_t>(local_rank) + static_cast<uint64_t>(stream);
+  if (auto handed = m_handed.find(tag); handed != m_handed.end()) {
+    // A reader thread's: read here under its lock (an ended worker's last lines).
+    const int r = m_readers->read_now(*handed->second, m_buffer.get(), k_read_size);
+    if (r < 0) {
+      m_handed.erase(handed);
+      close_stream(local_rank, stream);
+    }
+    return r > 0;
+  }
   ssize_t n = ::read(fd.get(), m_buffer.get(), k_read_size);
   if (n > 0) {
     m_agent->on_output(local_rank, stream,
@@ -310,12 +337,15 @@ bool Driver::read_stream(int local_rank, Stream stream) {
     if (m_fault) {
       throw std::runtime_error("the fault DDPLAUNCH_FAULT=output asked for");
     }
-    const uint64_t tag = 2 * static_cast<uint64_t>(local_rank) + static_cast<uint64_t>(stream);
     if (n >= static_cast<ssize_t>(k_pipe_size_at) && m_grown.insert(tag).second) {
       // A worker that fills its pipe (64 KiB) gets a larger one: a flood then
-      // costs the worker and the launcher a wake-up per 1 MiB, not per 64 KiB.
-      // Only such a stream pays the call; best effort (pipe-max-size).
+      // costs the worker and the launcher a wake-up per 256 KiB, not per 64
+      // KiB (larger pipes measured slower: their pages fall out of the CPU's
+      // cache). Only such a stream pays the call; best effort (pipe-max-size).
       (void)::fcntl(fd.get(), F_SETPIPE_SZ, k_flood_pipe_size);
+      if (hand_over(local_rank, stream, tag)) {
+        return true;
+      }
     }
     if (!m_agent->workers_ended() && m_console.backlogged(stream == Stream::k_out ? 1 : 2)) {
       // The console is behind: this worker waits on its pipe, as it would
@@ -329,11 +359,58 @@ bool Driver::read_stream(int local_rank, Stream stream) {
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
     return false;
   }
+  close_stream(local_rank, stream);
+  return false;
+}
+
+void Driver::close_stream(int local_rank, Stream stream) {
+  auto& child = m_spawner->children().at(static_cast<size_t>(local_rank));
+  posix::Fd& fd = stream == Stream::k_out ? child.out() : child.err();
+  if (!fd) {
+    return;
+  }
   m_loop.remove(fd.get());
   m_worker_fds.erase(fd.get());
   fd.close();
   m_agent->on_output_closed(local_rank, stream);
-  return false;
+}
+
+bool Driver::hand_over(int local_rank, Stream stream, uint64_t tag) {
+  if (m_fault || !m_agent->output_needs_only_router()) {
+    return false;
+  }
+  if (!m_readers) {
+    const int threads = StreamReaders::threads_for_this_machine();
+    if (threads == 0) {
+      return false;
+    }
+    m_readers = std::make_unique<StreamReaders>(m_agent->router(), m_console, threads);
+    m_loop.set(m_readers->ended_fd(), EPOLLIN, k_tag_readers);
+  }
+  auto& child = m_spawner->children().at(static_cast<size_t>(local_rank));
+  const posix::Fd& fd = stream == Stream::k_out ? child.out() : child.err();
+  StreamReaders::Slot* slot =
+      m_readers->adopt(tag, m_agent->router().stream_ref(local_rank, stream), fd.get());
+  if (slot == nullptr) {
+    return false;
+  }
+  m_loop.remove(fd.get());  // kept open: the thread reads its own copy
+  m_handed[tag] = slot;
+  log::debug("local rank {}'s {} fills its pipe: read on a reader thread from now on", local_rank,
+             stream == Stream::k_out ? "stdout" : "stderr");
+  return true;
+}
+
+// Streams that ended on a reader thread: closed here as the loop closes its own.
+void Driver::take_ended_streams() {
+  for (StreamReaders::Slot* slot : m_readers->take_ended()) {
+    auto it = m_handed.find(slot->tag);
+    if (it == m_handed.end() || it->second != slot) {
+      continue;  // closed here already, or a past round's
+    }
+    m_handed.erase(it);
+    close_stream(static_cast<int>(slot->tag / 2), static_cast<Stream>(slot->tag % 2));
+  }
 }
 
 // Reads the paused streams again: those whose console has room, or all.

@@ -14,9 +14,11 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 #include "agent/agent.hpp"
 #include "output/console.hpp"
+#include "output/stream_readers.hpp"
 #include "posix/event_loop.hpp"
 #include "posix/signals.hpp"
 #include "proc/spawner.hpp"
@@ -75,6 +77,10 @@ class Driver {
   void dispatch(const posix::EventLoop::Ready& ready);
   bool read_progress(int local_rank);
   bool read_stream(int local_rank, Stream stream);  // false: nothing more there now
+  void close_stream(int local_rank, Stream stream);
+  // A stream that filled its pipe goes to a reader thread, when the agent allows.
+  bool hand_over(int local_rank, Stream stream, uint64_t tag);
+  void take_ended_streams();
   void resume_streams(bool all);
   void reap();
 
@@ -94,14 +100,18 @@ class Driver {
   uint64_t m_generation_watched = 0;
   std::set<int> m_worker_fds;  // the pipes of this round's workers in the loop
   std::set<uint64_t> m_grown;  // stream tags whose pipe was enlarged (a flood)
-  int m_serve_fd = -1;         // serve_when_connected()'s listener, until a client comes
+  // Reader threads for flooding streams, made at the first hand-over; the
+  // streams of this round they read, by tag.
+  std::unique_ptr<StreamReaders> m_readers;
+  std::unordered_map<uint64_t, StreamReaders::Slot*> m_handed;
+  int m_serve_fd = -1;  // serve_when_connected()'s listener, until a client comes
   std::function<void()> m_serve;
   std::function<void()> m_relay;  // watch_relay()'s
   // One read of a worker's pipe: as large as a flooding worker's pipe
   // (k_flood_pipe_size), so a full pipe is one read and one wake-up of its
   // writer. Heap, uninitialised: its pages cost memory only once a flood
   // fills them.
-  static constexpr size_t k_read_size = 1024 * 1024;
+  static constexpr size_t k_read_size = 256 * 1024;
   std::unique_ptr<char[]> m_buffer = std::make_unique_for_overwrite<char[]>(k_read_size);
 };
 

@@ -39,6 +39,17 @@ constexpr size_t k_max_spare_capacity = 1024 * 1024;
 // Whether fds 1 and 2 are the same file (a terminal, `2>&1`): then one lane
 // keeps the order in which lines were taken across both.
 // Whether a write to `fd` can be tried without blocking (see Lane::direct).
+// How often push() tries the lane's lock before it sleeps on it.
+constexpr int k_push_spins = 200;
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 bool nowait_writable(int fd) {
   struct stat st = {};
   if (fstat(fd, &st) != 0) {
@@ -66,24 +77,22 @@ struct ConsoleWriter::Lane {
 
   Lane(const Limits& l, int wake_eventfd) : limits(l), wake_fd(wake_eventfd) {}
 
-  // Under `mutex`. With `own` (== data): its buffer is queued as it is when
-  // it starts an item, and a spare (or empty) one is left in its place.
+  // Under `mutex`. With `own` (data is its start): its buffer is queued as
+  // it is when it starts an item, and a spare (or empty) one is left in its
+  // place. Spares keep their size: refilling them never zeroes them first.
   void push_locked(int fd, std::string_view data, bool droppable, std::string* own = nullptr) {
     const size_t size = data.size();
     if (!items.empty() && items.back().fd == fd && items.back().droppable == droppable &&
         items.back().bytes.size() < k_max_write) {
       items.back().bytes.append(data);  // fewer, larger writes for a busy rank
-      if (own != nullptr) {
-        own->clear();
-      }
     } else if (own != nullptr) {
+      own->resize(size);  // shorter: the data stays where it is
       items.push_back(Item{fd, droppable, std::move(*own)});
       *own = std::string();
       if (!spare.empty()) {
         *own = std::move(spare.back());
         spare.pop_back();
       }
-      own->clear();
     } else {
       std::string bytes;
       if (!spare.empty()) {
@@ -98,15 +107,21 @@ struct ConsoleWriter::Lane {
     }
   }
 
-  // False when that stream is gone. `own`: as push_locked()'s; empty afterwards.
+  // False when that stream is gone. `own`: as push_locked()'s; scratch afterwards.
   bool push(int fd, std::string_view data, bool droppable, std::string* own = nullptr) {
     bool notify = false;
     {
-      std::lock_guard lock(mutex);
+      // Reader threads (output/stream_readers.hpp) push here at once, each for
+      // a write's time: a short spin is cheaper than sleeping on the futex.
+      std::unique_lock lock(mutex, std::try_to_lock);
+      for (int spin = 0; !lock.owns_lock() && spin < k_push_spins; ++spin) {
+        cpu_relax();
+        (void)lock.try_lock();
+      }
+      if (!lock.owns_lock()) {
+        lock.lock();
+      }
       if (gone[fd]) {
-        if (own != nullptr) {
-          own->clear();
-        }
         return false;
       }
       if (droppable && dropped_bytes > 0 && queued_worker <= limits.backpressure_at / 2) {
@@ -116,9 +131,6 @@ struct ConsoleWriter::Lane {
       if (droppable && queued_worker + data.size() > limits.drop_beyond) {
         dropped_bytes += data.size();
         dropped_lines += static_cast<size_t>(std::count(data.begin(), data.end(), '\n'));
-        if (own != nullptr) {
-          own->clear();
-        }
         return true;
       }
       if (items.empty() && (idle || !started) && direct[fd]) {
@@ -127,9 +139,6 @@ struct ConsoleWriter::Lane {
         const size_t n = write_now(fd, data);
         if (n == k_gone) {
           gone[fd] = true;
-          if (own != nullptr) {
-            own->clear();
-          }
           return false;
         }
         if (n == data.size()) {
@@ -234,7 +243,6 @@ struct ConsoleWriter::Lane {
         gone[item.fd] = true;
       }
       if (spare.size() < k_spares && item.bytes.capacity() <= k_max_spare_capacity) {
-        item.bytes.clear();
         spare.push_back(std::move(item.bytes));
       }
     }
@@ -249,8 +257,10 @@ struct ConsoleWriter::Lane {
   std::condition_variable done;  // finished
   std::deque<Item> items;
   std::vector<std::string> spare;  // written buffers, emptied, for the next items
-  size_t queued_worker = 0;        // worker output bytes in `items`
-  size_t dropped_bytes = 0;        // dropped since the last notice
+  // Worker output bytes in `items`: changed under `mutex`, read without it
+  // by backlogged()'s quick answer.
+  std::atomic<size_t> queued_worker{0};
+  size_t dropped_bytes = 0;  // dropped since the last notice
   size_t dropped_lines = 0;
   int real_fd[3] = {-1, 1, 2};  // streams 1 and 2: the fds written
   // Whether the pushing thread may write stream 1 or 2 itself while the
@@ -392,12 +402,11 @@ bool ConsoleWriter::write(int fd, std::string_view data) {
   return (fd == 1 || fd == 2) && m_state->lane(fd).push(fd, data, true);
 }
 
-bool ConsoleWriter::write_swap(int fd, std::string& data) {
+bool ConsoleWriter::write_swap(int fd, std::string& data, size_t size) {
   if (fd != 1 && fd != 2) {
-    data.clear();
     return false;
   }
-  return m_state->lane(fd).push(fd, data, true, &data);
+  return m_state->lane(fd).push(fd, std::string_view(data).substr(0, size), true, &data);
 }
 
 void ConsoleWriter::write_own(int fd, std::string_view data) {
@@ -411,6 +420,9 @@ bool ConsoleWriter::backlogged(int fd) {
     return false;
   }
   Lane& lane = m_state->lane(fd);
+  if (lane.queued_worker.load(std::memory_order_relaxed) < m_state->limits.backpressure_at) {
+    return false;  // the common answer, without the lock the reader threads share
+  }
   std::lock_guard lock(lane.mutex);
   if (lane.queued_worker < m_state->limits.backpressure_at || lane.gone[fd]) {
     return false;

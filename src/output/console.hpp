@@ -53,13 +53,14 @@ class ConsoleWriter : public ConsoleSink {
 
   // Worker output for fd 1 or 2; false once that stream is gone (EPIPE).
   bool write(int fd, std::string_view data) override;
-  // The same, queueing `data`'s buffer itself and leaving a spare one.
-  bool write_swap(int fd, std::string& data) override;
+  // The same for data[0, size), queueing `data`'s buffer itself (when it
+  // cannot be written at once) and leaving a spare one.
+  bool write_swap(int fd, std::string& data, size_t size) override;
   // The launcher's own text: never dropped.
   void write_own(int fd, std::string_view data);
   // Whether stream `fd` holds backpressure_at or more: stop reading the
   // workers' pipes for it until wake_fd() is readable.
-  bool backlogged(int fd);
+  bool backlogged(int fd) override;
   // An eventfd, readable when a backlogged stream has room again; the reader
   // resets it with read_wake().
   int wake_fd() const;

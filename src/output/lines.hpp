@@ -106,12 +106,11 @@ class LineBatch {
   bool empty() const { return m_used == 0; }
   std::string_view data() const { return {m_buf.data(), m_used}; }
   void clear() { m_used = 0; }
-  // The bytes as a string of their own, which may be handed over whole (and
-  // another, of any contents, left in its place); clear() afterwards.
-  std::string& buffer() {
-    m_buf.resize(m_used);
-    return m_buf;
-  }
+  // The string holding data() at its start, which may be handed over whole
+  // (and another, of any size and contents, left in its place); clear()
+  // afterwards. Its size is not the data's: a string kept at its full size
+  // is never filled with zeros again (resize) for the next batch.
+  std::string& buffer() { return m_buf; }
 
  private:
   std::string m_buf;

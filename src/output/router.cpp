@@ -63,7 +63,8 @@ void OutputRouter::start(const JobLayout& layout) {
   for (int lr = 0; lr < layout.local_world_size; ++lr) {
     const int rank = layout.rank_offset + lr;
     LinePrefix::Fields f{rank, lr, layout.node_rank, layout.hostname};
-    RankStreams& w = m_workers.emplace_back(LinePrefix(m_config.prefix, f));
+    RankStreams& w =
+        *m_workers.emplace_back(std::make_shared<RankStreams>(LinePrefix(m_config.prefix, f)));
     const bool console = m_config.console_allows(rank, lr);
     w.channels[0].to_console = console && !m_config.redirects.selects_stdout(lr);
     w.channels[1].to_console = console && !m_config.redirects.selects_stderr(lr);
@@ -111,33 +112,57 @@ const std::vector<std::string>& OutputRouter::filters(Stream stream) const {
                                  : m_config.duplicate_stderr_filters;
 }
 
-OutputRouter::Channel& OutputRouter::channel(int local_rank, Stream stream) {
-  return m_workers.at(static_cast<size_t>(local_rank)).channels[static_cast<int>(stream)];
+OutputRouter::RankStreams& OutputRouter::rank_streams(int local_rank) const {
+  return *m_workers.at(static_cast<size_t>(local_rank));
 }
 
 bool OutputRouter::all_closed() const {
-  return std::none_of(m_workers.begin(), m_workers.end(), [](const RankStreams& w) {
-    return w.channels[0].open || w.channels[1].open;
-  });
+  // `open` changes only on this thread (on_close).
+  return std::none_of(m_workers.begin(), m_workers.end(),
+                      [](const auto& w) { return w->channels[0].open || w->channels[1].open; });
 }
 
 std::vector<std::string> OutputRouter::stderr_tail(int local_rank) const {
-  return m_workers.at(static_cast<size_t>(local_rank)).stderr_tail.lines();
+  RankStreams& w = rank_streams(local_rank);
+  std::lock_guard lock(w.channels[1].mutex);
+  return w.stderr_tail.lines();
 }
 
-void OutputRouter::flush(int fd) {
-  if (!m_batch.empty() && m_console_ok[fd] && !m_console.write_swap(fd, m_batch.buffer())) {
+OutputRouter::StreamRef OutputRouter::stream_ref(int local_rank, Stream stream) const {
+  return StreamRef{m_workers.at(static_cast<size_t>(local_rank)), stream};
+}
+
+std::mutex& OutputRouter::mutex(const StreamRef& ref) {
+  return ref.rank->channels[static_cast<int>(ref.stream)].mutex;
+}
+
+bool OutputRouter::open(const StreamRef& ref) {
+  return ref.rank->channels[static_cast<int>(ref.stream)].open;
+}
+
+void OutputRouter::take(const StreamRef& ref, std::string_view data, Scratch& scratch) {
+  process(*ref.rank, ref.stream, data, scratch);
+}
+
+bool OutputRouter::streams_independent() const {
+  return !m_filtered[0] && !m_filtered[1];
+}
+
+void OutputRouter::flush(int fd, Scratch& scratch) {
+  if (!scratch.batch.empty() && m_console_ok[fd].load(std::memory_order_relaxed) &&
+      !m_console.write_swap(fd, scratch.batch.buffer(), scratch.batch.data().size())) {
     m_console_ok[fd] = false;  // e.g. `ddplaunch ... | head`: keep running, stop printing
   }
-  m_batch.clear();
+  scratch.batch.clear();
 }
 
-void OutputRouter::start_lines(const RankStreams& w) {
-  m_prefix_text.clear();
-  w.prefix.append_to(m_prefix_text, std::time(nullptr));
+void OutputRouter::start_lines(const RankStreams& w, Scratch& scratch) {
+  scratch.prefix_text.clear();
+  w.prefix.append_to(scratch.prefix_text, std::time(nullptr));
 }
 
-void OutputRouter::take_line(RankStreams& w, Stream stream, std::string_view line, LineEnd end) {
+void OutputRouter::take_line(RankStreams& w, Stream stream, std::string_view line, LineEnd end,
+                             Scratch& scratch) {
   const bool is_err = stream == Stream::k_err;
   if (end == LineEnd::k_return && line.empty()) {
     return;  // "\r" that starts an update: nothing to show yet
@@ -150,17 +175,17 @@ void OutputRouter::take_line(RankStreams& w, Stream stream, std::string_view lin
     const auto& wanted = filters(stream);
     if (std::any_of(wanted.begin(), wanted.end(),
                     [&](const std::string& f) { return line.find(f) != std::string_view::npos; })) {
-      posix::write_all(dup.get(), m_prefix_text + std::string(line) + "\n");
+      posix::write_all(dup.get(), scratch.prefix_text + std::string(line) + "\n");
     }
   }
   if (w.channels[static_cast<int>(stream)].to_console) {
     if (end == LineEnd::k_bare_newline) {
-      m_batch.add({}, {});  // the update above stays, and the next line starts below it
+      scratch.batch.add({}, {});  // the update above stays, and the next line starts below it
     } else {
-      m_batch.add(m_prefix_text, line, end == LineEnd::k_return ? '\r' : '\n');
+      scratch.batch.add(scratch.prefix_text, line, end == LineEnd::k_return ? '\r' : '\n');
     }
-    if (m_batch.must_flush()) {
-      flush(is_err ? 2 : 1);
+    if (scratch.batch.must_flush()) {
+      flush(is_err ? 2 : 1, scratch);
     }
   }
 }
@@ -171,7 +196,7 @@ void OutputRouter::take_line(RankStreams& w, Stream stream, std::string_view lin
 // --no-prefix the run is one copy); returns what is left for the splitter,
 // from the first line that is not plain.
 std::string_view OutputRouter::take_plain_lines(RankStreams& w, Stream stream,
-                                                std::string_view data) {
+                                                std::string_view data, Scratch& scratch) {
   const char* p = data.data();
   const char* last = static_cast<const char*>(memrchr(p, '\n', data.size()));
   if (last == nullptr) {
@@ -184,7 +209,7 @@ std::string_view OutputRouter::take_plain_lines(RankStreams& w, Stream stream,
   const bool is_err = stream == Stream::k_err;
   const int fd = is_err ? 2 : 1;
   const size_t max_line = w.channels[static_cast<int>(stream)].splitter.max_line();
-  const bool raw = m_prefix_text.empty() && !is_err;
+  const bool raw = scratch.prefix_text.empty() && !is_err;
   const char* raw_from = p;
   if (raw) {
     // Only the bound matters: a window of max_line bytes from a line's start
@@ -209,17 +234,18 @@ std::string_view OutputRouter::take_plain_lines(RankStreams& w, Stream stream,
     if (is_err) {
       w.stderr_tail.push({p, len});
     }
-    m_batch.add(m_prefix_text, {p, len});
-    if (m_batch.must_flush()) {
-      flush(fd);
+    scratch.batch.add(scratch.prefix_text, {p, len});
+    if (scratch.batch.must_flush()) {
+      flush(fd, scratch);
     }
     p = nl + 1;
   }
   if (raw && p > raw_from) {
     // Unprefixed whole lines are their own bytes: handed to the console as
     // they lie in the read buffer (after what was batched before them).
-    flush(fd);
-    if (m_console_ok[fd] && !m_console.write(fd, {raw_from, static_cast<size_t>(p - raw_from)})) {
+    flush(fd, scratch);
+    if (m_console_ok[fd].load(std::memory_order_relaxed) &&
+        !m_console.write(fd, {raw_from, static_cast<size_t>(p - raw_from)})) {
       m_console_ok[fd] = false;
     }
   }
@@ -227,14 +253,21 @@ std::string_view OutputRouter::take_plain_lines(RankStreams& w, Stream stream,
 }
 
 void OutputRouter::on_data(int local_rank, Stream stream, std::string_view data) {
-  RankStreams& w = m_workers.at(static_cast<size_t>(local_rank));
+  RankStreams& w = rank_streams(local_rank);
+  std::lock_guard lock(w.channels[static_cast<int>(stream)].mutex);
+  process(w, stream, data, m_scratch);
+}
+
+void OutputRouter::process(RankStreams& w, Stream stream, std::string_view data, Scratch& scratch) {
   Channel& c = w.channels[static_cast<int>(stream)];
   if (c.file) {
     posix::write_all(c.file.get(), data);
   }
   if (c.to_console || stream == Stream::k_err || m_filtered[static_cast<int>(stream)]) {
-    start_lines(w);
-    auto take = [&](std::string_view line, LineEnd end) { take_line(w, stream, line, end); };
+    start_lines(w, scratch);
+    auto take = [&](std::string_view line, LineEnd end) {
+      take_line(w, stream, line, end, scratch);
+    };
     if (c.to_console && !m_filtered[static_cast<int>(stream)]) {
       if (!c.splitter.at_line_start()) {
         // A read rarely ends on a line's end: the splitter finishes the line
@@ -245,24 +278,26 @@ void OutputRouter::on_data(int local_rank, Stream stream, std::string_view data)
         data.remove_prefix(head);
       }
       if (c.splitter.at_line_start()) {
-        data = take_plain_lines(w, stream, data);
+        data = take_plain_lines(w, stream, data, scratch);
       }
     }
     c.splitter.feed(data, take);
-    flush(stream == Stream::k_err ? 2 : 1);
+    flush(stream == Stream::k_err ? 2 : 1, scratch);
   }
 }
 
 void OutputRouter::on_close(int local_rank, Stream stream) {
-  RankStreams& w = m_workers.at(static_cast<size_t>(local_rank));
+  RankStreams& w = rank_streams(local_rank);
   Channel& c = w.channels[static_cast<int>(stream)];
+  std::lock_guard lock(c.mutex);
   if (!c.open) {
     return;
   }
-  c.open = false;
-  start_lines(w);
-  c.splitter.finish([&](std::string_view line, LineEnd end) { take_line(w, stream, line, end); });
-  flush(stream == Stream::k_err ? 2 : 1);
+  c.open = false;  // a reader thread reads it no more
+  start_lines(w, m_scratch);
+  c.splitter.finish(
+      [&](std::string_view line, LineEnd end) { take_line(w, stream, line, end, m_scratch); });
+  flush(stream == Stream::k_err ? 2 : 1, m_scratch);
   c.file.close();
 }
 

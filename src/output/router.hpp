@@ -5,10 +5,15 @@
 // matching --duplicate-stdout/stderr-filters are also copied, prefixed, to the
 // node's filtered_stdout.log/filtered_stderr.log.
 // Streams are numbered by local rank; the router owns the log files it opens
-// and nothing else. Not thread-safe: the agent's one thread drives it.
+// and nothing else. The agent's thread drives it; a stream handed to a reader
+// thread (output/stream_readers.hpp) is taken there under that stream's
+// mutex, which every call about that stream here takes too.
 #pragma once
 
+#include <atomic>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,13 +31,15 @@ class ConsoleSink {
   virtual ~ConsoleSink() = default;
   // Writes all of `data`; false when the stream is gone (a closed pipe).
   virtual bool write(int fd, std::string_view data) = 0;
-  // The same for a buffer the sink may keep as it is (no copy), leaving
-  // another in its place; afterwards `data` is scratch, of any contents.
-  virtual bool write_swap(int fd, std::string& data) {
-    const bool ok = write(fd, data);
-    data.clear();
-    return ok;
+  // The same for the first `size` bytes of a buffer the sink may keep as it
+  // is (no copy), leaving another in its place; afterwards `data` is
+  // scratch, of any size and contents.
+  virtual bool write_swap(int fd, std::string& data, size_t size) {
+    return write(fd, std::string_view(data).substr(0, size));
   }
+  // Whether so much of stream `fd` waits to be shown that its readers
+  // should stop reading the workers until there is room.
+  virtual bool backlogged(int /*fd*/) { return false; }
 };
 
 // Where rank `rank`'s files go in round `round` under `log_dir`: DIR/RANK
@@ -48,6 +55,20 @@ class OutputRouter {
  public:
   enum class Stream { k_out = 0, k_err = 1 };
 
+  // What a thread taking lines needs of its own: the prefix being used,
+  // the lines gathered for one console write.
+  struct Scratch {
+    std::string prefix_text;
+    LineBatch batch;
+  };
+  struct RankStreams;
+  // One stream of one round's rank, as a reader thread holds it: it keeps the
+  // stream's state alive after a later round replaced it.
+  struct StreamRef {
+    std::shared_ptr<RankStreams> rank;
+    Stream stream = Stream::k_out;
+  };
+
   OutputRouter(const Config& config, ConsoleSink& console);
 
   // Prepares one stream pair per local rank of `layout` and opens the log
@@ -61,6 +82,18 @@ class OutputRouter {
   void on_close(int local_rank, Stream stream);
   bool all_closed() const;
 
+  // For reading a stream on another thread: its handle, the mutex held while
+  // reading and taking its bytes, and the taking itself (under that mutex,
+  // with the thread's own scratch). Once the stream is closed (on_close;
+  // open() is false) nothing more may be read from it.
+  StreamRef stream_ref(int local_rank, Stream stream) const;
+  static std::mutex& mutex(const StreamRef& ref);
+  static bool open(const StreamRef& ref);  // under mutex(ref)
+  void take(const StreamRef& ref, std::string_view data, Scratch& scratch);
+  // Whether taking a stream needs only the router (no --duplicate-*-filters
+  // file, which all streams share): then it may be read on another thread.
+  bool streams_independent() const;
+
   // The last lines of a worker's stderr, oldest first.
   std::vector<std::string> stderr_tail(int local_rank) const;
   // The directory the log files go to ("" when none).
@@ -68,34 +101,38 @@ class OutputRouter {
 
  private:
   struct Channel {
+    std::mutex mutex;  // held by whoever reads this stream and takes its bytes
     bool open = true;
     bool to_console = true;
     posix::Fd file;  // --log-dir copy; invalid when not logging
     LineSplitter splitter;
   };
-  struct RankStreams {
-    explicit RankStreams(LinePrefix p) : prefix(std::move(p)) {}
-    LinePrefix prefix;
-    TailBuffer stderr_tail;
-    Channel channels[2];
-  };
-  Channel& channel(int local_rank, Stream stream);
-  void start_lines(const RankStreams& w);
-  void take_line(RankStreams& w, Stream stream, std::string_view line, LineEnd end);
-  std::string_view take_plain_lines(RankStreams& w, Stream stream, std::string_view data);
-  void flush(int fd);
+  RankStreams& rank_streams(int local_rank) const;
+  void process(RankStreams& w, Stream stream, std::string_view data, Scratch& scratch);
+  void start_lines(const RankStreams& w, Scratch& scratch);
+  void take_line(RankStreams& w, Stream stream, std::string_view line, LineEnd end,
+                 Scratch& scratch);
+  std::string_view take_plain_lines(RankStreams& w, Stream stream, std::string_view data,
+                                    Scratch& scratch);
+  void flush(int fd, Scratch& scratch);
   void open_filtered(int node_rank);
   const std::vector<std::string>& filters(Stream stream) const;
 
   const Config& m_config;
   ConsoleSink& m_console;
   std::string m_log_dir;
-  std::vector<RankStreams> m_workers;
+  std::vector<std::shared_ptr<RankStreams>> m_workers;
   // --duplicate-stdout/stderr-filters: the node's filtered_{stdout,stderr}.log.
   posix::Fd m_filtered[2];
-  std::string m_prefix_text;  // the prefix for the lines being taken
-  LineBatch m_batch;
-  bool m_console_ok[3] = {true, true, true};
+  Scratch m_scratch;  // the agent thread's
+  std::atomic<bool> m_console_ok[3] = {true, true, true};
+};
+
+struct OutputRouter::RankStreams {
+  explicit RankStreams(LinePrefix p) : prefix(std::move(p)) {}
+  LinePrefix prefix;
+  TailBuffer stderr_tail;  // under channels[1].mutex
+  Channel channels[2];
 };
 
 }  // namespace ddplaunch

@@ -10,6 +10,7 @@
 //   lines=N        print N numbered lines        long=N    print one line of N 'x'
 //   partial=TEXT   write TEXT with no newline    chunked=N print N lines, each in 3 writes
 //   flood=BYTES    write BYTES of 100-byte lines to stdout, fast
+//   seq=N          lines "RANK:K" for K < N on stdout, in 64 KiB writes   seqerr=N  on stderr
 //   pidfile=DIR    create DIR/<pid> (tests check every such pid is gone afterwards)
 //   ready=DIR      create DIR/ready.<rank>      waitfile=PATH  wait until PATH exists
 //   cat            copy stdin to stdout
@@ -174,6 +175,19 @@ int main(int argc, char** argv) {
         }
       }
       write_str(1, out);
+    } else if (action == "seq" || action == "seqerr") {
+      // Lines "R:K" for K = 0..N-1, in 64 KiB writes that cut lines anywhere.
+      const int fd = action == "seq" ? 1 : 2;
+      long long n = std::atoll(value.c_str());
+      std::string out;
+      for (long long k = 0; k < n; ++k) {
+        out += rank + ":" + std::to_string(k) + "\n";
+        if (out.size() >= 65536) {
+          write_str(fd, out.substr(0, 65536));
+          out.erase(0, 65536);
+        }
+      }
+      write_str(fd, out);
     } else if (action == "long") {
       write_str(1, std::string(static_cast<size_t>(std::atol(value.c_str())), 'x') + "\n");
     } else if (action == "partial") {

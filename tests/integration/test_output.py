@@ -4,6 +4,8 @@ import os
 import re
 import select
 
+import pytest
+
 from conftest import worker
 
 
@@ -124,3 +126,66 @@ def test_progress_bar_updates_reach_the_console_at_once(jobs, tmp_path):
     assert "[rank 0]: 100%|####|\n" in err
     # The log file keeps the raw bytes.
     assert (tmp_path / "logs" / "0" / "stderr.log").read_bytes() == b"\r 50%|##  |\r100%|####|\n"
+
+
+def _sequences(text, prefixed=True):
+    """Each rank's numbers, in the order shown; a mangled line fails."""
+    seen = collections.defaultdict(list)
+    pattern = r"\[rank (\d+)\]: (\d+):(\d+)" if prefixed else r"()(\d+):(\d+)"
+    for line in text.splitlines():
+        m = re.fullmatch(pattern, line)
+        assert m, f"mangled line: {line[:200]!r}"
+        if prefixed:
+            assert m.group(1) == m.group(2), f"line of another rank: {line!r}"
+        seen[int(m.group(2))].append(int(m.group(3)))
+    return seen
+
+
+@pytest.mark.parametrize("prefix", [True, False])
+def test_flooding_workers_keep_every_line_whole_and_in_order(jobs, prefix):
+    """Workers that fill their pipes are read on reader threads: no line is
+    lost, cut or mixed with another rank's, and each rank's lines keep their
+    order, with a prefix or without."""
+    n = 300_000
+    r = jobs.run(["--nproc-per-node", 4, *([] if prefix else ["--no-prefix"]), "--",
+                  *worker(f"seq={n}")])
+    assert r.returncode == 0, r.stderr
+    seen = _sequences(r.stdout, prefix)
+    assert {rank: seq == list(range(n)) for rank, seq in seen.items()} == {k: True for k in range(4)}
+
+
+def test_a_flooding_workers_last_stderr_lines_are_in_its_failure_report(jobs):
+    """A worker that floods its stderr and fails: everything it wrote is shown
+    before the report, and the report quotes its very last lines."""
+    n = 200_000
+    r = jobs.run(["--nproc-per-node", 2, "--", *worker(f"seqerr={n}", "@1:exit=3", "sleep=30")])
+    assert r.returncode == 3, r.stderr
+    report = r.stderr[r.stderr.index("ddplaunch: job failed"):]
+    assert f"  | 1:{n - 1}\n" in report, report
+    shown = _sequences("\n".join(l for l in r.stderr.splitlines() if l.startswith("[rank 1]")))
+    assert shown[1] == list(range(n))
+
+
+def test_a_restart_after_a_flood_shows_the_next_round_whole(jobs, tmp_path):
+    """Round 0 floods and fails; round 1 floods again through new pipes:
+    each round's lines are whole, complete and in order."""
+    n = 150_000
+    script = (f'{worker(f"seq={n}")[0]} seq={n}; '
+              f'[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && exit 5; exit 0')
+    r = jobs.run(["--nproc-per-node", 2, "--max-restarts", 1, "--", "sh", "-c", script])
+    assert r.returncode == 0, r.stderr
+    seen = collections.defaultdict(list)
+    for line in r.stdout.splitlines():
+        m = re.fullmatch(r"\[rank (\d)\]: (.*)", line)
+        assert m, f"mangled line: {line[:200]!r}"
+        seen[int(m.group(1))].append(m.group(2))
+    assert sorted(seen) == [0, 1]
+    for rank, shown in seen.items():
+        # Round 0 may be cut short, its last line unfinished (the first rank
+        # to fail stops the other); round 1 is complete.
+        first = len(shown) - n
+        assert first >= 0, rank
+        assert shown[first:] == [f"{rank}:{k}" for k in range(n)], rank
+        full = [f"{rank}:{k}" for k in range(first)]
+        assert shown[:first] == full or (
+            shown[:first - 1] == full[:-1] and full[-1].startswith(shown[first - 1])), rank

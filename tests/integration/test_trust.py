@@ -279,11 +279,14 @@ def test_the_users_token_file_secures_a_job_with_nothing_typed(jobs, tmp_path):
                            capture_output=True, text=True, timeout=30)
     assert again.returncode == 2 and "--force" in again.stderr, again.stderr
     port = free_port()
-    args = ["--nproc-per-node", 1, "--", *worker("env")]
+    # The job's workers wait for "go" so the store is still up when the stranger comes.
+    go = tmp_path / "go"
+    args = ["--nproc-per-node", 1, "--", *worker("env", f"waitfile={go}")]
     procs = [node(jobs, n, port, args, env=env) for n in (0, 1)]
     stranger = node(jobs, 1, port, ["--nproc-per-node", 1, "--", "true"],
                     env={"HOME": str(tmp_path / "elsewhere"), "XDG_CONFIG_HOME": ""})
     out, err = stranger.communicate(timeout=60)
+    go.write_text("")
     assert stranger.returncode == 3 and "admits only its job's nodes" in err, err
     for p in procs:
         out, err = p.communicate(timeout=60)
