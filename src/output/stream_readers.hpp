@@ -48,16 +48,16 @@ class StreamReaders {
     Thread* thread = nullptr;
   };
 
-  // `threads`: how many reader threads at most; 0 keeps every stream on the
-  // caller's loop (adopt() returns null).
+  // `threads`: how many reader threads at most (4 at most); 0 keeps every
+  // stream on the caller's loop (adopt() returns null).
   StreamReaders(OutputRouter& router, ConsoleSink& console, int threads);
   ~StreamReaders();
   StreamReaders(const StreamReaders&) = delete;
   StreamReaders& operator=(const StreamReaders&) = delete;
 
-  // How many reader threads this machine gets: one per CPU this process may
-  // run on, at most 4; none on one CPU, where a thread would only take turns
-  // with the loop.
+  // How many reader threads this machine gets: 4 (one per flooding stream,
+  // beyond that shared); none when this process may run on one CPU only,
+  // where a thread would only take turns with the loop.
   static int threads_for_this_machine();
 
   // Hands the stream `ref` (whose pipe `fd` the caller keeps, and no longer
