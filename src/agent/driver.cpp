@@ -238,7 +238,7 @@ void Driver::sync_worker_fds() {
   // numbers may be the new ones'.
   m_generation_watched = m_spawner->generation();
   for (int fd : m_worker_fds) {
-    m_loop.remove(fd);
+    m_loop.forget_closed(fd);  // the spawner closed them with their round
   }
   m_worker_fds.clear();
   m_paused.clear();
@@ -306,7 +306,7 @@ bool Driver::read_progress(int local_rank) {
     return true;
   }
   if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-    m_loop.remove(fd.get());
+    m_loop.forget_closed(fd.get());
     m_worker_fds.erase(fd.get());
     fd.close();
   }
@@ -369,7 +369,7 @@ void Driver::close_stream(int local_rank, Stream stream) {
   if (!fd) {
     return;
   }
-  m_loop.remove(fd.get());
+  m_loop.forget_closed(fd.get());  // the loop's own pipe end: no reader thread holds it
   m_worker_fds.erase(fd.get());
   fd.close();
   m_agent->on_output_closed(local_rank, stream);
