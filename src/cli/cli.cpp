@@ -127,30 +127,16 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.prefix_command();
   app.set_version_flag("--version", std::string("ddplaunch ") + DDPLAUNCH_VERSION);
 
-  const Config defaults;
-  std::deque<std::string> values;  // stable addresses for CLI11's bindings
-  std::vector<std::pair<const OptionSpec*, CLI::Option*>> bound;
-  for (const auto& spec : option_table()) {
-    std::string help = spec.help;
-    if (!spec.is_flag && spec.show != nullptr && !spec.show(defaults).empty()) {
-      help += " [" + spec.show(defaults) + "]";
-    }
-    CLI::Option* opt = nullptr;
-    if (spec.is_flag) {
-      // (add_flag(name, std::string&) would bind the string as the flag's result)
-      opt = app.add_flag(spec.names)->description(help);
-    } else {
-      // A repeatable option's values arrive one a line (its apply() splits them).
-      opt = app.add_option(spec.names, values.emplace_back(), help)
-                ->multi_option_policy(spec.repeatable ? CLI::MultiOptionPolicy::Join
-                                                      : CLI::MultiOptionPolicy::TakeLast);
-    }
-    opt->group(spec.group);
-    bound.emplace_back(&spec, opt);
-  }
-
   // mpirun's -np, which CLI11 cannot name (one dash, two letters), is --np
-  // among the options; the program's own arguments are left alone.
+  // among the options; the program's own arguments are left alone. On the
+  // way, the options this command line names are noted: only those are built
+  // (with the short ones, whose letters may be packed in one argument), since
+  // building all of them cost every launch 0.4 ms, most of it CLI11 checking
+  // each new name against every other. --help builds all of them.
+  const auto table = option_table();
+  std::vector<bool> named(table.size(), false);
+  bool help = false;
+  auto names_of = [](const OptionSpec& o) { return std::string(",") + o.names + ","; };
   std::vector<std::string> argv_rev(args.rbegin(), args.rend());
   for (size_t i = argv_rev.size(); i-- > 0;) {
     std::string& arg = argv_rev[i];
@@ -160,14 +146,48 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (arg == "-np" || arg.starts_with("-np=")) {
       arg.insert(0, "-");
     }
-    const auto spec =
-        std::find_if(option_table().begin(), option_table().end(), [&arg](const OptionSpec& o) {
-          const std::string names = std::string(",") + o.names + ",";
-          return names.find("," + arg + ",") != std::string::npos;
-        });
-    if (spec != option_table().end() && !spec->is_flag && i > 0) {
+    help = help || arg == "-h" || arg == "--help";
+    const std::string name = "," + arg.substr(0, arg.find('=')) + ",";
+    const bool packed = !arg.starts_with("--");
+    const OptionSpec* exact = nullptr;
+    for (size_t k = 0; k < table.size(); ++k) {
+      const std::string names = names_of(table[k]);
+      if (names.find(name) != std::string::npos) {
+        named[k] = true;
+        exact = names.find("," + arg + ",") != std::string::npos ? &table[k] : exact;
+      } else if (packed && names.size() > 2 && names[1] == '-' && names[2] != '-') {
+        named[k] = true;  // "-r3", "-mx": CLI11 splits them
+      }
+    }
+    if (exact != nullptr && !exact->is_flag && i > 0) {
       --i;  // its value
     }
+  }
+
+  const Config defaults;
+  std::deque<std::string> values;  // stable addresses for CLI11's bindings
+  std::vector<std::pair<const OptionSpec*, CLI::Option*>> bound;
+  for (size_t k = 0; k < table.size(); ++k) {
+    if (!help && !named[k]) {
+      continue;
+    }
+    const OptionSpec& spec = table[k];
+    std::string help_text = spec.help;
+    if (!spec.is_flag && spec.show != nullptr && !spec.show(defaults).empty()) {
+      help_text += " [" + spec.show(defaults) + "]";
+    }
+    CLI::Option* opt = nullptr;
+    if (spec.is_flag) {
+      // (add_flag(name, std::string&) would bind the string as the flag's result)
+      opt = app.add_flag(spec.names)->description(help_text);
+    } else {
+      // A repeatable option's values arrive one a line (its apply() splits them).
+      opt = app.add_option(spec.names, values.emplace_back(), help_text)
+                ->multi_option_policy(spec.repeatable ? CLI::MultiOptionPolicy::Join
+                                                      : CLI::MultiOptionPolicy::TakeLast);
+    }
+    opt->group(spec.group);
+    bound.emplace_back(&spec, opt);
   }
   try {
     app.parse(argv_rev);
