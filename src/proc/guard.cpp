@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -12,10 +13,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <random>
-#include <sstream>
 #include <thread>
 
 #include "config/integer.hpp"
@@ -30,9 +28,17 @@ namespace {
 // The cgroup v2 mount point and this process's cgroup in it; empty when
 // there is no cgroup v2 here.
 std::string own_cgroup_dir() {
-  std::ifstream cgroup("/proc/self/cgroup");
-  std::string path;
-  for (std::string line; std::getline(cgroup, line);) {
+  // Plain reads and string_views: ifstream and istringstream cost this,
+  // on every launch, more than the kernel's writing of mountinfo.
+  const auto cgroup = posix::read_small_file("/proc/self/cgroup");
+  if (!cgroup) {
+    return {};
+  }
+  std::string_view path;
+  for (std::string_view rest = *cgroup; !rest.empty();) {
+    const size_t nl = rest.find('\n');
+    const std::string_view line = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
     if (line.starts_with("0::")) {
       path = line.substr(3);
     }
@@ -40,18 +46,30 @@ std::string own_cgroup_dir() {
   if (path.empty()) {
     return {};
   }
-  std::ifstream mounts("/proc/self/mountinfo");
-  for (std::string line; std::getline(mounts, line);) {
-    // ... mount-point ... - fstype source options
-    const auto dash = line.find(" - ");
-    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) {
+  const auto mounts = posix::read_small_file("/proc/self/mountinfo");
+  if (!mounts) {
+    return {};
+  }
+  for (std::string_view rest = *mounts; !rest.empty();) {
+    const size_t nl = rest.find('\n');
+    const std::string_view line = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    // id parent devs root mount-point ... - fstype source options
+    const size_t dash = line.find(" - ");
+    if (dash == std::string_view::npos || line.substr(dash + 3, 8) != "cgroup2 ") {
       continue;
     }
-    std::istringstream fields(line.substr(0, dash));
-    std::string id, parent, devs, root, mount_point;
-    fields >> id >> parent >> devs >> root >> mount_point;
-    if (root == "/") {
-      return mount_point + (path == "/" ? "" : path);
+    std::string_view fields[5];
+    std::string_view head = line.substr(0, dash);
+    for (auto& field : fields) {
+      const size_t start = head.find_first_not_of(' ');
+      head = start == std::string_view::npos ? std::string_view() : head.substr(start);
+      const size_t end = head.find(' ');
+      field = head.substr(0, end);
+      head = end == std::string_view::npos ? std::string_view() : head.substr(end);
+    }
+    if (fields[3] == "/") {
+      return std::string(fields[4]) + (path == "/" ? "" : std::string(path));
     }
   }
   return {};
@@ -184,10 +202,11 @@ int kill_marked_processes(const std::string& marker) {
 }
 
 JobGuard::JobGuard(bool use_cgroup) {
-  std::random_device rd;
-  std::ostringstream id;
-  id << getpid() << "-" << std::hex << rd() << rd();
-  m_marker = id.str();
+  uint64_t random = 0;
+  if (::getrandom(&random, sizeof(random), GRND_NONBLOCK) != sizeof(random)) {
+    random = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  m_marker = fmt::format("{}-{:x}", getpid(), random);
 
   if (std::string parent = use_cgroup ? own_cgroup_dir() : std::string(); !parent.empty()) {
     remove_stale_cgroups(parent);
