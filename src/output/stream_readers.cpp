@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <stdexcept>
 #include <string_view>
 #include <system_error>
 
@@ -153,6 +154,9 @@ std::vector<StreamReaders::Slot*> StreamReaders::take_ended() {
   uint64_t count = 0;
   (void)!::read(m_ended_fd.get(), &count, sizeof(count));
   std::lock_guard lock(m_ended_mutex);
+  if (!m_failure.empty()) {
+    throw std::runtime_error("reading the workers' output: " + m_failure);
+  }
   return std::exchange(m_ended, {});
 }
 
@@ -171,7 +175,17 @@ void StreamReaders::run(Thread& t) {
       if (slot.done || slot.parked) {
         continue;  // an event from before it ended or was parked
       }
-      const int r = pump(slot, buffer.get(), k_read_size, scratch);
+      int r = -1;
+      try {
+        r = pump(slot, buffer.get(), k_read_size, scratch);
+      } catch (const std::exception& e) {
+        // No exception may leave a thread: the loop hears of it instead.
+        if (!slot.done) {
+          end(slot);
+        }
+        std::lock_guard failed(m_ended_mutex);
+        m_failure = e.what();
+      }
       if (r < 0) {
         lock.unlock();
         post_ended(slot);

@@ -22,6 +22,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -69,6 +70,9 @@ class StreamReaders {
   // stream ended (EOF) or was closed: the caller closes its fd.
   int read_now(Slot& slot, char* buffer, size_t size);
   // Readable when streams ended on a thread; take_ended() lists them once.
+  // A thread that failed (it could not allocate) ends its streams and
+  // take_ended() throws its error on the caller's thread, as the loop's own
+  // reading would have.
   int ended_fd() const { return m_ended_fd.get(); }
   std::vector<Slot*> take_ended();
   // The workers ended: what is left in the pipes is bounded; read it all
@@ -98,6 +102,7 @@ class StreamReaders {
   posix::Fd m_ended_fd;             // eventfd
   std::mutex m_ended_mutex;
   std::vector<Slot*> m_ended;  // under m_ended_mutex
+  std::string m_failure;       // under m_ended_mutex: a thread's error
 };
 
 }  // namespace ddplaunch

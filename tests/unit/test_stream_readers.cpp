@@ -10,7 +10,9 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <new>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -215,6 +217,27 @@ TEST(StreamReaders, AStreamTheRouterClosedIsReadNoMore) {
   EXPECT_EQ(console.shown(2), "[rank 0]: before\n");
   char byte;
   EXPECT_EQ(::read(pipe.read.get(), &byte, 1), 1) << "the straggler's bytes stay unread";
+}
+
+// A console that fails as an allocation would.
+class Failing : public ConsoleSink {
+ public:
+  bool write(int, std::string_view) override { throw std::bad_alloc(); }
+};
+
+TEST(StreamReaders, AThreadsErrorReachesTheLoopInsteadOfEndingTheProcess) {
+  Config config;
+  Failing console;
+  OutputRouter router(config, console);
+  router.start(layout(1));
+  StreamReaders readers(router, console, 1);
+  Pipe pipe;
+  ASSERT_NE(readers.adopt(0, router.stream_ref(0, Stream::k_out), pipe.read.get()), nullptr);
+  write_all(pipe.write.get(), "a line\n");
+  pollfd p{readers.ended_fd(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 30000), 1);
+  EXPECT_THROW(readers.take_ended(), std::runtime_error);
+  readers.stop();
 }
 
 TEST(StreamReaders, NoThreadsKeepsEveryStreamOnTheLoop) {
