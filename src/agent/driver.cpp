@@ -369,7 +369,9 @@ void Driver::close_stream(int local_rank, Stream stream) {
   if (!fd) {
     return;
   }
-  m_loop.forget_closed(fd.get());  // the loop's own pipe end: no reader thread holds it
+  // Its only fd now (a reader thread closed its copy when the stream ended
+  // there): the close takes it out of the loop's epoll.
+  m_loop.forget_closed(fd.get());
   m_worker_fds.erase(fd.get());
   fd.close();
   m_agent->on_output_closed(local_rank, stream);
