@@ -98,7 +98,6 @@ StreamReaders::Slot* StreamReaders::adopt(uint64_t tag, OutputRouter::StreamRef 
     slot.tag = tag;
     slot.ref = std::move(ref);
     slot.fd = std::move(copy);
-    slot.console_fd = slot.ref.stream == Stream::k_err ? 2 : 1;
     slot.thread = &t;
   }
   epoll_event ev{EPOLLIN, {.ptr = &slot}};
@@ -189,7 +188,7 @@ void StreamReaders::run(Thread& t) {
       if (r < 0) {
         lock.unlock();
         post_ended(slot);
-      } else if (r > 0 && !m_unbounded.load() && m_console.backlogged(slot.console_fd)) {
+      } else if (r > 0 && !m_unbounded.load() && m_console.backlogged(slot.console_fd())) {
         // The console is behind: this worker waits on its pipe until there is room.
         epoll_event none{0, {.ptr = &slot}};
         (void)::epoll_ctl(t.epoll.get(), EPOLL_CTL_MOD, slot.fd.get(), &none);
@@ -202,7 +201,7 @@ void StreamReaders::run(Thread& t) {
       if (slot->done) {
         return true;
       }
-      if (!m_unbounded.load() && m_console.backlogged(slot->console_fd)) {
+      if (!m_unbounded.load() && m_console.backlogged(slot->console_fd())) {
         return false;
       }
       epoll_event in{EPOLLIN, {.ptr = slot}};

@@ -45,8 +45,9 @@ class StreamReaders {
     posix::Fd fd;       // the thread's copy of the pipe; closed when done (under the mutex)
     bool done = false;  // under the router's mutex for ref
     bool parked = false;
-    int console_fd = 1;
     Thread* thread = nullptr;
+    // The console stream its lines go to: 1 or 2.
+    int console_fd() const { return ref.stream == Stream::k_err ? 2 : 1; }
   };
 
   // `threads`: how many reader threads at most (4 at most); 0 keeps every
