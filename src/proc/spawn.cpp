@@ -12,11 +12,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <optional>
+#include <system_error>
+#include <thread>
 
 #include "log.hpp"
 #include "posix/error.hpp"
@@ -125,6 +131,8 @@ struct ChildArgs {
   // the kernel then copies a handful of fds instead of all of them.
   int unshare_from = -1;
   volatile int* unshare_failed = nullptr;
+  char* stack = nullptr;  // the lane's stack for a clone3 child (stack_size bytes)
+  size_t stack_size = 0;
 };
 
 // Runs in the child, which shares the launcher's memory (and, after vfork,
@@ -222,15 +230,28 @@ long clone3_vfork(clone_args* args, ChildArgs* a) {
   return ret;
 }
 
-// The child's stack: in use only while the parent sleeps (CLONE_VFORK).
-alignas(64) char g_child_stack[64 * 1024];
 #endif
 
 // Whether clone3() may be tried; false once it failed here (an old kernel).
-bool g_clone3 = true;
+std::atomic<bool> g_clone3 = true;
 // Whether a child may share the fd table until it unshares (false once
 // CLOSE_RANGE_UNSHARE failed here).
-bool g_share_files = true;
+std::atomic<bool> g_share_files = true;
+
+// Workers start from two threads (lanes) when there are several and the
+// launcher may use two CPUs: while one thread waits for its child's execve,
+// the other starts the next. Each lane has its own slots and child stack.
+constexpr int k_lanes = 2;
+// From this many workers in one round on: below it the second thread's
+// start costs more than it saves.
+constexpr size_t k_parallel_from = 4;
+
+// One lane's fd slots (see SpawnSlots) and its clone3 child's stack, in use
+// only while the lane's thread sleeps (CLONE_VFORK).
+struct SpawnLane {
+  int out = -1, err = -1, progress = -1;
+  alignas(64) char stack[64 * 1024];
+};
 
 // Low fd numbers reserved at start (reserve_spawn_slots()). What a worker
 // gets as stdin, stdout, stderr and progress fd is dup3()ed there just before
@@ -239,8 +260,15 @@ bool g_share_files = true;
 // thousands of pipes, which every child would otherwise copy and close again
 // at exec (110 ms for 1,024 workers here).
 struct SpawnSlots {
-  int devnull = -1, out = -1, err = -1, progress = -1;
-  int top() const { return std::max({devnull, out, err, progress}); }
+  int devnull = -1;
+  SpawnLane lanes[k_lanes];
+  int top() const {
+    int top = devnull;
+    for (const auto& lane : lanes) {
+      top = std::max({top, lane.out, lane.err, lane.progress});
+    }
+    return top;
+  }
 };
 SpawnSlots g_slots;
 
@@ -261,8 +289,8 @@ pid_t start_child(ChildArgs& a) {
       args.flags |= CLONE_FILES;
     }
     args.exit_signal = SIGCHLD;
-    args.stack = reinterpret_cast<uintptr_t>(g_child_stack);
-    args.stack_size = sizeof(g_child_stack);
+    args.stack = reinterpret_cast<uintptr_t>(a.stack);
+    args.stack_size = a.stack_size;
     const long pid = clone3_vfork(&args, &a);
     if (pid >= 0) {
       return static_cast<pid_t>(pid);
@@ -270,7 +298,7 @@ pid_t start_child(ChildArgs& a) {
     // An older kernel (ENOSYS, E2BIG, EINVAL) or no right to clone into the
     // cgroup: vfork from now on, and the launcher moves into the cgroup once
     // so that workers are still born there.
-    g_clone3 = false;
+    g_clone3 = false;  // (only the first worker, alone, can get here: see spawn_workers)
     if (g_cgroup_fd >= 0) {
       spawn_into_cgroup(-1, {});
     }
@@ -321,7 +349,9 @@ pid_t vfork_exec(ChildArgs a, int* exec_errno) {
   if (pid < 0) {
     posix::throw_errno("vfork");
   }
-  g_vfork_shares = report.shared != 0;
+  if (const bool shares = report.shared != 0; g_vfork_shares != shares) {
+    g_vfork_shares = shares;  // known after the first worker: written once
+  }
   int child_errno = report.error;
   if (report.shared == 0 && pipe) {
     pipe->write.close();
@@ -381,14 +411,20 @@ void reserve_spawn_slots() {
   // Inherited fds (a parent's leak) must not reach workers: marked once
   // here, as every fd the launcher opens itself is close-on-exec.
   syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
-  SpawnSlots slots;
-  for (int* slot : {&slots.devnull, &slots.out, &slots.err, &slots.progress}) {
-    *slot = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (*slot < 0) {
+  int fds[1 + 3 * k_lanes];
+  for (int& fd : fds) {
+    fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
       return;  // (leaks what was opened: the launcher runs without slots)
     }
   }
-  g_slots = slots;
+  const int* next = fds;
+  for (auto& lane : g_slots.lanes) {
+    lane.out = *next++;
+    lane.err = *next++;
+    lane.progress = *next++;
+  }
+  g_slots.devnull = *next;
 }
 
 void spawn_into_cgroup(int cgroup_fd, const std::string& procs_path) {
@@ -419,82 +455,217 @@ void raise_fd_limit_for_launcher() {
   g_worker_nofile = posix::raise_fd_limit();  // workers get back the limit the launcher was given
 }
 
+namespace {
+
+// What every worker of one spawn_workers() call shares.
+struct SpawnContext {
+  pid_t self = 0;
+  bool slots = false;
+  int devnull = -1;
+  // Rank 0 reading the launcher's terminal (input(), pdb) must be in the
+  // terminal's foreground process group, or it is stopped by SIGTTIN: when
+  // the launcher is in the foreground, rank 0 stays in its process group.
+  bool foreground = false;
+  posix::SignalReset signals;
+};
+
+// Starts one worker from `lane`'s slots and stack.
+Child spawn_one(const WorkerSpec& worker, const SpawnContext& ctx, SpawnLane& lane,
+                ProgramCache& programs) {
+  const Prepared prepared = prepare(worker, programs);
+  auto out = posix::make_pipe();
+  auto err = posix::make_pipe();
+  std::optional<posix::Pipe> progress;
+  if (worker.progress_pipe) {
+    progress = posix::make_pipe();
+  }
+  ChildArgs args;
+  args.prepared = &prepared;
+  args.parent = ctx.self;
+  args.stdin_fd = worker.inherit_stdin ? 0 : ctx.devnull;
+  args.out_fd = out.write.get();
+  args.err_fd = err.write.get();
+  args.progress_fd = progress ? progress->write.get() : -1;
+  args.stack = lane.stack;
+  args.stack_size = sizeof(lane.stack);
+  if (ctx.slots) {
+    // dup3 onto a slot closes the previous worker's end there.
+    if (::dup3(out.write.get(), lane.out, O_CLOEXEC) < 0 ||
+        ::dup3(err.write.get(), lane.err, O_CLOEXEC) < 0 ||
+        (progress && ::dup3(progress->write.get(), lane.progress, O_CLOEXEC) < 0)) {
+      posix::throw_errno("dup3");
+    }
+    args.out_fd = lane.out;
+    args.err_fd = lane.err;
+    args.progress_fd = progress ? lane.progress : -1;
+    args.unshare_from = g_share_files ? g_slots.top() + 1 : -1;
+  }
+  args.own_group = !(worker.inherit_stdin && ctx.foreground);
+  args.signals = ctx.signals;
+  int exec_errno = 0;
+  pid_t pid = vfork_exec(args, &exec_errno);
+  if (pid < 0) {
+    throw SpawnError("cannot execute '" + worker.argv.at(0) + "': " + std::strerror(exec_errno));
+  }
+  // A fresh pipe's read end has no other status flag: one fcntl, not two.
+  ::fcntl(out.read.get(), F_SETFL, O_NONBLOCK);
+  ::fcntl(err.read.get(), F_SETFL, O_NONBLOCK);
+  Child child(pid, std::move(out.read), std::move(err.read), args.own_group);
+  if (progress) {
+    ::fcntl(progress->read.get(), F_SETFL, O_NONBLOCK);
+    child.progress() = std::move(progress->read);
+  }
+  return child;
+}
+
+// The second lane's thread. It lives as long as the launcher, idle between
+// rounds: a worker's PR_SET_PDEATHSIG fires when the *thread* that started
+// it ends, not only the process.
+class SpawnHelper {
+ public:
+  // The helper, started at the first call; nullptr when no thread can start.
+  static SpawnHelper* get() {
+    static SpawnHelper* helper = [] {
+      auto* h = new SpawnHelper;  // never freed: the thread outlives every round
+      try {
+        // Signals stay with the loop's thread (they are blocked there for
+        // its signalfd, and the new thread inherits that mask).
+        std::thread([h] { h->serve(); }).detach();
+      } catch (const std::system_error& e) {
+        log::debug("workers start from one thread: {}", e.what());
+        delete h;
+        return static_cast<SpawnHelper*>(nullptr);
+      }
+      return h;
+    }();
+    return helper;
+  }
+  // Runs `task` on the helper's thread; wait() returns once it is done.
+  void post(std::function<void()> task) {
+    std::lock_guard lock(m_mutex);
+    m_task = std::move(task);
+    m_cv.notify_all();
+  }
+  void wait() {
+    std::unique_lock lock(m_mutex);
+    m_cv.wait(lock, [this] { return !m_task; });
+  }
+
+ private:
+  [[noreturn]] void serve() {
+    std::unique_lock lock(m_mutex);
+    while (true) {
+      m_cv.wait(lock, [this] { return static_cast<bool>(m_task); });
+      lock.unlock();
+      m_task();  // catches its own exceptions
+      lock.lock();
+      m_task = nullptr;
+      m_cv.notify_all();
+    }
+  }
+  std::mutex m_mutex;
+  std::condition_variable m_cv;
+  std::function<void()> m_task;
+};
+
+// Whether this process may run on two CPUs or more.
+bool several_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) > 1;
+}
+
+}  // namespace
+
 std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
   // Each worker's argv and envp are built just before it starts and freed
   // after: with thousands of workers, holding them all would cost kilobytes
   // per worker at the launcher's peak. A missing program still fails at the
   // first worker, before any other starts.
-  const bool slots = g_slots.devnull >= 0;
+  SpawnContext ctx;
+  ctx.slots = g_slots.devnull >= 0;
   posix::Fd devnull;
-  if (!slots) {
+  if (!ctx.slots) {
     devnull = posix::Fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
     if (!devnull) {
       posix::throw_errno("open /dev/null");
     }
   }
+  ctx.devnull = ctx.slots ? g_slots.devnull : devnull.get();
   // The slots hold the last worker's pipe ends until parked on /dev/null
   // again: otherwise its output would never reach EOF.
   struct Park {
     bool on;
     ~Park() {
       if (on) {
-        for (int slot : {g_slots.out, g_slots.err, g_slots.progress}) {
-          ::dup3(g_slots.devnull, slot, O_CLOEXEC);
+        for (const auto& lane : g_slots.lanes) {
+          for (int slot : {lane.out, lane.err, lane.progress}) {
+            ::dup3(g_slots.devnull, slot, O_CLOEXEC);
+          }
         }
       }
     }
-  } park{slots};
-  const pid_t self = getpid();
-  // Rank 0 reading the launcher's terminal (input(), pdb) must be in the
-  // terminal's foreground process group, or it is stopped by SIGTTIN: when
-  // the launcher is in the foreground, rank 0 stays in its process group.
-  const bool foreground = isatty(0) != 0 && tcgetpgrp(0) == getpgrp();
+  } park{ctx.slots};
+  ctx.self = getpid();
+  ctx.foreground = isatty(0) != 0 && tcgetpgrp(0) == getpgrp();
+  ctx.signals = posix::signals_to_reset();
   std::vector<Child> started;
   started.reserve(workers.size());
   ProgramCache programs;
-  const posix::SignalReset signals = posix::signals_to_reset();
-  for (size_t i = 0; i < workers.size(); ++i) {
-    const Prepared prepared = prepare(workers[i], programs);
-    auto out = posix::make_pipe();
-    auto err = posix::make_pipe();
-    std::optional<posix::Pipe> progress;
-    if (workers[i].progress_pipe) {
-      progress = posix::make_pipe();
-    }
-    ChildArgs args;
-    args.prepared = &prepared;
-    args.parent = self;
-    args.stdin_fd = workers[i].inherit_stdin ? 0 : (slots ? g_slots.devnull : devnull.get());
-    args.out_fd = out.write.get();
-    args.err_fd = err.write.get();
-    args.progress_fd = progress ? progress->write.get() : -1;
-    if (slots) {
-      // dup3 onto a slot closes the previous worker's end there.
-      if (::dup3(out.write.get(), g_slots.out, O_CLOEXEC) < 0 ||
-          ::dup3(err.write.get(), g_slots.err, O_CLOEXEC) < 0 ||
-          (progress && ::dup3(progress->write.get(), g_slots.progress, O_CLOEXEC) < 0)) {
-        posix::throw_errno("dup3");
+  if (workers.empty()) {
+    return started;
+  }
+  // The first worker alone: it settles how children start here (clone3 or
+  // vfork, a shared fd table or not, shared memory or a real fork).
+  started.push_back(spawn_one(workers[0], ctx, g_slots.lanes[0], programs));
+  SpawnHelper* helper = nullptr;
+  if (workers.size() >= k_parallel_from && ctx.slots && g_vfork_shares == true && several_cpus()) {
+    helper = SpawnHelper::get();
+  }
+  const size_t mid = helper != nullptr ? (workers.size() + 1) / 2 : workers.size();
+  // The second half, on the helper; on the first failure either lane stops
+  // the other, and every worker started is killed and reaped (by its Child).
+  std::vector<Child> second;
+  std::exception_ptr second_error;
+  std::atomic<bool> failed = false;
+  if (helper != nullptr) {
+    second.reserve(workers.size() - mid);
+    helper->post([&] {
+      try {
+        ProgramCache own;
+        for (size_t i = mid; i < workers.size() && !failed; ++i) {
+          second.push_back(spawn_one(workers[i], ctx, g_slots.lanes[1], own));
+        }
+      } catch (...) {
+        second_error = std::current_exception();
+        failed = true;
       }
-      args.out_fd = g_slots.out;
-      args.err_fd = g_slots.err;
-      args.progress_fd = progress ? g_slots.progress : -1;
-      args.unshare_from = g_share_files ? g_slots.top() + 1 : -1;
+    });
+  }
+  struct Join {
+    SpawnHelper* helper;
+    ~Join() {
+      if (helper != nullptr) {
+        helper->wait();
+      }
     }
-    args.own_group = !(workers[i].inherit_stdin && foreground);
-    args.signals = signals;
-    int exec_errno = 0;
-    pid_t pid = vfork_exec(args, &exec_errno);
-    if (pid < 0) {
-      throw SpawnError("cannot execute '" + workers[i].argv.at(0) +
-                       "': " + std::strerror(exec_errno));
+  } join{helper};
+  try {
+    for (size_t i = 1; i < mid && !failed; ++i) {
+      started.push_back(spawn_one(workers[i], ctx, g_slots.lanes[0], programs));
     }
-    // A fresh pipe's read end has no other status flag: one fcntl, not two.
-    ::fcntl(out.read.get(), F_SETFL, O_NONBLOCK);
-    ::fcntl(err.read.get(), F_SETFL, O_NONBLOCK);
-    started.emplace_back(pid, std::move(out.read), std::move(err.read), args.own_group);
-    if (progress) {
-      ::fcntl(progress->read.get(), F_SETFL, O_NONBLOCK);
-      started.back().progress() = std::move(progress->read);
+  } catch (...) {
+    failed = true;
+    throw;  // after the helper stops (Join), its workers are killed with ours
+  }
+  if (helper != nullptr) {
+    helper->wait();
+    join.helper = nullptr;
+    if (second_error) {
+      std::rethrow_exception(second_error);
+    }
+    for (auto& child : second) {
+      started.push_back(std::move(child));
     }
   }
   return started;

@@ -3,8 +3,12 @@
 // launcher (PR_SET_PDEATHSIG), inherits only fds 0, 1 and 2, and receives an
 // envp built by the launcher. Workers start with vfork(); an exec failure is
 // known before the next worker starts: a missing program is a spawn error,
-// never a mystery exit 127.
-// Called from the launcher's one thread.
+// never a mystery exit 127. From four workers on, on two CPUs or more, a
+// second thread starts half of them (the upper ranks): while one thread
+// waits for its child's execve, the other starts the next. That thread lives
+// as long as the launcher, because a worker's PR_SET_PDEATHSIG fires when
+// the thread that started it ends.
+// Called from the launcher's loop thread.
 #pragma once
 
 #include <sys/types.h>
@@ -29,10 +33,11 @@ class SpawnError : public LaunchError {
 // with a '/' is used as given). nullopt when no executable file is found.
 std::optional<std::string> find_program(const std::string& program, const EnvMap& env);
 
-// Starts every worker of `workers` in order; their pipes' read ends are
-// non-blocking and close-on-exec. Either all start, or none is left running:
-// on the first exec failure the started ones are killed and reaped (by their
-// Child owners) and SpawnError is thrown.
+// Starts every worker of `workers` (the first alone, then each half in
+// order on its thread) and returns them in the order given; their pipes'
+// read ends are non-blocking and close-on-exec. Either all start, or none is
+// left running: on the first exec failure both threads stop, the started
+// ones are killed and reaped (by their Child owners) and SpawnError is thrown.
 std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers);
 
 // Reserves four low fd numbers that every worker's stdin, stdout, stderr and

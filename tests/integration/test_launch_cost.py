@@ -72,3 +72,17 @@ def test_a_worker_costs_a_bounded_number_of_system_calls(tmp_path):
 
 def test_the_progress_pipe_is_made_only_with_a_hang_timeout(tmp_path):
     assert round(per_worker(tmp_path, ["--hang-timeout", "60"]).get("pipe2", 0)) == 3
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: workers start from one thread")
+def test_workers_start_from_two_threads_on_two_cpus(tmp_path):
+    # From four workers on, a second thread starts half of them: while one
+    # thread waits for its child's execve, the other starts the next.
+    trace = tmp_path / "trace"
+    subprocess.run(["strace", "-f", "-qq", "-e", "trace=clone3,vfork", "-o", trace, BIN,
+                    "--nproc-per-node", "8", "--no-prefix", "--no-pmix", "--", PROGRAM],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=120)
+    # A worker's clone3 (or vfork, where clone3 is not used), not a thread's.
+    worker_clone = re.compile(r"^(\d+)\s+(?:clone3\(\{flags=[A-Z_|]*CLONE_VFORK|vfork\()", re.M)
+    starters = collections.Counter(m.group(1) for m in worker_clone.finditer(trace.read_text()))
+    assert sorted(starters.values()) == [4, 4], starters

@@ -202,6 +202,31 @@ def test_workers_inherit_only_stdio(jobs):
     assert sorted(r.stdout.splitlines()) == ["[rank 0]: fds 0 1 2", "[rank 1]: fds 0 1 2"]
 
 
+def test_many_workers_each_get_their_own_streams_and_outlive_their_start(jobs, tmp_path):
+    # From four workers on, two threads start them, each through its own fd
+    # slots (docs/ARCHITECTURE.md): every worker must still get its own stdout
+    # and stderr, only fds 0-2, and stdin for rank 0 alone; and the workers the
+    # second thread started must live on while it idles (PR_SET_PDEATHSIG
+    # follows the thread that started a worker).
+    n = 12
+    go = tmp_path / "go"
+    (tmp_path / "stdin").write_text("hello\n")
+    with open(tmp_path / "stdin") as stdin:
+        p = jobs.start(["--nproc-per-node", n, "--", *worker("seq=1", "seqerr=1", "fds", "cat",
+                                                              f"ready={tmp_path}", f"waitfile={go}",
+                                                              "out=bye")],
+                       stdin=stdin)
+    assert wait_until(ready_files(tmp_path, n))
+    assert len(processes_with_marker(jobs.marker)) == n + 2  # the launcher, its guard, the workers
+    go.touch()
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    for rank in range(n):
+        mine = [l.split(": ", 1)[1] for l in out.splitlines() if l.startswith(f"[rank {rank}]: ")]
+        assert mine == [f"{rank}:0", "fds 0 1 2", *(["hello"] if rank == 0 else []), "bye"], (rank, out)
+        assert f"[rank {rank}]: {rank}:0" in err.splitlines(), (rank, err)
+
+
 def test_workers_get_default_sigpipe_and_keep_inherited_ignores(jobs):
     # The launcher ignores SIGPIPE for itself; workers must not inherit that, or a
     # worker piping into `head` would never die. A SIGHUP ignored by the user's
