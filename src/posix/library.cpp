@@ -13,4 +13,13 @@ void* open_libpmix(std::string& why) {
   return nullptr;
 }
 
+void* open_library(const char* soname, const char* package, std::string& why) {
+  if (void* handle = dlopen(soname, RTLD_NOW | RTLD_LOCAL); handle != nullptr) {
+    return handle;
+  }
+  why = "cannot load " + std::string(soname) + " (install Debian's " + package +
+        "): " + std::string(dlerror());
+  return nullptr;
+}
+
 }  // namespace ddplaunch::posix

@@ -1,6 +1,7 @@
 // Libraries loaded at run time (dlopen), so that the binary needs only libc
 // and a missing optional library is a message, not a failure to start:
-// libpmix for the PMIx client (rendezvous/pmix_exchange) and server (mpi/).
+// libpmix for the PMIx client (rendezvous/pmix_exchange) and server (mpi/),
+// libcrypto for the store's authentication (store/auth).
 #pragma once
 
 #include <dlfcn.h>
@@ -13,6 +14,11 @@ namespace ddplaunch::posix {
 // libpmix (Debian's libpmix2), opened once per process and never closed;
 // nullptr with `why` set when it cannot be loaded.
 void* open_libpmix(std::string& why);
+
+// The library `soname` (local symbols, bound now), which Debian's package
+// `package` installs; never closed. nullptr with `why` set ("cannot load
+// SONAME (install Debian's PACKAGE): ...") when it cannot be loaded.
+void* open_library(const char* soname, const char* package, std::string& why);
 
 // Sets `fn` to `name` in `handle` (the library called `library` in
 // messages); false, with `why` set, when it is missing.

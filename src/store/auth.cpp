@@ -6,14 +6,74 @@
 #include <openssl/hmac.h>
 #include <openssl/kdf.h>
 #include <openssl/params.h>
-#include <openssl/rand.h>
+#include <sys/random.h>
 
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 #include <utility>
+
+#include "posix/library.hpp"
 
 namespace ddplaunch::auth {
 
 namespace {
+
+// OpenSSL's libcrypto, loaded at the first use (dlopen), not linked: a
+// launch that never authenticates (one node, no `ddplaunch store` client)
+// never pays its start-up, about 0.4 ms of every launch when it was linked
+// in statically (its tables' relocations, its CPUID probe). Each pointer has
+// the type of the function the header declares.
+// clang-format off
+#define DDPLAUNCH_CRYPTO_FUNCTIONS(X) \
+  X(HMAC) \
+  X(EVP_sha256) \
+  X(CRYPTO_memcmp) \
+  X(EVP_PKEY_CTX_new_id) \
+  X(EVP_PKEY_derive_init) \
+  X(EVP_PKEY_CTX_set_hkdf_md) \
+  X(EVP_PKEY_CTX_set1_hkdf_salt) \
+  X(EVP_PKEY_CTX_set1_hkdf_key) \
+  X(EVP_PKEY_CTX_add1_hkdf_info) \
+  X(EVP_PKEY_derive) \
+  X(EVP_PKEY_CTX_free) \
+  X(OPENSSL_cleanse) \
+  X(EVP_MAC_fetch) \
+  X(EVP_MAC_CTX_new) \
+  X(EVP_MAC_free) \
+  X(OSSL_PARAM_construct_utf8_string) \
+  X(OSSL_PARAM_construct_end) \
+  X(EVP_MAC_init) \
+  X(EVP_MAC_CTX_free) \
+  X(EVP_MAC_update) \
+  X(EVP_MAC_final)
+// clang-format on
+
+struct Crypto {
+#define DDPLAUNCH_CRYPTO_POINTER(name) decltype(&::name) name;
+  DDPLAUNCH_CRYPTO_FUNCTIONS(DDPLAUNCH_CRYPTO_POINTER)
+#undef DDPLAUNCH_CRYPTO_POINTER
+};
+
+// Loaded once, by whichever thread first needs it; throws
+// std::runtime_error, naming the package, where libcrypto is missing.
+const Crypto& lib() {
+  static const Crypto crypto = [] {
+    Crypto c{};
+    std::string why;
+    void* handle = posix::open_library("libcrypto.so.3", "libssl3", why);
+    bool ok = handle != nullptr;
+#define DDPLAUNCH_CRYPTO_LOAD(name) \
+  ok = ok && posix::load_symbol(handle, c.name, #name, why, "libcrypto");
+    DDPLAUNCH_CRYPTO_FUNCTIONS(DDPLAUNCH_CRYPTO_LOAD)
+#undef DDPLAUNCH_CRYPTO_LOAD
+    if (!ok) {
+      throw std::runtime_error("the store's authentication needs OpenSSL 3: " + why);
+    }
+    return c;
+  }();
+  return crypto;
+}
 
 std::string hmac(std::string_view token, std::string_view label, std::string_view first,
                  std::string_view second) {
@@ -22,9 +82,10 @@ std::string hmac(std::string_view token, std::string_view label, std::string_vie
   message.append(label).append(first).append(second);
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
-           reinterpret_cast<const unsigned char*>(message.data()), message.size(), out,
-           &len) == nullptr) {
+  const Crypto& c = lib();
+  if (c.HMAC(c.EVP_sha256(), token.data(), static_cast<int>(token.size()),
+             reinterpret_cast<const unsigned char*>(message.data()), message.size(), out,
+             &len) == nullptr) {
     throw std::runtime_error("HMAC-SHA256 failed");
   }
   return std::string(reinterpret_cast<const char*>(out), len);
@@ -33,10 +94,13 @@ std::string hmac(std::string_view token, std::string_view label, std::string_vie
 }  // namespace
 
 std::string random_nonce() {
+  // The kernel's CSPRNG (as OpenSSL's own generator is seeded): a store or
+  // client without a token never loads libcrypto. Up to 256 bytes are read
+  // whole, never cut by a signal.
   std::string nonce(k_nonce_bytes, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(nonce.data()), static_cast<int>(nonce.size())) !=
-      1) {
-    throw std::runtime_error("no random bytes for the store's handshake");
+  if (::getrandom(nonce.data(), nonce.size(), 0) != static_cast<ssize_t>(nonce.size())) {
+    throw std::runtime_error("no random bytes for the store's handshake: " +
+                             std::string(std::strerror(errno)));
   }
   return nonce;
 }
@@ -62,7 +126,7 @@ std::string worker_token(std::string_view job_token) {
 }
 
 bool same_proof(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  return a.size() == b.size() && lib().CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 namespace {
@@ -130,44 +194,48 @@ SessionKeys session_keys(std::string_view credential, std::string_view client_no
   static constexpr char k_info[] = "ddplaunch store session v6";
   unsigned char out[64];
   size_t len = sizeof(out);
-  EVP_PKEY_CTX* ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nullptr);
+  const Crypto& c = lib();
+  EVP_PKEY_CTX* ctx = c.EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nullptr);
   const bool ok =
-      ctx != nullptr && EVP_PKEY_derive_init(ctx) > 0 &&
-      EVP_PKEY_CTX_set_hkdf_md(ctx, EVP_sha256()) > 0 &&
-      EVP_PKEY_CTX_set1_hkdf_salt(ctx, reinterpret_cast<const unsigned char*>(salt.data()),
-                                  static_cast<int>(salt.size())) > 0 &&
-      EVP_PKEY_CTX_set1_hkdf_key(ctx, reinterpret_cast<const unsigned char*>(credential.data()),
-                                 static_cast<int>(credential.size())) > 0 &&
-      EVP_PKEY_CTX_add1_hkdf_info(ctx, reinterpret_cast<const unsigned char*>(k_info),
-                                  static_cast<int>(sizeof(k_info) - 1)) > 0 &&
-      EVP_PKEY_derive(ctx, out, &len) > 0 && len == sizeof(out);
-  EVP_PKEY_CTX_free(ctx);
+      ctx != nullptr && c.EVP_PKEY_derive_init(ctx) > 0 &&
+      c.EVP_PKEY_CTX_set_hkdf_md(ctx, c.EVP_sha256()) > 0 &&
+      c.EVP_PKEY_CTX_set1_hkdf_salt(ctx, reinterpret_cast<const unsigned char*>(salt.data()),
+                                    static_cast<int>(salt.size())) > 0 &&
+      c.EVP_PKEY_CTX_set1_hkdf_key(ctx, reinterpret_cast<const unsigned char*>(credential.data()),
+                                   static_cast<int>(credential.size())) > 0 &&
+      c.EVP_PKEY_CTX_add1_hkdf_info(ctx, reinterpret_cast<const unsigned char*>(k_info),
+                                    static_cast<int>(sizeof(k_info) - 1)) > 0 &&
+      c.EVP_PKEY_derive(ctx, out, &len) > 0 && len == sizeof(out);
+  c.EVP_PKEY_CTX_free(ctx);
   if (!ok) {
     throw std::runtime_error("HKDF-SHA256 failed");
   }
   const auto* bytes = reinterpret_cast<const char*>(out);
   SessionKeys keys{std::string(bytes, 32), std::string(bytes + 32, 32)};
-  OPENSSL_cleanse(out, sizeof(out));
+  c.OPENSSL_cleanse(out, sizeof(out));
   return keys;
 }
 
 FrameMac::FrameMac(std::string_view key) {
-  EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-  auto* ctx = mac != nullptr ? EVP_MAC_CTX_new(mac) : nullptr;
-  EVP_MAC_free(mac);  // the context holds its own reference
+  const Crypto& c = lib();
+  EVP_MAC* mac = c.EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  auto* ctx = mac != nullptr ? c.EVP_MAC_CTX_new(mac) : nullptr;
+  c.EVP_MAC_free(mac);  // the context holds its own reference
   char digest[] = "SHA256";
-  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-                               OSSL_PARAM_construct_end()};
-  if (ctx == nullptr || EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()),
-                                     key.size(), params) != 1) {
-    EVP_MAC_CTX_free(ctx);
+  const OSSL_PARAM params[] = {c.OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               c.OSSL_PARAM_construct_end()};
+  if (ctx == nullptr || c.EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()),
+                                       key.size(), params) != 1) {
+    c.EVP_MAC_CTX_free(ctx);
     throw std::runtime_error("HMAC-SHA256 setup failed");
   }
   m_ctx = ctx;
 }
 
 FrameMac::~FrameMac() {
-  EVP_MAC_CTX_free(static_cast<EVP_MAC_CTX*>(m_ctx));
+  if (m_ctx != nullptr) {  // (then libcrypto is loaded)
+    lib().EVP_MAC_CTX_free(static_cast<EVP_MAC_CTX*>(m_ctx));
+  }
 }
 
 FrameMac::FrameMac(FrameMac&& other) noexcept
@@ -175,7 +243,9 @@ FrameMac::FrameMac(FrameMac&& other) noexcept
 
 FrameMac& FrameMac::operator=(FrameMac&& other) noexcept {
   if (this != &other) {
-    EVP_MAC_CTX_free(static_cast<EVP_MAC_CTX*>(m_ctx));
+    if (m_ctx != nullptr) {
+      lib().EVP_MAC_CTX_free(static_cast<EVP_MAC_CTX*>(m_ctx));
+    }
     m_ctx = std::exchange(other.m_ctx, nullptr);
     m_seq = other.m_seq;
   }
@@ -192,9 +262,12 @@ std::string FrameMac::tag(std::string_view body) {
   unsigned char out[EVP_MAX_MD_SIZE];
   size_t len = 0;
   // A NULL key re-initialises the context with the key it holds.
-  if (EVP_MAC_init(ctx, nullptr, 0, nullptr) != 1 || EVP_MAC_update(ctx, seq, sizeof(seq)) != 1 ||
-      EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(body.data()), body.size()) != 1 ||
-      EVP_MAC_final(ctx, out, &len, sizeof(out)) != 1 || len < k_tag_bytes) {
+  const Crypto& c = lib();
+  if (c.EVP_MAC_init(ctx, nullptr, 0, nullptr) != 1 ||
+      c.EVP_MAC_update(ctx, seq, sizeof(seq)) != 1 ||
+      c.EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(body.data()), body.size()) !=
+          1 ||
+      c.EVP_MAC_final(ctx, out, &len, sizeof(out)) != 1 || len < k_tag_bytes) {
     throw std::runtime_error("HMAC-SHA256 failed");
   }
   return std::string(reinterpret_cast<const char*>(out), k_tag_bytes);

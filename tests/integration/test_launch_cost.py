@@ -86,3 +86,15 @@ def test_workers_start_from_two_threads_on_two_cpus(tmp_path):
     worker_clone = re.compile(r"^(\d+)\s+(?:clone3\(\{flags=[A-Z_|]*CLONE_VFORK|vfork\()", re.M)
     starters = collections.Counter(m.group(1) for m in worker_clone.finditer(trace.read_text()))
     assert sorted(starters.values()) == [4, 4], starters
+
+
+def test_libcrypto_is_loaded_only_when_the_store_authenticates():
+    # A launch that never authenticates never pays libcrypto's start-up: it is
+    # loaded (dlopen) at the first handshake, here the worker's `store set`.
+    script = ('grep -c libcrypto /proc/$PPID/maps; "$DDPLAUNCH_EXE" store set k v && '
+              'grep -c libcrypto /proc/$PPID/maps')
+    r = subprocess.run([BIN, "--nproc-per-node", "1", "--no-prefix", "--", "sh", "-c", script],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    before, after = (int(n) for n in r.stdout.split())
+    assert before == 0 and after > 0, r.stdout

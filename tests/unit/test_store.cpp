@@ -15,6 +15,7 @@
 
 #include "ddplaunch/store_client.hpp"
 #include "posix/fd.hpp"
+#include "posix/library.hpp"
 #include "posix/net.hpp"
 #include "store/async_client.hpp"
 #include "store/auth.hpp"
@@ -370,6 +371,18 @@ TEST(StoreTrust, TheJobsTokenAdmitsItsNodesOnly) {
   auto mismatch =
       failure_of([&] { StoreClient("127.0.0.1", open_store.port(), 5s, 30s, "s3cret"); });
   EXPECT_NE(mismatch.find("the store does not check one"), std::string::npos) << mismatch;
+}
+
+// libcrypto is loaded at the first authentication; where a library cannot
+// be loaded the message names the Debian package that installs it.
+TEST(StoreTrust, AMissingLibraryNamesThePackageToInstall) {
+  std::string why;
+  EXPECT_EQ(posix::open_library("libddplaunch-nothing.so.9", "ddplaunch-nothing", why), nullptr);
+  EXPECT_NE(why.find("cannot load libddplaunch-nothing.so.9 (install Debian's ddplaunch-nothing)"),
+            std::string::npos)
+      << why;
+  why.clear();
+  EXPECT_NE(posix::open_library("libcrypto.so.3", "libssl3", why), nullptr) << why;
 }
 
 // The workers' credential reaches the workers' keys and reads the job's
