@@ -1,12 +1,16 @@
 #include "posix/fd.hpp"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/resource.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "posix/error.hpp"
 
@@ -85,8 +89,24 @@ std::string temp_dir() {
 }
 
 std::string make_job_dir() {
-  std::string tmpl = temp_dir() + "/ddplaunch-job-XXXXXX";
-  return mkdtemp(tmpl.data()) != nullptr ? tmpl : std::string();
+  const char* tmp = std::getenv("TMPDIR");
+  std::vector<std::string> parents;
+  if (tmp != nullptr && *tmp != '\0') {
+    parents.emplace_back(tmp);
+  } else {
+    struct statfs fs = {};
+    if (::statfs("/dev/shm", &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+      parents.emplace_back("/dev/shm");
+    }
+    parents.emplace_back("/tmp");  // also where /dev/shm is full or read-only
+  }
+  for (const auto& parent : parents) {
+    std::string tmpl = parent + "/ddplaunch-job-XXXXXX";
+    if (mkdtemp(tmpl.data()) != nullptr) {
+      return tmpl;
+    }
+  }
+  return {};
 }
 
 std::optional<rlimit> raise_fd_limit() {

@@ -168,6 +168,22 @@ def test_a_finished_job_leaves_no_directory_behind(jobs, tmp_path):
             assert "boom" in r.stderr, r.stderr  # the error file was read before it went
 
 
+def test_the_job_directory_goes_in_tmpdir_or_else_in_memory(jobs, tmp_path):
+    """Where the user set TMPDIR, the job's private directory goes there;
+    unset, it goes in /dev/shm where that is a tmpfs (docs/ENVIRONMENT.md)."""
+    program = ["--nproc-per-node", 1, "--no-prefix", "--", "sh", "-c", "echo $TORCHELASTIC_ERROR_FILE"]
+    r = jobs.run(program, env={"TMPDIR": str(tmp_path)})
+    assert r.returncode == 0 and r.stdout.startswith(f"{tmp_path}/ddplaunch-job-"), r.stdout + r.stderr
+    env = jobs.env()
+    env.pop("TMPDIR", None)
+    r = subprocess.run([BIN, *map(str, program)], env=env, capture_output=True, text=True, timeout=120)
+    in_memory = subprocess.run(["stat", "-f", "-c", "%T", "/dev/shm"], capture_output=True,
+                               text=True).stdout.strip() == "tmpfs"
+    parent = "/dev/shm" if in_memory and os.access("/dev/shm", os.W_OK) else "/tmp"
+    assert r.returncode == 0 and r.stdout.startswith(f"{parent}/ddplaunch-job-"), r.stdout + r.stderr
+    assert not os.path.exists(os.path.dirname(r.stdout.strip()))
+
+
 def _two_nodes(jobs, program, node1_args=(), node0_kwargs=None, node1_kwargs=None):
     """Two nodes with two workers each running `program`. The heartbeat
     timeout (300 s) is far beyond the waits: only node 1's own word can end
