@@ -406,6 +406,9 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
     driver.publish_failure(agent.node_name() + " hit an internal error: " + e.what());
     throw;
   }
+  // Every round is over and its workers reaped: the second spawning thread
+  // may go, while this one reports.
+  retire_spawn_thread();
   // The connection first, so that node 0's store sees it close, not a reset;
   // node 0's store goes away only now.
   if (pmix) {

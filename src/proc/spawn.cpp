@@ -242,9 +242,11 @@ std::atomic<bool> g_share_files = true;
 // launcher may use two CPUs: while one thread waits for its child's execve,
 // the other starts the next. Each lane has its own slots and child stack.
 constexpr int k_lanes = 2;
-// From this many workers in one round on: below it the second thread's
-// start costs more than it saves.
-constexpr size_t k_parallel_from = 4;
+// From this many workers in one round on. On a 2-CPU VM (docs/PERFORMANCE.md)
+// two lanes cost 0.2 ms more at 4 workers, are even at 8 and 16 (the
+// workers' own starts fill both CPUs) and gain 1.4 ms at 32 and 3 ms at 64;
+// with more CPUs than workers the lanes do not compete with those starts.
+constexpr size_t k_parallel_from = 8;
 
 // One lane's fd slots (see SpawnSlots) and its clone3 child's stack, in use
 // only while the lane's thread sleeps (CLONE_VFORK).
@@ -518,46 +520,62 @@ Child spawn_one(const WorkerSpec& worker, const SpawnContext& ctx, SpawnLane& la
   return child;
 }
 
-// The second lane's thread. It lives as long as the launcher, idle between
-// rounds: a worker's PR_SET_PDEATHSIG fires when the *thread* that started
-// it ends, not only the process.
+// The second lane's thread, started at the first round that uses it. It
+// stays, idle, until retire_spawn_thread() after the job's last round: a
+// worker's PR_SET_PDEATHSIG fires when the *thread* that started it ends,
+// not only the process.
 class SpawnHelper {
  public:
-  // The helper, started at the first call; nullptr when no thread can start.
-  static SpawnHelper* get() {
-    static SpawnHelper* helper = [] {
-      auto* h = new SpawnHelper;  // never freed: the thread outlives every round
+  // The one helper (never freed: a thread may still be leaving it).
+  static SpawnHelper& get() {
+    static auto* helper = new SpawnHelper;
+    return *helper;
+  }
+  // Runs `task` on the helper's thread, starting one where none runs; false
+  // (and `task` not run) where no thread can start.
+  bool post(std::function<void()> task) {
+    std::unique_lock lock(m_mutex);
+    m_cv.wait(lock, [this] { return !m_task; });
+    if (!m_running) {
       try {
-        // Signals stay with the loop's thread (they are blocked there for
-        // its signalfd, and the new thread inherits that mask).
-        std::thread([h] { h->serve(); }).detach();
+        // Signals stay with the loop's thread: they are blocked there for
+        // its signalfd, and the new thread inherits that mask.
+        std::thread([this] { serve(); }).detach();
       } catch (const std::system_error& e) {
         log::debug("workers start from one thread: {}", e.what());
-        delete h;
-        return static_cast<SpawnHelper*>(nullptr);
+        return false;
       }
-      return h;
-    }();
-    return helper;
-  }
-  // Runs `task` on the helper's thread; wait() returns once it is done.
-  void post(std::function<void()> task) {
-    std::lock_guard lock(m_mutex);
+      m_running = true;
+    }
+    m_retire = false;
     m_task = std::move(task);
     m_cv.notify_all();
+    return true;
   }
+  // Returns once the posted task is done.
   void wait() {
     std::unique_lock lock(m_mutex);
     m_cv.wait(lock, [this] { return !m_task; });
   }
+  // The thread ends once idle, without being waited for.
+  void retire() {
+    std::lock_guard lock(m_mutex);
+    m_retire = true;
+    m_cv.notify_all();
+  }
 
  private:
-  [[noreturn]] void serve() {
+  void serve() {
     std::unique_lock lock(m_mutex);
     while (true) {
-      m_cv.wait(lock, [this] { return static_cast<bool>(m_task); });
+      m_cv.wait(lock, [this] { return m_task || m_retire; });
+      if (!m_task) {
+        m_running = false;
+        m_retire = false;
+        return;
+      }
       lock.unlock();
-      m_task();  // catches its own exceptions
+      m_task();  // catches its own exceptions; nobody changes m_task meanwhile
       lock.lock();
       m_task = nullptr;
       m_cv.notify_all();
@@ -565,7 +583,9 @@ class SpawnHelper {
   }
   std::mutex m_mutex;
   std::condition_variable m_cv;
-  std::function<void()> m_task;
+  std::function<void()> m_task;  // posted and not done yet
+  bool m_running = false;        // a thread serves
+  bool m_retire = false;
 };
 
 // Whether this process may run on two CPUs or more.
@@ -619,18 +639,17 @@ std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
   // vfork, a shared fd table or not, shared memory or a real fork).
   started.push_back(spawn_one(workers[0], ctx, g_slots.lanes[0], programs));
   SpawnHelper* helper = nullptr;
-  if (workers.size() >= k_parallel_from && ctx.slots && g_vfork_shares == true && several_cpus()) {
-    helper = SpawnHelper::get();
-  }
-  const size_t mid = helper != nullptr ? (workers.size() + 1) / 2 : workers.size();
+  size_t mid = workers.size();
   // The second half, on the helper; on the first failure either lane stops
   // the other, and every worker started is killed and reaped (by its Child).
   std::vector<Child> second;
   std::exception_ptr second_error;
   std::atomic<bool> failed = false;
-  if (helper != nullptr) {
+  if (workers.size() >= k_parallel_from && ctx.slots && g_vfork_shares == true && several_cpus()) {
+    mid = (workers.size() + 1) / 2;
     second.reserve(workers.size() - mid);
-    helper->post([&] {
+    helper = &SpawnHelper::get();
+    const bool posted = helper->post([&] {
       try {
         ProgramCache own;
         for (size_t i = mid; i < workers.size() && !failed; ++i) {
@@ -641,6 +660,10 @@ std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
         failed = true;
       }
     });
+    if (!posted) {
+      helper = nullptr;
+      mid = workers.size();
+    }
   }
   struct Join {
     SpawnHelper* helper;
@@ -669,6 +692,10 @@ std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
     }
   }
   return started;
+}
+
+void retire_spawn_thread() {
+  SpawnHelper::get().retire();
 }
 
 }  // namespace ddplaunch

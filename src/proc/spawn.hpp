@@ -3,11 +3,11 @@
 // launcher (PR_SET_PDEATHSIG), inherits only fds 0, 1 and 2, and receives an
 // envp built by the launcher. Workers start with vfork(); an exec failure is
 // known before the next worker starts: a missing program is a spawn error,
-// never a mystery exit 127. From four workers on, on two CPUs or more, a
+// never a mystery exit 127. From eight workers on, on two CPUs or more, a
 // second thread starts half of them (the upper ranks): while one thread
 // waits for its child's execve, the other starts the next. That thread lives
-// as long as the launcher, because a worker's PR_SET_PDEATHSIG fires when
-// the thread that started it ends.
+// until the job's last round is over (retire_spawn_thread()), because a
+// worker's PR_SET_PDEATHSIG fires when the thread that started it ends.
 // Called from the launcher's loop thread.
 #pragma once
 
@@ -39,6 +39,12 @@ std::optional<std::string> find_program(const std::string& program, const EnvMap
 // left running: on the first exec failure both threads stop, the started
 // ones are killed and reaped (by their Child owners) and SpawnError is thrown.
 std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers);
+
+// Ends the second spawning thread once it is idle, without waiting for it:
+// call once the job's last round is over and its workers are reaped (a
+// later spawn_workers() starts a new one). Its exit then overlaps the
+// launcher's last steps instead of delaying the launcher's own exit.
+void retire_spawn_thread();
 
 // Reserves four low fd numbers that every worker's stdin, stdout, stderr and
 // progress fd pass through as it starts, so that a child copies only the

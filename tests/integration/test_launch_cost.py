@@ -76,7 +76,7 @@ def test_the_progress_pipe_is_made_only_with_a_hang_timeout(tmp_path):
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: workers start from one thread")
 def test_workers_start_from_two_threads_on_two_cpus(tmp_path):
-    # From four workers on, a second thread starts half of them: while one
+    # From eight workers on, a second thread starts half of them: while one
     # thread waits for its child's execve, the other starts the next.
     trace = tmp_path / "trace"
     subprocess.run(["strace", "-f", "-qq", "-e", "trace=clone3,vfork", "-o", trace, BIN,

@@ -203,7 +203,7 @@ def test_workers_inherit_only_stdio(jobs):
 
 
 def test_many_workers_each_get_their_own_streams_and_outlive_their_start(jobs, tmp_path):
-    # From four workers on, two threads start them, each through its own fd
+    # From eight workers on, two threads start them, each through its own fd
     # slots (docs/ARCHITECTURE.md): every worker must still get its own stdout
     # and stderr, only fds 0-2, and stdin for rank 0 alone; and the workers the
     # second thread started must live on while it idles (PR_SET_PDEATHSIG
