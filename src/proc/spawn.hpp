@@ -46,8 +46,9 @@ std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers);
 // launcher's last steps instead of delaying the launcher's own exit.
 void retire_spawn_thread();
 
-// Reserves four low fd numbers that every worker's stdin, stdout, stderr and
-// progress fd pass through as it starts, so that a child copies only the
+// Reserves seven low fd numbers that every worker's stdin, stdout, stderr and
+// progress fd pass through as it starts (stdin's shared, the others one set
+// per spawning thread), so that a child copies only the
 // fds below them instead of the launcher's whole table (thousands of pipes
 // with thousands of workers). Also marks every inherited fd close-on-exec.
 // Call once at start, before the fds that grow with the workers.
