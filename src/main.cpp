@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <optional>
 #include <string>
@@ -55,6 +56,21 @@ extern "C" const char* __tsan_default_suppressions() {
 namespace {
 // How long an agent waits for its launching command's header on stdin.
 constexpr int k_channel_timeout_ms = 60'000;
+
+// The end of a launch: the job is over and all it printed is written (the
+// console finished inside run_launch; the log's sink writes synchronously).
+// What exit() would still run (the static destructors of iostream, spdlog's
+// registry and CLI11's validators, each page faulted in for the purpose)
+// writes nothing and cost every launch about 0.1 ms, so the process leaves
+// without it. Sanitizer builds return, so that LeakSanitizer still checks.
+int leave(int exit_code) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return exit_code;
+#else
+  std::fflush(nullptr);
+  std::_Exit(exit_code);
+#endif
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,7 +132,7 @@ int main(int argc, char** argv) {
     if (channel) {
       announce_ready(config.node_rank.value_or(0));
     }
-    return run_launch(config, job_env, channel ? &*channel : nullptr);
+    return leave(run_launch(config, job_env, channel ? &*channel : nullptr));
   } catch (const LaunchError& e) {
     log::raw(fmt::format("ddplaunch: error: {}\n", e.what()));
     return e.exit_code();

@@ -110,7 +110,9 @@ StoreAddress resolve_store_address(const Config& config, const EnvMap& env, Driv
 NodeIdentity identify_node(const Config& config, const EnvMap& env,
                            const std::string& master_addr) {
   NodeIdentity self;
-  const NodeResources resources = probe_resources(env);
+  const NodeResources resources =
+      probe_resources(env, {.intel_gpus = config.nproc_mode == NprocMode::k_xpu,
+                            .numa = config.cpu_bind == CpuBind::k_numa});
   self.nproc = resolve_nproc(config.nproc_mode, config.nproc_per_node, resources);
   std::vector<std::string> binding_notes;
   self.bindings = plan_bindings(config, self.nproc, resources, binding_notes);
@@ -140,9 +142,9 @@ NodeIdentity identify_node(const Config& config, const EnvMap& env,
 int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleWriter& console,
            const std::optional<HealthCheckResult>& health) {
   JobSummary summary = agent.summary();
-  summary.launcher_max_rss_kib = peak_rss_kib();
   summary.health_check = health;
   if (!config.summary_json.empty()) {
+    summary.launcher_max_rss_kib = peak_rss_kib();  // /proc/self/status: read only for the file
     write_summary_json(config.summary_json, summary);
   }
   write_inherited_error_file(env, summary);

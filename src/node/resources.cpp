@@ -176,7 +176,7 @@ std::vector<std::vector<int>> numa_nodes(const std::vector<int>& allowed) {
 
 }  // namespace
 
-NodeResources probe_resources(const EnvMap& env) {
+NodeResources probe_resources(const EnvMap& env, ResourceProbes probes) {
   NodeResources r;
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec);
@@ -203,7 +203,7 @@ NodeResources probe_resources(const EnvMap& env) {
       r.gpu_source = "the NVIDIA driver";
     }
   }
-  r.xpus = count_intel_gpus();
+  r.xpus = probes.intel_gpus ? count_intel_gpus() : 0;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   r.cpus = cpus > 0 ? static_cast<int>(cpus) : 1;
   cpu_set_t set;
@@ -215,7 +215,9 @@ NodeResources probe_resources(const EnvMap& env) {
       }
     }
   }
-  r.numa_cpus = numa_nodes(r.allowed_cpus);
+  if (probes.numa) {
+    r.numa_cpus = numa_nodes(r.allowed_cpus);
+  }
   return r;
 }
 

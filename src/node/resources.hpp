@@ -42,9 +42,17 @@ struct NodeResources {
   std::vector<std::vector<int>> numa_cpus;  // allowed CPUs of each NUMA node that has any
 };
 
+// What probe_resources() reads beyond the GPUs, CPUs and affinity, which it
+// always reads: each costs a launch a directory walk in /sys.
+struct ResourceProbes {
+  bool intel_gpus = false;  // xpus: for --nproc-per-node xpu
+  bool numa = false;        // numa_cpus: for --cpu-bind numa
+};
+
 // Reads CUDA_VISIBLE_DEVICES and Slurm's grant from `env`,
-// /proc/driver/nvidia/gpus, /sys/class/drm, the affinity and the NUMA nodes.
-NodeResources probe_resources(const EnvMap& env);
+// /proc/driver/nvidia/gpus, the online CPUs and the affinity; and, where
+// `probes` asks, /sys/class/drm and the NUMA nodes (left empty otherwise).
+NodeResources probe_resources(const EnvMap& env, ResourceProbes probes);
 
 // Turns --nproc-per-node into a number. Throws UsageError for `gpu` when the
 // node has no usable GPU.

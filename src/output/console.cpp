@@ -50,20 +50,21 @@ void cpu_relax() {
 #endif
 }
 
-bool nowait_writable(int fd) {
-  struct stat st = {};
-  if (fstat(fd, &st) != 0) {
-    return false;
+// What the console's fds are, read once.
+struct FdKind {
+  struct stat st = {};  // before `ok`, which fills it
+  bool ok = false;
+  explicit FdKind(int fd) : ok(fstat(fd, &st) == 0) {}
+  // A write that never waits for a reader: a pipe or socket (non-blocking
+  // writes), /dev/null.
+  bool nowait_writable() const {
+    return ok && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) ||
+                  (S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3)));
   }
-  return S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) ||
-         (S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3));  // /dev/null
-}
-
-bool same_file(int a, int b) {
-  struct stat sa = {}, sb = {};
-  return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
-         sa.st_ino == sb.st_ino;
-}
+  bool same_file(const FdKind& other) const {
+    return ok && other.ok && st.st_dev == other.st.st_dev && st.st_ino == other.st.st_ino;
+  }
+};
 
 }  // namespace
 
@@ -307,16 +308,17 @@ ConsoleWriter::ConsoleWriter(Limits limits, int out, int err)
   if (!m_state->wake) {
     throw std::system_error(errno, std::generic_category(), "eventfd");
   }
+  const FdKind out_kind(out), err_kind(err);
   m_state->lanes[0] = std::make_unique<Lane>(m_state->limits, m_state->wake.get());
-  if (!same_file(out, err)) {
+  if (!out_kind.same_file(err_kind)) {
     m_state->lanes[1] = std::make_unique<Lane>(m_state->limits, m_state->wake.get());
   }
   for (auto& lane : m_state->lanes) {
     if (lane) {
       lane->real_fd[1] = out;
       lane->real_fd[2] = err;
-      lane->direct[1] = nowait_writable(out);
-      lane->direct[2] = nowait_writable(err);
+      lane->direct[1] = out_kind.nowait_writable();
+      lane->direct[2] = err_kind.nowait_writable();
       // The thread holds the state too: if the console never takes the last
       // bytes, it is left blocked in write(2) when the launcher exits.
       lane->start_thread = [weak = std::weak_ptr<State>(m_state), l = lane.get()] {

@@ -3,8 +3,10 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <linux/magic.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -45,6 +47,22 @@ std::string own_cgroup_dir() {
   }
   if (path.empty()) {
     return {};
+  }
+  // Where cgroup v2 is nearly always mounted (alone, or beside v1 as
+  // "unified"): a statfs and a stat instead of the kernel's writing of every
+  // mount there is (a node with containers has hundreds). A mount whose
+  // root is not the hierarchy's (a container's own cgroup mounted without a
+  // cgroup namespace) has no `path` below it: mountinfo then decides.
+  for (const char* mount : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+    struct statfs fs = {};
+    if (::statfs(mount, &fs) != 0 || fs.f_type != CGROUP2_SUPER_MAGIC) {
+      continue;
+    }
+    std::string dir = std::string(mount) + (path == "/" ? "" : std::string(path));
+    struct stat st = {};
+    if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      return dir;
+    }
   }
   const auto mounts = posix::read_small_file("/proc/self/mountinfo");
   if (!mounts) {
@@ -138,6 +156,10 @@ bool environ_has(const std::string& pid, const std::string& needle) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU}) {
     ::signal(sig, SIG_IGN);
   }
+  if (!cgroup.empty()) {
+    // Here, not in the launcher: off the path to the first worker.
+    remove_stale_cgroups(std::filesystem::path(cgroup).parent_path().string());
+  }
   std::string said;
   char buf[64];
   for (ssize_t n; (n = ::read(read_fd, buf, sizeof(buf))) != 0;) {
@@ -209,7 +231,6 @@ JobGuard::JobGuard(bool use_cgroup) {
   m_marker = fmt::format("{}-{:x}", getpid(), random);
 
   if (std::string parent = use_cgroup ? own_cgroup_dir() : std::string(); !parent.empty()) {
-    remove_stale_cgroups(parent);
     std::string dir = parent + "/ddplaunch-" + std::to_string(getpid());
     struct stat st = {};
     if ((::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST) &&
@@ -260,7 +281,8 @@ JobGuard::JobGuard(bool use_cgroup) {
 }
 
 JobGuard::~JobGuard() {
-  if (!m_job_dir.empty()) {
+  // Empty unless a worker wrote its error file: one rmdir, most of the time.
+  if (!m_job_dir.empty() && ::rmdir(m_job_dir.c_str()) != 0) {
     std::error_code ec;
     std::filesystem::remove_all(m_job_dir, ec);
   }
