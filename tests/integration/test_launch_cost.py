@@ -98,3 +98,18 @@ def test_libcrypto_is_loaded_only_when_the_store_authenticates():
     assert r.returncode == 0, r.stderr
     before, after = (int(n) for n in r.stdout.split())
     assert before == 0 and after > 0, r.stdout
+
+
+def test_the_fd_table_has_room_for_every_worker_before_the_first_starts():
+    # The kernel grows a process's fd table by doubling as fds are opened;
+    # growing one that a thread or a CLONE_FILES child shares waits for an
+    # RCU grace period (25 ms on a 16-CPU VM: 24 workers took 31 ms to start
+    # where 20 took 4.5). The launcher grows it once, before the first worker
+    # starts, so rank 0 already sees room for every worker's pipes.
+    nproc = 300
+    out = subprocess.run(
+        [BIN, "--nproc-per-node", str(nproc), "--no-prefix", "--ranks-filter", "0", "--", "sh",
+         "-c", 'grep FDSize /proc/$PPID/status'],
+        capture_output=True, text=True, timeout=120, check=True).stdout
+    fd_size = int(re.search(r"FDSize:\s+(\d+)", out).group(1))
+    assert fd_size >= 2 * nproc, out
