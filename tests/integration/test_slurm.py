@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 import slurm_cluster
-from conftest import BIN, SOURCE_DIR, TORCH_PYTHON, needs_torch, wait_until, worker
+from conftest import BIN, SOURCE_DIR, TORCH_PYTHON, alive, needs_torch, wait_until, worker
 
 why_not = slurm_cluster.available()
 pytestmark = pytest.mark.skipif(why_not is not None, reason=str(why_not))
@@ -120,8 +120,7 @@ def test_sbatch_script_without_srun_runs_on_every_node_and_scancel_ends_it(clust
         assert len(pids) == 4
 
         def all_gone():
-            return not [pid for pid in pids if os.path.exists(f"/proc/{pid}") and
-                        open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+            return not [pid for pid in pids if alive(pid)]
         assert wait_until(all_gone, timeout=60), "workers left running after scancel"
     finally:
         cluster.run(["scancel", job_id])
@@ -201,9 +200,8 @@ def test_scancel_ends_every_worker_on_both_hosts(cluster, jobs, shared):
         assert summary["exit_code"] == 143, summary
     pids = [int(f.name) for f in shared.iterdir() if f.name.isdigit()]
     assert len(pids) == 4
-    alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and
-             open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
-    assert not alive, f"workers left running after scancel: {alive}"
+    running = [pid for pid in pids if alive(pid)]
+    assert not running, f"workers left running after scancel: {running}"
 
 
 
