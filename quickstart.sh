@@ -3,6 +3,8 @@
 #   ./quickstart.sh demo   install what is missing, build, run the demo job
 #   ./quickstart.sh test   install what is missing, build, run the whole test suite
 # Environment: BUILD_DIR (default: build), JOBS (default: number of CPUs),
+# TEST_JOBS (tests at once; default: twice JOBS, as most of a test's time is
+# spent waiting on the processes it started),
 # SANITIZE=0 to skip the ASan+UBSan and TSan runs of the test suite and the
 # fuzz targets; FUZZ_SECONDS (default: 60) bounds each fuzz target's run.
 set -euo pipefail
@@ -10,6 +12,7 @@ cd "$(dirname "$0")"
 mode="${1:-demo}"
 BUILD_DIR="${BUILD_DIR:-build}"
 JOBS="${JOBS:-$(nproc)}"
+TEST_JOBS="${TEST_JOBS:-$((JOBS * 2))}"
 # Each stage's line says how long the run has taken so far (CI's 30-minute budget).
 say() { printf 'quickstart: [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
@@ -52,7 +55,7 @@ case "$mode" in
     ;;
   test)
     say "the suite ($BUILD_DIR)"
-    (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 600)
+    (cd "$BUILD_DIR" && ctest --output-on-failure -j "$TEST_JOBS" --timeout 600)
     # The same suite again under ASan+UBSan and under TSan (SANITIZE=0 skips them).
     if [ "${SANITIZE:-1}" != 0 ]; then
       for sanitizer in address thread; do
@@ -62,7 +65,7 @@ case "$mode" in
           -DDDPLAUNCH_BUILD_BENCH=OFF >/dev/null
         cmake --build "$dir" -j "$JOBS"
         say "the suite under -DDDPLAUNCH_SANITIZE=$sanitizer ($dir)"
-        (cd "$dir" && ctest --output-on-failure -j "$JOBS" --timeout 600 -E '^format$')
+        (cd "$dir" && ctest --output-on-failure -j "$TEST_JOBS" --timeout 600 -E '^format$')
       done
       # Every libFuzzer target for a bounded time (FUZZ_SECONDS each, all at once).
       say "the fuzz targets, ${FUZZ_SECONDS:-60} s each ($BUILD_DIR-fuzz)"

@@ -18,12 +18,15 @@ namespace {
 constexpr std::string_view k_magic = "ddplaunch-topology 1 ";
 constexpr size_t k_max_cache_bytes = 64u << 20;  // hwloc's XML of a large machine: ~1 MiB
 
-// The entries of a directory, sorted, space-separated ("" when it is absent).
-std::string directory_names(const std::string& path) {
+// The entries of a directory, sorted, space-separated ("" when it is absent);
+// with `only_with`, only the entries that hold that name.
+std::string directory_names(const std::string& path, const char* only_with = nullptr) {
   std::vector<std::string> names;
   if (DIR* dir = ::opendir(path.c_str())) {
     while (const dirent* entry = ::readdir(dir)) {
-      if (entry->d_name[0] != '.') {
+      if (entry->d_name[0] != '.' &&
+          (only_with == nullptr ||
+           ::access((path + "/" + entry->d_name + "/" + only_with).c_str(), F_OK) == 0)) {
         names.emplace_back(entry->d_name);
       }
     }
@@ -74,7 +77,10 @@ std::string topology_fingerprint(unsigned hwloc_version, const std::string& proc
   key += ";mems=" + status_field(status, "Mems_allowed_list");
   key += ";online=" + first_line(sys_root + "/devices/system/cpu/online");
   key += ";pci=" + directory_names(sys_root + "/bus/pci/devices");
-  key += ";net=" + directory_names(sys_root + "/class/net");
+  // The network interfaces of a device (a PCI NIC's "eth0"): hwloc shows
+  // those, not virtual ones (lo, a container's veth, a bridge), which come
+  // and go without changing the topology.
+  key += ";net=" + directory_names(sys_root + "/class/net", "device");
   std::replace(key.begin(), key.end(), '\n', ' ');
   return key;
 }
@@ -91,7 +97,8 @@ bool topology_cache_enabled(const EnvMap& env) {
   for (const char* steering :
        {"HWLOC_XMLFILE", "HWLOC_SYNTHETIC", "HWLOC_FSROOT", "HWLOC_COMPONENTS",
         "HWLOC_PLUGINS_PATH", "HWLOC_PLUGINS_BLACKLIST", "HWLOC_THISSYSTEM", "HWLOC_ALLOW",
-        "PMIX_MCA_pmix_hwloc_topo_file", "PMIX_MCA_pmix_hwloc_test_cpuset"}) {
+        "HWLOC_VIRTUAL_LINUX_OSDEV", "PMIX_MCA_pmix_hwloc_topo_file",
+        "PMIX_MCA_pmix_hwloc_test_cpuset"}) {
     if (env.count(steering) != 0) {
       return false;
     }

@@ -22,8 +22,9 @@ void fake_machine(const ScratchDir& dir) {
   dir.write("sys/devices/system/cpu/online", "0-7\n");
   dir.mkdir("sys/bus/pci/devices/0000:00:02.0");
   dir.mkdir("sys/bus/pci/devices/0000:00:01.0");
-  dir.mkdir("sys/class/net/lo");
-  dir.mkdir("sys/class/net/eth0");
+  dir.mkdir("sys/class/net/lo");  // virtual: no device
+  dir.mkdir("sys/class/net/eth0/device");
+  dir.mkdir("sys/class/net/ib0/device");
 }
 
 std::string fingerprint(const ScratchDir& dir) {
@@ -40,20 +41,26 @@ TEST(TopologyCache, TheFingerprintNamesWhatTheTopologyDependsOn) {
   EXPECT_NE(key.find("mems=0-1;"), std::string::npos) << key;
   EXPECT_NE(key.find("online=0-7;"), std::string::npos) << key;
   EXPECT_NE(key.find("pci=0000:00:01.0 0000:00:02.0;"), std::string::npos) << key;  // sorted
-  EXPECT_NE(key.find("net=eth0 lo"), std::string::npos) << key;
+  EXPECT_NE(key.find("net=eth0 ib0"), std::string::npos)
+      << key;  // not lo: hwloc shows no virtual one
   EXPECT_EQ(key.find('\n'), std::string::npos);
   EXPECT_EQ(fingerprint(dir), key);  // the same machine, the same key
 }
 
-TEST(TopologyCache, AnyChangeToTheMachineChangesTheFingerprint) {
+TEST(TopologyCache, WhatChangesTheTopologyChangesTheFingerprint) {
   ScratchDir dir("topology-cache-test");
   fake_machine(dir);
   const std::string before = fingerprint(dir);
   dir.mkdir("sys/bus/pci/devices/0000:3b:00.0");  // a GPU hot-plugged
   const std::string gpu = fingerprint(dir);
   EXPECT_NE(gpu, before);
-  dir.write("proc/self/status", "Cpus_allowed_list:\t0-3\nMems_allowed_list:\t0-1\n");  // a cgroup
+  dir.mkdir("sys/class/net/veth7a3");  // a container's interface: the same topology
+  EXPECT_EQ(fingerprint(dir), gpu);
+  dir.mkdir("sys/class/net/eth1/device");  // a NIC's: another topology
   EXPECT_NE(fingerprint(dir), gpu);
+  const std::string nic = fingerprint(dir);
+  dir.write("proc/self/status", "Cpus_allowed_list:\t0-3\nMems_allowed_list:\t0-1\n");  // a cgroup
+  EXPECT_NE(fingerprint(dir), nic);
   const std::string cgroup = fingerprint(dir);
   dir.write("proc/sys/kernel/random/boot_id", "another-boot\n");
   EXPECT_NE(fingerprint(dir), cgroup);
