@@ -224,7 +224,22 @@ std::string_view OutputRouter::take_plain_lines(RankStreams& w, Stream stream,
       p = nl + 1;
     }
   }
+  // Prefixed stdout (a flood's case): one pass per line finds its end and
+  // copies it; what that cannot take goes the way below.
+  const bool quick = !raw && !is_err && scratch.prefix_text.size() <= 16;
+  char prefix16[16] = {};
+  if (quick) {
+    std::memcpy(prefix16, scratch.prefix_text.data(), scratch.prefix_text.size());
+  }
+  const char* const readable_end = data.data() + data.size();
   while (!raw && p < run_end) {
+    if (quick && scratch.batch.add_scanning(prefix16, scratch.prefix_text.size(), p, readable_end,
+                                            max_line)) {
+      if (scratch.batch.must_flush()) {
+        flush(fd, scratch);
+      }
+      continue;
+    }
     const char* nl =
         static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(run_end - p)));
     const auto len = static_cast<size_t>(nl - p);

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -151,6 +152,48 @@ TEST(LineBatch, AsksForAFlushOnceBigAndKeepsEverythingWhenGrowing) {
   EXPECT_EQ(b.data().size(), lines * 1004 + big.size() + 4);
   EXPECT_EQ(b.data().substr(b.data().size() - 5), "yyyy\n");
   EXPECT_EQ(b.data().substr(0, 4), "r: x");
+}
+
+// The one-pass form adds exactly what add() would, for lines of every length
+// and at every distance from the end of what may be read, or adds nothing.
+TEST(LineBatch, TheScanningFormAddsWhatAddWouldOrNothing) {
+  for (const std::string prefix : {"", "[rank 3]: ", "exactly 16 bytes"}) {
+    char prefix16[16] = {};
+    std::memcpy(prefix16, prefix.data(), prefix.size());
+    for (size_t len = 0; len < 80; ++len) {
+      for (size_t after = 0; after < 40; ++after) {  // readable bytes after the '\n'
+        const std::string text =
+            std::string(len, 'a' + static_cast<char>(len % 26)) + "\n" + std::string(after, '\n');
+        LineBatch quick;
+        quick.add("x", "before");
+        const char* p = text.data();
+        const bool taken =
+            quick.add_scanning(prefix16, prefix.size(), p, text.data() + text.size(), 64);
+        LineBatch slow;
+        slow.add("x", "before");
+        // Refused only where the load that would find the '\n' passes the
+        // end of what may be read, or the line is at the bound (64 here).
+        EXPECT_EQ(taken, !(text.size() < 16 + len / 16 * 16 || len >= 64)) << len << " " << after;
+        if (taken) {
+          slow.add(prefix, std::string_view(text).substr(0, len));
+          EXPECT_EQ(quick.data(), slow.data()) << len << " " << after;
+          EXPECT_EQ(p, text.data() + len + 1);
+        } else {
+          EXPECT_EQ(quick.data(), slow.data()) << "nothing added";
+          EXPECT_EQ(p, text.data());
+        }
+      }
+    }
+  }
+}
+
+TEST(LineBatch, TheScanningFormTakesNoLongerPrefix) {
+  char prefix16[16] = {};
+  const std::string text(100, '\n');
+  const char* p = text.data();
+  LineBatch b;
+  EXPECT_FALSE(b.add_scanning(prefix16, 17, p, text.data() + text.size(), 64));
+  EXPECT_TRUE(b.empty());
 }
 
 }  // namespace
