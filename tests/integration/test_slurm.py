@@ -41,6 +41,21 @@ def logged_envs(log_dir):
             for d in os.listdir(log_dir)}
 
 
+def await_logged_envs(log_dir, ranks):
+    """logged_envs() of a running job, once each of `ranks` ranks' line is in
+    its log: a worker's output reaches its file a moment after it was
+    written, so a rank may be ready before its line is logged."""
+    def complete():
+        try:
+            envs = logged_envs(log_dir)
+        except (OSError, ValueError):
+            return None
+        return envs if len(envs) == ranks else None
+    envs = wait_until(complete, timeout=60)
+    assert envs, f"the ranks' lines did not all reach {log_dir}"
+    return envs
+
+
 def test_srun_step_forms_one_job_across_two_hosts(cluster, jobs, shared):
     r = srun(cluster, jobs, [BIN, "--nproc-per-node", 2, "--log-dir", shared / "logs", "--",
                              *worker("env")])
@@ -109,7 +124,7 @@ def test_sbatch_script_without_srun_runs_on_every_node_and_scancel_ends_it(clust
     try:
         assert wait_until(lambda: len(list(shared.glob("ready.*"))) == 4, timeout=120), \
             (shared / "err.txt").read_text() + cluster.logs()
-        envs = logged_envs(shared / "logs")
+        envs = await_logged_envs(shared / "logs", 4)
         assert {e["WORLD_SIZE"] for e in envs.values()} == {"4"}
         assert {e["SLURMD_NODENAME"] for e in envs.values()} == {"node0", "node1"}
         assert "DDPLAUNCH_RDZV_TOKEN" not in next(iter(envs.values()))
