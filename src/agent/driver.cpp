@@ -32,7 +32,6 @@ constexpr uint64_t k_tag_relay = 1ULL << 54;     // the PMIx relay's sockets
 constexpr uint64_t k_tag_readers = 1ULL << 53;   // streams that ended on a reader thread
 // A read this large means the worker filled its pipe; then it gets this size.
 constexpr size_t k_pipe_size_at = 64 * 1024;
-constexpr int k_flood_pipe_size = 256 << 10;
 constexpr int k_drain_rounds = 64;  // bounded: a grandchild may still be writing
 // How long an internal error's verdict may take to reach the store.
 constexpr auto k_failure_wait = std::chrono::seconds(1);
@@ -339,10 +338,10 @@ bool Driver::read_stream(int local_rank, Stream stream) {
     }
     if (n >= static_cast<ssize_t>(k_pipe_size_at) && m_grown.insert(tag).second) {
       // A worker that fills its pipe (64 KiB) gets a larger one: a flood then
-      // costs the worker and the launcher a wake-up per 256 KiB, not per 64
+      // costs the worker and the launcher a wake-up per 128 KiB, not per 64
       // KiB (larger pipes measured slower: their pages fall out of the CPU's
       // cache). Only such a stream pays the call; best effort (pipe-max-size).
-      (void)::fcntl(fd.get(), F_SETPIPE_SZ, k_flood_pipe_size);
+      (void)::fcntl(fd.get(), F_SETPIPE_SZ, static_cast<int>(StreamReaders::k_pipe_bytes));
       if (hand_over(local_rank, stream, tag)) {
         return true;
       }

@@ -108,10 +108,10 @@ class Driver {
   std::function<void()> m_serve;
   std::function<void()> m_relay;  // watch_relay()'s
   // One read of a worker's pipe: as large as a flooding worker's pipe
-  // (k_flood_pipe_size), so a full pipe is one read and one wake-up of its
-  // writer. Heap, uninitialised: its pages cost memory only once a flood
-  // fills them.
-  static constexpr size_t k_read_size = 256 * 1024;
+  // (StreamReaders::k_pipe_bytes), so a full pipe is one read and one
+  // wake-up of its writer. Heap, uninitialised: its pages cost memory only
+  // once a flood fills them.
+  static constexpr size_t k_read_size = StreamReaders::k_pipe_bytes;
   std::unique_ptr<char[]> m_buffer = std::make_unique_for_overwrite<char[]>(k_read_size);
 };
 

@@ -16,8 +16,8 @@ namespace ddplaunch {
 
 namespace {
 
-// One read: a flooding worker's whole pipe (the loop enlarges it to 256 KiB).
-constexpr size_t k_read_size = 256 * 1024;
+// One read: a flooding worker's whole pipe (the loop enlarges it to this).
+constexpr size_t k_read_size = StreamReaders::k_pipe_bytes;
 // How often a thread looks again at streams it stopped reading for the console.
 constexpr int k_parked_poll_ms = 10;
 // One thread per flooding stream up to this many, whatever the CPUs (two
