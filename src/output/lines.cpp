@@ -1,11 +1,164 @@
 #include "output/lines.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define DDPLAUNCH_X86_SIMD 1
+#endif
+
 namespace ddplaunch {
+
+#if defined(DDPLAUNCH_X86_SIMD)
+namespace {
+
+// The two instruction sets LineBatch::add_lines() is built for. One loop,
+// add_lines_with() below, is compiled for each: it is flattened into a
+// function built for that set, so these inline into it there.
+struct Sse2 {
+  static constexpr size_t k_overrun = 15;  // bytes copy() may write and read past n
+  // A bit per '\n' of 64 bytes, and one per '\r'.
+  static void ends(const char* block, uint64_t& newlines, uint64_t& returns) {
+    const __m128i nl = _mm_set1_epi8('\n');
+    const __m128i cr = _mm_set1_epi8('\r');
+    newlines = returns = 0;
+    for (int i = 0; i < 4; ++i) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * i));
+      newlines |= bits(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, nl))) << (16 * i);
+      returns |= bits(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, cr))) << (16 * i);
+    }
+  }
+  static uint64_t bits(int mask16) { return static_cast<uint16_t>(mask16); }
+  static void copy(char* to, const char* from, size_t n) {
+    for (size_t at = 0; at < n; at += 16) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(to + at),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + at)));
+    }
+  }
+};
+
+struct Avx2 {
+  static constexpr size_t k_overrun = 31;
+  [[gnu::target("avx2")]] static void ends(const char* block, uint64_t& newlines,
+                                           uint64_t& returns) {
+    const __m256i low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block));
+    const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 32));
+    newlines = bits(low, high, _mm256_set1_epi8('\n'));
+    returns = bits(low, high, _mm256_set1_epi8('\r'));
+  }
+  [[gnu::target("avx2")]] static uint64_t bits(__m256i low, __m256i high, __m256i byte) {
+    return static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(low, byte))) |
+           static_cast<uint64_t>(
+               static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(high, byte))))
+               << 32;
+  }
+  [[gnu::target("avx2")]] static void copy(char* to, const char* from, size_t n) {
+    for (size_t at = 0; at < n; at += 32) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + at),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + at)));
+    }
+  }
+};
+
+// The batch's buffer [buf, buf + size) holds `used` bytes. Every load and
+// store stays inside what the caller may read and write: a block's 64 bytes
+// and a line's copy (up to k_overrun bytes past its '\n', which is inside the
+// block) end at least k_overrun bytes before readable_end, and a line is
+// copied only when its prefix's 16-byte store and its copy fit the room.
+template <class V>
+size_t add_lines_with(char* buf, size_t size, size_t& used, size_t flush_at, const char* prefix16,
+                      size_t prefix_size, const char*& p, const char* run_end,
+                      const char* readable_end, size_t max_line) {
+  const __m128i prefix = _mm_loadu_si128(reinterpret_cast<const __m128i*>(prefix16));
+  const char* line = p;
+  size_t at = used;
+  size_t added = 0;
+  const char* first_return = nullptr;  // the first '\r' at or after `line`, once seen
+  for (const char* block = line;
+       at < flush_at && readable_end - block >= static_cast<ptrdiff_t>(64 + V::k_overrun);
+       block += 64) {
+    uint64_t newlines = 0;
+    uint64_t returns = 0;
+    V::ends(block, newlines, returns);
+    if (first_return == nullptr && returns != 0) {
+      first_return = block + __builtin_ctzll(returns);
+    }
+    for (; newlines != 0; newlines &= newlines - 1) {
+      const char* nl = block + __builtin_ctzll(newlines);
+      const auto len = static_cast<size_t>(nl - line);  // without its '\n'
+      if (nl >= run_end || len >= max_line || (first_return != nullptr && first_return < nl) ||
+          size - at < std::max<size_t>(16, prefix_size + len + 1 + V::k_overrun)) {
+        used = at;
+        p = line;
+        return added;
+      }
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(buf + at), prefix);
+      V::copy(buf + at + prefix_size, line, len + 1);
+      at += prefix_size + len + 1;
+      line = nl + 1;
+      ++added;
+      if (at >= flush_at) {
+        break;
+      }
+    }
+  }
+  used = at;
+  p = line;
+  return added;
+}
+
+[[gnu::flatten]] size_t add_lines_sse2(char* buf, size_t size, size_t& used, size_t flush_at,
+                                       const char* prefix16, size_t prefix_size, const char*& p,
+                                       const char* run_end, const char* readable_end,
+                                       size_t max_line) {
+  return add_lines_with<Sse2>(buf, size, used, flush_at, prefix16, prefix_size, p, run_end,
+                              readable_end, max_line);
+}
+
+[[gnu::flatten, gnu::target("avx2")]] size_t add_lines_avx2(
+    char* buf, size_t size, size_t& used, size_t flush_at, const char* prefix16, size_t prefix_size,
+    const char*& p, const char* run_end, const char* readable_end, size_t max_line) {
+  return add_lines_with<Avx2>(buf, size, used, flush_at, prefix16, prefix_size, p, run_end,
+                              readable_end, max_line);
+}
+
+}  // namespace
+#endif
+
+LineBatch::Simd LineBatch::simd_here() {
+#if defined(DDPLAUNCH_X86_SIMD)
+  static const Simd here = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") ? Simd::k_avx2 : Simd::k_sse2;
+  }();
+  return here;
+#else
+  return Simd::k_none;
+#endif
+}
+
+size_t LineBatch::add_lines(Simd simd, const char (&prefix16)[16], size_t prefix_size,
+                            const char*& p, const char* run_end, const char* readable_end,
+                            size_t max_line) {
+  if (simd == Simd::k_none || prefix_size > 16) {
+    return 0;
+  }
+  if (m_buf.size() < k_flush_bytes + 4096) {
+    m_buf.resize(k_flush_bytes + 4096);  // as add() would (a batch handed over may be smaller)
+  }
+#if defined(DDPLAUNCH_X86_SIMD)
+  auto* const with = simd == Simd::k_avx2 ? add_lines_avx2 : add_lines_sse2;
+  return with(m_buf.data(), m_buf.size(), m_used, k_flush_bytes, prefix16, prefix_size, p, run_end,
+              readable_end, max_line);
+#else
+  (void)prefix16, (void)p, (void)run_end, (void)readable_end, (void)max_line;
+  return 0;
+#endif
+}
 
 LinePrefix::LinePrefix(std::string_view tmpl, const Fields& fields) {
   m_parts.emplace_back();

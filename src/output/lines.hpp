@@ -12,10 +12,6 @@
 #include <string_view>
 #include <vector>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 namespace ddplaunch {
 
 // How a piece of output ended.
@@ -106,15 +102,26 @@ class LineBatch {
     p[line.size()] = end;
     m_used = need;
   }
-  // The quick form of add(prefix, line) for a flood of whole lines: copies
-  // the line at `p` with its '\n' while looking for that '\n', 16 bytes at a
-  // time (one pass, no call per line), and moves `p` past it. Loads stay
-  // before `readable_end`; the prefix (at most 16 bytes) comes padded to 16.
-  // Adds nothing and returns false where add() must do it instead: a longer
-  // prefix, a line ending within 16 bytes of `readable_end`, one of
-  // `max_line` bytes or more, or one longer than the room left.
-  bool add_scanning(const char (&prefix16)[16], size_t prefix_size, const char*& p,
-                    const char* readable_end, size_t max_line);
+  // The vector instructions add_lines() uses: the best this CPU has, or one
+  // a test picks (k_none adds nothing).
+  enum class Simd { k_none, k_sse2, k_avx2 };
+  static Simd simd_here();
+  // The quick form of add(prefix, line) for a flood of whole lines. It finds
+  // the '\n's 64 bytes at a time and copies each line with its '\n' in 16-
+  // or 32-byte pieces: no call per line, and no line waits on the search of
+  // the one before. Adds lines from `p` (a line's start), moves `p` past the
+  // last one added and returns how many. It leaves to add() a line ending
+  // at or after `run_end`, one of `max_line` bytes or more, one holding a
+  // '\r', one that does not fit the room left, and whatever lies within 96
+  // bytes of `readable_end` (its loads and copies pass a line's end, never
+  // readable_end); it stops once must_flush(). The prefix, at most 16 bytes
+  // (nothing is added for a longer one), comes padded to 16.
+  size_t add_lines(const char (&prefix16)[16], size_t prefix_size, const char*& p,
+                   const char* run_end, const char* readable_end, size_t max_line) {
+    return add_lines(simd_here(), prefix16, prefix_size, p, run_end, readable_end, max_line);
+  }
+  size_t add_lines(Simd simd, const char (&prefix16)[16], size_t prefix_size, const char*& p,
+                   const char* run_end, const char* readable_end, size_t max_line);
   bool must_flush() const { return m_used >= k_flush_bytes; }
   bool empty() const { return m_used == 0; }
   std::string_view data() const { return {m_buf.data(), m_used}; }
@@ -147,45 +154,6 @@ class TailBuffer {
   std::vector<std::string> m_ring;
   size_t m_next = 0;  // where the next line goes once the ring is full
 };
-
-inline bool LineBatch::add_scanning(const char (&prefix16)[16], size_t prefix_size, const char*& p,
-                                    const char* readable_end, size_t max_line) {
-#if defined(__SSE2__)
-  if (m_buf.size() < k_flush_bytes + 4096) {
-    m_buf.resize(k_flush_bytes + 4096);  // as add() would (a batch handed over may be smaller)
-  }
-  const size_t room = m_buf.size() - m_used;
-  if (prefix_size > 16 || room < 64 || readable_end - p < 16) {
-    return false;
-  }
-  // The last 16-byte load starts `last` bytes after p: it reads no byte past
-  // readable_end and writes none past the room (the prefix's 16, then the
-  // line's bytes up to `last`, then 16 from there).
-  const size_t last = std::min({static_cast<size_t>(readable_end - p) - 16, max_line, room - 32});
-  char* const start = m_buf.data() + m_used;
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(start),
-                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(prefix16)));
-  char* const out = start + prefix_size;
-  const __m128i newline = _mm_set1_epi8('\n');
-  for (size_t at = 0; at <= last; at += 16) {
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + at));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + at), bytes);
-    const auto found = static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, newline)));
-    if (found != 0) {
-      const size_t through = at + static_cast<size_t>(__builtin_ctz(found)) + 1;  // with the '\n'
-      if (through > max_line) {
-        return false;  // the splitter cuts it in pieces
-      }
-      m_used += prefix_size + through;
-      p += through;
-      return true;
-    }
-  }
-#else
-  (void)prefix16, (void)prefix_size, (void)p, (void)readable_end, (void)max_line;
-#endif
-  return false;
-}
 
 template <typename OnLine>
 void LineSplitter::emit(std::string_view text, LineEnd end, OnLine& on_line) {
@@ -223,7 +191,7 @@ void LineSplitter::feed(std::string_view data, OnLine&& on_line) {
     const char* end = cr != nullptr ? cr : nl;
     if (end == nullptr) {
       // No end of line: buffer, flushing full pieces of an over-long line.
-      while (m_partial.size() + data.size() >= m_max_line) {
+      while (m_partial.size() + data.size() > m_max_line) {
         size_t take = m_max_line - m_partial.size();
         m_partial.append(data.substr(0, take));
         on_line(std::string_view(m_partial), LineEnd::k_piece);

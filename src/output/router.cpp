@@ -203,13 +203,17 @@ std::string_view OutputRouter::take_plain_lines(RankStreams& w, Stream stream,
     return data;
   }
   const char* run_end = last + 1;
-  if (std::memchr(p, '\r', static_cast<size_t>(run_end - p)) != nullptr) {
-    return data;
-  }
   const bool is_err = stream == Stream::k_err;
   const int fd = is_err ? 2 : 1;
   const size_t max_line = w.channels[static_cast<int>(stream)].splitter.max_line();
   const bool raw = scratch.prefix_text.empty() && !is_err;
+  // Prefixed stdout (a flood's case): lines found and copied many at a
+  // time, stopping at a '\r'; what that cannot take goes the way below, a
+  // line at a time. A '\r' is the splitter's (a progress bar, or "\r\n").
+  const bool quick = !raw && !is_err && scratch.prefix_text.size() <= 16;
+  if (!quick && std::memchr(p, '\r', static_cast<size_t>(run_end - p)) != nullptr) {
+    return data;
+  }
   const char* raw_from = p;
   if (raw) {
     // Only the bound matters: a window of max_line bytes from a line's start
@@ -224,17 +228,14 @@ std::string_view OutputRouter::take_plain_lines(RankStreams& w, Stream stream,
       p = nl + 1;
     }
   }
-  // Prefixed stdout (a flood's case): one pass per line finds its end and
-  // copies it; what that cannot take goes the way below.
-  const bool quick = !raw && !is_err && scratch.prefix_text.size() <= 16;
   char prefix16[16] = {};
   if (quick) {
     std::memcpy(prefix16, scratch.prefix_text.data(), scratch.prefix_text.size());
   }
   const char* const readable_end = data.data() + data.size();
   while (!raw && p < run_end) {
-    if (quick && scratch.batch.add_scanning(prefix16, scratch.prefix_text.size(), p, readable_end,
-                                            max_line)) {
+    if (quick && scratch.batch.add_lines(prefix16, scratch.prefix_text.size(), p, run_end,
+                                         readable_end, max_line) > 0) {
       if (scratch.batch.must_flush()) {
         flush(fd, scratch);
       }
@@ -243,8 +244,8 @@ std::string_view OutputRouter::take_plain_lines(RankStreams& w, Stream stream,
     const char* nl =
         static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(run_end - p)));
     const auto len = static_cast<size_t>(nl - p);
-    if (len >= max_line) {
-      break;  // the splitter cuts it in pieces
+    if (len >= max_line || (quick && std::memchr(p, '\r', len) != nullptr)) {
+      break;  // the splitter cuts it in pieces, or shows its '\r'
     }
     if (is_err) {
       w.stderr_tail.push({p, len});

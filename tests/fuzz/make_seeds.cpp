@@ -149,5 +149,16 @@ int main(int argc, char** argv) {
   put(nodes, "ranges", "n[01-04,07]");
   put(nodes, "groups", "rack[1-2]-n[01-02],gpu-3.local");
   put(nodes, "tasks", "2(x3),1");
+  // What workers print: three bytes of settings (prefix length, line bound,
+  // vector width and read size), then the output.
+  const fs::path lines = root / "fuzz_lines";
+  std::string flood;
+  for (int i = 0; i < 40; ++i) {
+    flood += std::string(static_cast<size_t>(i * 7 % 130), static_cast<char>('a' + i % 26)) + "\n";
+  }
+  put(lines, "flood", std::string("\x09\xff\x02") + flood);
+  put(lines, "bounded", std::string("\x10\x40\x01") + flood + "unfinished");
+  put(lines, "progress",
+      std::string("\x05\xff\x02") + "epoch 1\n 10%\r 50%\r100%\r\ndone\r\n" + flood);
   return 0;
 }

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds="${1:-60}"
 dir="${2:-build-fuzz}"
-targets=(fuzz_protocol fuzz_records fuzz_argv fuzz_nodelist fuzz_store_server)
+targets=(fuzz_protocol fuzz_records fuzz_argv fuzz_nodelist fuzz_store_server fuzz_lines)
 
 cmake -S . -B "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DDDPLAUNCH_SANITIZE=fuzzer -DDDPLAUNCH_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
