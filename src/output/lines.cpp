@@ -9,6 +9,17 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define DDPLAUNCH_X86_SIMD 1
+#if __has_include(<sys/platform/x86.h>)
+// glibc's own CPU features: no CPUID of ours. The header is C's: clang's
+// C++ has no _Bool (GCC's takes it as an extension).
+#if defined(__clang__)
+#define _Bool bool
+#endif
+#include <sys/platform/x86.h>
+#if defined(__clang__)
+#undef _Bool
+#endif
+#endif
 #endif
 
 namespace ddplaunch {
@@ -131,11 +142,15 @@ size_t add_lines_with(char* buf, size_t size, size_t& used, size_t flush_at, con
 
 LineBatch::Simd LineBatch::simd_here() {
 #if defined(DDPLAUNCH_X86_SIMD)
-  static const Simd here = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") ? Simd::k_avx2 : Simd::k_sse2;
-  }();
+  // What glibc found when it started (it chose its own memchr by it), not
+  // __builtin_cpu_supports: that links libgcc's start-up probe, a dozen
+  // CPUID instructions at every launch, and one CPUID costs 7 us in a VM.
+#if defined(CPU_FEATURE_ACTIVE)
+  static const Simd here = CPU_FEATURE_ACTIVE(AVX2) ? Simd::k_avx2 : Simd::k_sse2;
   return here;
+#else
+  return Simd::k_sse2;
+#endif
 #else
   return Simd::k_none;
 #endif
