@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)  // where SSE2 is the baseline
 #include <immintrin.h>
 #define DDPLAUNCH_X86_SIMD 1
 #if __has_include(<sys/platform/x86.h>)
@@ -159,6 +159,7 @@ LineBatch::Simd LineBatch::simd_here() {
 size_t LineBatch::add_lines(Simd simd, const char (&prefix16)[16], size_t prefix_size,
                             const char*& p, const char* run_end, const char* readable_end,
                             size_t max_line) {
+  simd = std::min(simd, simd_here());  // never an instruction this CPU lacks
   if (simd == Simd::k_none || prefix_size > 16) {
     return 0;
   }
