@@ -180,6 +180,7 @@ void LineSplitter::feed(std::string_view data, OnLine&& on_line) {
       m_after_return = false;
       if (data.front() == '\n') {  // "\r\n" split across reads: end the line
         on_line(std::string_view(), LineEnd::k_bare_newline);
+        m_updating = false;  // what follows is a new line, not the update's
         data.remove_prefix(1);
         continue;
       }

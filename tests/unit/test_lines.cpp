@@ -52,6 +52,8 @@ TEST(LineSplitter, Table) {
        {"<CR>", " 10%|#<CR>", " 10%|#   |<CR>", " 20%|##  |<CR>", "100%|####|"}},
       {{"dos line\r\nnext\r\n"}, 100, {"dos line", "next"}},  // "\r\n" is one line end
       {{"dos line\r", "\nnext\n"}, 100, {"dos line<CR>", "<NL>", "next"}},  // split across reads
+      // ... and the line after it is a line, not a progress bar's update.
+      {{"dos line\r", "\nne", "xt\n"}, 100, {"dos line<CR>", "<NL>", "next"}},
   };
   for (const auto& c : cases) {
     EXPECT_EQ(split(c.chunks, c.max), c.lines) << ::testing::PrintToString(c.chunks);

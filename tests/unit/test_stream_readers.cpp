@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -248,6 +249,52 @@ TEST(StreamReaders, NoThreadsKeepsEveryStreamOnTheLoop) {
   EXPECT_EQ(readers.started(), 0);
   EXPECT_GE(StreamReaders::threads_for_this_machine(), 0);
   EXPECT_LE(StreamReaders::threads_for_this_machine(), 4);
+}
+
+// The router's quick way for a run of whole lines (take_plain_lines, with
+// add_lines for a short prefix) and its splitter show the same bytes however
+// the reads cut a stream: "\r\n" endings and a line over the bound in the
+// middle of a flood hand the rest of a read to the splitter, and the next
+// read takes the quick way again. (A read that ends between the '\r' and
+// the '\n' shows the line as a progress update first: not cut there.)
+TEST(StreamReaders, TheConsoleShowsTheSameLinesHoweverTheReadsCutTheStream) {
+  std::string text;
+  for (int i = 0; i < 600; ++i) {
+    text += "line " + std::to_string(i) + std::string(static_cast<size_t>(i * 13 % 150), '.');
+    text += i % 37 == 5 ? "\r\n" : "\n";
+    if (i == 300) {
+      text += std::string(LineSplitter::k_default_max_line + 100, 'L') + "\n";
+    }
+  }
+  auto shown = [&](const char* prefix, size_t read_size) {
+    Rig rig(1, 0, prefix);
+    for (size_t at = 0; at < text.size();) {
+      size_t n = std::min(read_size, text.size() - at);
+      n += text[at + n - 1] == '\r' ? 1 : 0;
+      rig.router.on_data(0, Stream::k_out, std::string_view(text).substr(at, n));
+      at += n;
+    }
+    rig.router.on_close(0, Stream::k_out);
+    return rig.console.shown(1);
+  };
+  for (const char* prefix :
+       {"[rank {rank}]: ", "a prefix longer than sixteen bytes {rank}: ", ""}) {
+    const std::string whole = shown(prefix, text.size());
+    EXPECT_EQ(whole.find('\r'), std::string::npos) << "\"\\r\\n\" ends a line";
+    if (std::string_view(prefix) == "[rank {rank}]: ") {
+      EXPECT_EQ(whole.substr(0, 17), "[rank 0]: line 0\n");
+      EXPECT_NE(whole.find("\n[rank 0]: line 5" + std::string(65, '.') + "\n[rank 0]: line 6"),
+                std::string::npos);
+      EXPECT_NE(whole.find("\n[rank 0]: " + std::string(LineSplitter::k_default_max_line, 'L') +
+                           "\n[rank 0]: " + std::string(100, 'L') + "\n"),
+                std::string::npos)
+          << "the line over the bound, in two pieces";
+      EXPECT_NE(whole.find("\n[rank 0]: line 599...."), std::string::npos);
+    }
+    for (size_t read_size : {1, 7, 100, 4096, 65539}) {
+      EXPECT_EQ(shown(prefix, read_size), whole) << prefix << " " << read_size;
+    }
+  }
 }
 
 }  // namespace
