@@ -163,8 +163,8 @@ size_t LineBatch::add_lines(Simd simd, const char (&prefix16)[16], size_t prefix
   if (simd == Simd::k_none || prefix_size > 16) {
     return 0;
   }
-  if (m_buf.size() < k_flush_bytes + 4096) {
-    m_buf.resize(k_flush_bytes + 4096);  // as add() would (a batch handed over may be smaller)
+  if (m_buf.size() < k_buffer_bytes) {
+    m_buf.resize(k_buffer_bytes);  // as add() would (a batch handed over may be smaller)
   }
 #if defined(DDPLAUNCH_X86_SIMD)
   auto* const with = simd == Simd::k_avx2 ? add_lines_avx2 : add_lines_sse2;

@@ -86,6 +86,8 @@ class LinePrefix {
 class LineBatch {
  public:
   static constexpr size_t k_flush_bytes = 128 * 1024;
+  // The size a batch's buffer is kept at: a flush's worth and room for lines past it.
+  static constexpr size_t k_buffer_bytes = k_flush_bytes + 4096;
 
   // Appends prefix + line + "\n" ("\r" for a progress update): copied into
   // room already there (the string is kept at its full size, its used part
@@ -93,7 +95,7 @@ class LineBatch {
   void add(std::string_view prefix, std::string_view line, char end = '\n') {
     const size_t need = m_used + prefix.size() + line.size() + 1;
     if (need > m_buf.size()) {
-      m_buf.resize(std::max(need, k_flush_bytes + 4096));
+      m_buf.resize(std::max(need, k_buffer_bytes));
     }
     char* p = m_buf.data() + m_used;
     std::memcpy(p, prefix.data(), prefix.size());
