@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <linux/magic.h>
+#include <poll.h>
+#include <sched.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -149,16 +151,26 @@ bool environ_has(const std::string& pid, const std::string& needle) {
   return false;
 }
 
-[[noreturn]] void run_guard(int read_fd, const std::string& marker, const std::string& cgroup,
-                            const std::string& job_dir) {
+// How long a launcher that said "done" may take to leave before the guard
+// goes on without waiting: its exit takes a fraction of a millisecond.
+constexpr int k_launcher_exit_wait_ms = 2'000;
+
+// The guard process. Until the launcher is gone it only waits: work done
+// while the launcher starts the job or leaves it would take a CPU from the
+// launcher (the guard, its child, runs where it runs).
+[[noreturn]] void run_guard(int read_fd, pid_t launcher, const std::string& marker,
+                            const std::string& cgroup, const std::string& job_dir) {
   // Out of the terminal's way: Ctrl-C and job control are for the launcher.
   setpgid(0, 0);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU}) {
     ::signal(sig, SIG_IGN);
   }
-  if (!cgroup.empty()) {
-    // Here, not in the launcher: off the path to the first worker.
-    remove_stale_cgroups(std::filesystem::path(cgroup).parent_path().string());
+  // The launcher's end, as its parent sees it (Linux 5.3+; before, the
+  // pipe's end is taken for it). Opened now, while it is certainly the
+  // launcher behind that pid.
+  posix::Fd launcher_fd(static_cast<int>(::syscall(SYS_pidfd_open, launcher, 0)));
+  if (launcher_fd && getppid() != launcher) {
+    launcher_fd.close();  // it is gone already: the pid may be another's
   }
   std::string said;
   char buf[64];
@@ -169,8 +181,15 @@ bool environ_has(const std::string& pid, const std::string& needle) {
       break;
     }
   }
-  // EOF: the launcher has exited (its fds are closed as it goes), so the
-  // cgroup holds only what it left behind.
+  // EOF: the launcher is exiting (its fds are closed as it goes), so the
+  // cgroup holds only what it left behind. After a normal end that is
+  // nothing to hurry for: the launcher's exit (and its parent's wait for it)
+  // finishes first, instead of waiting for a CPU the guard took.
+  if (said.find("done") != std::string::npos && launcher_fd) {
+    pollfd gone{launcher_fd.get(), POLLIN, 0};
+    while (::poll(&gone, 1, k_launcher_exit_wait_ms) < 0 && errno == EINTR) {
+    }
+  }
   if (!cgroup.empty()) {
     kill_cgroup(cgroup);
   }
@@ -181,6 +200,11 @@ bool environ_has(const std::string& pid, const std::string& needle) {
   if (!job_dir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(job_dir, ec);  // gone already after a normal end
+  }
+  if (!cgroup.empty()) {
+    // Empty job cgroups of launchers that are gone too: last, not while
+    // this launcher starts its workers.
+    remove_stale_cgroups(std::filesystem::path(cgroup).parent_path().string());
   }
   _exit(0);
 }
@@ -250,8 +274,14 @@ JobGuard::JobGuard(bool use_cgroup) {
                std::strerror(errno));
     return;
   }
+  const pid_t launcher = getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
+    // The child of a fork() runs first, on the launcher's CPU, and its
+    // start (every page it touches faulted in anew) held the launcher up
+    // 0.1 ms: it waits its turn instead (the launcher soon sleeps, on the
+    // first worker's exec).
+    sched_yield();
     ::close(fds[1]);
     if (fds[0] != 3) {
       ::dup2(fds[0], 3);
@@ -263,7 +293,7 @@ JobGuard::JobGuard(bool use_cgroup) {
       ::dup2(devnull, fd);
     }
     syscall(SYS_close_range, 4U, ~0U, 0U);
-    run_guard(3, m_marker, m_cgroup, m_job_dir);
+    run_guard(3, launcher, m_marker, m_cgroup, m_job_dir);
   }
   ::close(fds[0]);
   if (pid < 0) {

@@ -15,7 +15,9 @@
 // removes it: the destructor at a normal end, the guard process when the
 // launcher was killed, so nothing is left on disk either.
 // At a normal end the destructor tells the guard "done"; once the launcher
-// is gone the guard kills whatever is left in the cgroup and removes it.
+// is gone (its pidfd says so) the guard kills whatever is left in the cgroup
+// and removes it. Until then it only waits: it takes no CPU from a launcher
+// starting or ending the job, and removes other launchers' stale cgroups last.
 // Created once, early, before any thread exists.
 #pragma once
 

@@ -150,6 +150,76 @@ def test_nothing_survives_a_sigkilled_launcher(jobs, tmp_path, guard):
     assert wait_until(lambda: not any(os.path.exists(d) for d in job_dirs), timeout=15), job_dirs
 
 
+def job_cgroup_parent():
+    """The cgroup v2 directory a launcher started from here makes its job's
+    cgroup in (this process's own) and its name in the hierarchy, or None
+    where it cannot make one."""
+    path = None
+    for line in pathlib.Path("/proc/self/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            path = line[3:]
+    if path is None:
+        return None
+    for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+        kind = subprocess.run(["stat", "-f", "-c", "%T", mount], capture_output=True, text=True)
+        parent = mount + ("" if path == "/" else path)
+        if kind.stdout.strip() == "cgroup2fs" and os.path.isdir(parent):
+            probe = os.path.join(parent, f"ddplaunch-probe-{os.getpid()}")
+            try:
+                os.mkdir(probe)
+            except OSError:
+                return None
+            try:
+                has_kill = os.path.exists(os.path.join(probe, "cgroup.kill"))
+                return (parent, path.rstrip("/")) if has_kill else None
+            finally:
+                os.rmdir(probe)
+    return None
+
+
+def test_workers_start_in_the_jobs_own_cgroup_which_goes_with_the_job(jobs):
+    found = job_cgroup_parent()
+    if found is None:
+        pytest.skip("no cgroup v2 with cgroup.kill that this user may make cgroups in")
+    parent, name = found
+    r = jobs.run(["--nproc-per-node", 2, "--no-prefix", "--", "sh", "-c",
+                  'echo "$PPID $(grep ^0:: /proc/self/cgroup)"'])
+    assert r.returncode == 0, r.stderr
+    launcher = jobs.procs[-1].pid
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2 and {line.split()[0] for line in lines} == {str(launcher)}, r.stdout
+    # Both in one cgroup of the job's own, beside the launcher's (not in it).
+    assert {line.split(" ", 1)[1] for line in lines} == {f"0::{name}/ddplaunch-{launcher}"}, r.stdout
+    # The guard removes it once the launcher has gone.
+    directory = os.path.join(parent, f"ddplaunch-{launcher}")
+    assert wait_until(lambda: not os.path.exists(directory), timeout=15), directory
+
+
+def test_the_next_job_removes_the_empty_cgroup_a_killed_launcher_left(jobs):
+    """A launcher SIGKILLed together with its guard leaves its empty job
+    cgroup: the guard of a later job on the node removes it, and leaves the
+    cgroup of a launcher that still runs."""
+    found = job_cgroup_parent()
+    if found is None:
+        pytest.skip("no cgroup v2 with cgroup.kill that this user may make cgroups in")
+    parent = found[0]
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = os.path.join(parent, f"ddplaunch-{gone.pid}")
+    running = os.path.join(parent, f"ddplaunch-{os.getpid()}")  # this test is alive
+    os.mkdir(stale)
+    os.mkdir(running)
+    try:
+        r = jobs.run(["--nproc-per-node", 1, "--", "true"])
+        assert r.returncode == 0, r.stderr
+        assert wait_until(lambda: not os.path.exists(stale), timeout=15), stale
+        assert os.path.isdir(running)
+    finally:
+        for d in (stale, running):
+            if os.path.isdir(d):
+                os.rmdir(d)
+
+
 def test_a_finished_job_leaves_no_directory_behind(jobs, tmp_path):
     """The workers' error files live in one private directory, removed when
     the launcher ends, whether the job succeeded or a rank failed and wrote
