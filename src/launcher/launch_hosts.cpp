@@ -632,6 +632,10 @@ int run_hosts_launch(const Config& config, const CommandLine& command_line, cons
   ::signal(SIGPIPE, SIG_IGN);
 
   PlanContext context;
+  // Node 0's store port, when this command picked it for a node 0 here:
+  // held until the job ends, so that no other launcher on this host picks it
+  // while node 0's agent starts (its store binds beside the holder).
+  posix::Fd store_port;
   context.self_path = self_path();
   context.cwd = current_dir();
   const bool subtree = config.subtree >= 0;
@@ -660,8 +664,13 @@ int run_hosts_launch(const Config& config, const CommandLine& command_line, cons
     if (config.source_of("master_port") == "flag") {
       context.master_port = config.master_port;
     } else {
-      // Node 0 here: a port free now; elsewhere, the default.
-      context.master_port = context.is_local.front() ? posix::pick_free_port() : config.master_port;
+      // Node 0 here: a port free now, and held; elsewhere, the default.
+      context.master_port = config.master_port;
+      if (context.is_local.front()) {
+        posix::HeldPort held = posix::hold_free_port();
+        context.master_port = held.port;
+        store_port = std::move(held.holder);
+      }
     }
   }
   if (config.launcher == Launcher::k_srun) {

@@ -118,6 +118,16 @@ int ephemeral_low() {
   return 32768;
 }
 
+// The port `fd` is bound to, held: SO_REUSEADDR from now on (see HeldPort).
+HeldPort held(Fd fd, int port) {
+  int one = 1;
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  return {port, std::move(fd)};
+}
+
+// Binds `fd` to port `port` (0: any) of every IPv4 address, without
+// SO_REUSEADDR: it fails where any socket holds the port, even one of a
+// hold_free_port() (which sets SO_REUSEADDR only after its bind).
 bool bindable(int fd, int port) {
   sockaddr_in addr = {};
   addr.sin_family = AF_INET;
@@ -133,7 +143,7 @@ bool bindable(int fd, int port) {
 // connection on the host could take it. A port drawn below that range is
 // taken only by an explicit bind; it is checked by binding it. bind(0) is
 // the fallback when every draw is taken.
-int pick_free_port() {
+HeldPort hold_free_port() {
   const int low = ephemeral_low();
   const int from = std::max(1024, low / 2);
   for (int attempt = 0; attempt < 16; ++attempt) {
@@ -147,7 +157,7 @@ int pick_free_port() {
       throw_errno("socket");
     }
     if (bindable(fd.get(), port)) {
-      return port;
+      return held(std::move(fd), port);
     }
   }
   Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -157,7 +167,12 @@ int pick_free_port() {
   if (!bindable(fd.get(), 0)) {
     throw_errno("bind to pick a free port");
   }
-  return local_port(fd.get());
+  const int port = local_port(fd.get());
+  return held(std::move(fd), port);
+}
+
+int pick_free_port() {
+  return hold_free_port().port;  // the holder closes here
 }
 
 std::optional<Fd> start_connect(const std::string& host, int port) {

@@ -24,6 +24,17 @@ int local_port(int fd);
 // checked by binding it; else what bind to port 0 gives.
 int pick_free_port();
 
+// A port picked as pick_free_port() does, and held: `holder` stays bound to
+// it (not listening) with SO_REUSEADDR set after the bind, so that no other
+// pick, and no bind without SO_REUSEADDR, takes the port while it is open,
+// and the listener it was picked for (listen_tcp sets SO_REUSEADDR) still
+// binds it, beside the holder.
+struct HeldPort {
+  int port = 0;
+  Fd holder;
+};
+HeldPort hold_free_port();
+
 // Starts a non-blocking connect to the first address of host:port (IPv4
 // first). The socket is non-blocking, close-on-exec, with TCP_NODELAY; it is
 // writable once the connect ends, and connect_error() then says how. nullopt

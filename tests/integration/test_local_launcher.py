@@ -3,8 +3,12 @@ agent here: tests, benchmarks, simulations) and a host list naming this
 machine (its agent runs without ssh). The same launching command as over
 ssh: the channel, the relayed lines, the signals, the job's code, the tree
 of --fanout."""
+import errno
 import os
 import signal
+import socket
+
+import pytest
 
 from conftest import env_lines, wait_until, worker
 
@@ -70,6 +74,27 @@ def test_ctrl_c_during_a_slow_start_stops_what_started_and_starts_no_more(jobs, 
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert len(list(tmp_path.glob("ready.*"))) < 4
+
+
+def test_node_0s_store_port_is_held_from_the_pick_until_the_job_ends(jobs):
+    """The launching command picks node 0's store port when node 0 is this
+    host, and holds it: another launcher picking a port meanwhile (a bind
+    without SO_REUSEADDR) cannot take it while node 0's agent starts, and
+    node 0's store still binds it. Each start is delayed 1.5 s (a simulated
+    ssh connection) so that the port is tried before any agent exists."""
+    p = jobs.start(["--log-level", "debug", "--hosts", "a,b", "--launcher", "local", "--",
+                    "true"], env={"DDPLAUNCH_SIM_CONNECT_MS": "1500"})
+    line = ""
+    while "node 0 is" not in line:
+        line = p.stderr.readline()
+        assert line, "no line naming node 0's address"
+    port = int(line.strip().rsplit(":", 1)[1])
+    with socket.socket() as other:
+        with pytest.raises(OSError) as taken:
+            other.bind(("0.0.0.0", port))
+        assert taken.value.errno == errno.EADDRINUSE
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
 
 
 def test_hosts_and_hostfile_errors_are_one_line_usage_errors(jobs, tmp_path):
