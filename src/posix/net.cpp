@@ -118,13 +118,6 @@ int ephemeral_low() {
   return 32768;
 }
 
-// The port `fd` is bound to, held: SO_REUSEADDR from now on (see HeldPort).
-HeldPort held(Fd fd, int port) {
-  int one = 1;
-  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  return {port, std::move(fd)};
-}
-
 // Binds `fd` to port `port` (0: any) of every IPv4 address, without
 // SO_REUSEADDR: it fails where any socket holds the port, even one of a
 // hold_free_port() (which sets SO_REUSEADDR only after its bind).
@@ -136,14 +129,13 @@ bool bindable(int fd, int port) {
   return bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
 }
 
-}  // namespace
-
 // A port from bind(0) lies in the ephemeral range, so between this check and
 // the workers' bind (PyTorch's TCPStore on MASTER_PORT) any outgoing
 // connection on the host could take it. A port drawn below that range is
 // taken only by an explicit bind; it is checked by binding it. bind(0) is
-// the fallback when every draw is taken.
-HeldPort hold_free_port() {
+// the fallback when every draw is taken. Returns the port and the socket
+// bound to it.
+HeldPort bind_free_port() {
   const int low = ephemeral_low();
   const int from = std::max(1024, low / 2);
   for (int attempt = 0; attempt < 16; ++attempt) {
@@ -157,7 +149,7 @@ HeldPort hold_free_port() {
       throw_errno("socket");
     }
     if (bindable(fd.get(), port)) {
-      return held(std::move(fd), port);
+      return {port, std::move(fd)};
     }
   }
   Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -168,11 +160,22 @@ HeldPort hold_free_port() {
     throw_errno("bind to pick a free port");
   }
   const int port = local_port(fd.get());
-  return held(std::move(fd), port);
+  return {port, std::move(fd)};
 }
 
+}  // namespace
+
 int pick_free_port() {
-  return hold_free_port().port;  // the holder closes here
+  return bind_free_port().port;  // the socket closes here
+}
+
+HeldPort hold_free_port() {
+  HeldPort held = bind_free_port();
+  // Only now: a later bind with SO_REUSEADDR (the listener the port is for)
+  // may share it, every check of another pick still fails (see HeldPort).
+  int one = 1;
+  setsockopt(held.holder.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  return held;
 }
 
 std::optional<Fd> start_connect(const std::string& host, int port) {

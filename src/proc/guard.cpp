@@ -185,7 +185,8 @@ constexpr int k_launcher_exit_wait_ms = 2'000;
   // cgroup holds only what it left behind. After a normal end that is
   // nothing to hurry for: the launcher's exit (and its parent's wait for it)
   // finishes first, instead of waiting for a CPU the guard took.
-  if (said.find("done") != std::string::npos && launcher_fd) {
+  const bool ended = said.find("done") != std::string::npos;
+  if (ended && launcher_fd) {
     pollfd gone{launcher_fd.get(), POLLIN, 0};
     while (::poll(&gone, 1, k_launcher_exit_wait_ms) < 0 && errno == EINTR) {
     }
@@ -193,7 +194,7 @@ constexpr int k_launcher_exit_wait_ms = 2'000;
   if (!cgroup.empty()) {
     kill_cgroup(cgroup);
   }
-  if (said.find("done") == std::string::npos) {
+  if (!ended) {
     // The launcher died without ending the job: end what escaped the cgroup too.
     kill_marked_processes(marker);
   }
