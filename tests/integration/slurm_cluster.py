@@ -163,6 +163,19 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                     out.append(f"--- {name}\n" + f.read()[-3000:])
         return "\n".join(out)
 
+    def processes(self):
+        """`ps` lines (with what each waits in) of every process on each node:
+        for a failure's message."""
+        out = []
+        for n in self.nodes:
+            pids = subprocess.run(["ip", "netns", "pids", self.hosts.namespaces[n]],
+                                  capture_output=True, text=True).stdout.split()
+            if pids:
+                ps = subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:24,etimes,args", "-p",
+                                     ",".join(pids)], capture_output=True, text=True).stdout
+                out.append(f"--- processes on {n}\n{ps}")
+        return "\n".join(out)
+
     def stop(self):
         for p in self.procs:
             if p.poll() is None:

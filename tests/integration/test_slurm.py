@@ -201,7 +201,21 @@ def running_step(cluster, jobs, shared, options="", steps=""):
            f'-- {worker()[0]} {steps} ready={shared} pidfile={shared} sleep=300']
     p = cluster.popen(cmd, env=jobs.env())
     jobs.procs.append(p)
-    assert wait_until(lambda: len(list(shared.glob("ready.*"))) == 4, timeout=120), cluster.logs()
+    def ready_or_ended():
+        return len(list(shared.glob("ready.*"))) == 4 or p.poll() is not None
+    wait_until(ready_or_ended, timeout=120)
+    if len(list(shared.glob("ready.*"))) != 4:
+        ready = sorted(f.name for f in shared.glob("ready.*"))
+        queue = cluster.run(["squeue", "-h", "-o", "%i %T %N"]).stdout
+        processes = cluster.processes()
+        p.terminate()
+        try:
+            out, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        pytest.fail(f"ready: {ready}\nsqueue: {queue}\n{processes}\n--- srun stdout\n"
+                    f"{out[-3000:]}\n--- srun stderr\n{err[-3000:]}\n{cluster.logs()}")
     return p, cluster.run(["squeue", "-h", "-o", "%i"]).stdout.split()[0]
 
 
