@@ -159,6 +159,28 @@ class Jobs:
         out, err = p.communicate(input=input, timeout=timeout)
         return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
+    def report(self):
+        """For a failed test: each started process still running, with its
+        descendants and what each waits in, then the end of every launcher's
+        stderr that no one read (the launchers are killed to read it)."""
+        lines = []
+        for p in self.procs:
+            if p.poll() is None:
+                tree = _descendants(p.pid)
+                ps = subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:24,etimes,args", "-p",
+                                     ",".join(map(str, tree))], capture_output=True, text=True)
+                lines.append(f"--- still running: {' '.join(map(str, p.args))[:200]}\n{ps.stdout}")
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            try:
+                _, err = p.communicate(timeout=10)
+            except (ValueError, OSError, subprocess.TimeoutExpired):
+                continue
+            if err:
+                lines.append(f"--- stderr of pid {p.pid} (exit {p.returncode}):\n{err[-3000:]}")
+        return "\n".join(lines)
+
     def cleanup(self):
         for p in self.procs:
             if p.poll() is None:
@@ -175,10 +197,39 @@ class Jobs:
         return leaked
 
 
+def _descendants(pid):
+    """pid and every process below it."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        out.append(todo.pop())
+        todo.extend(children.get(out[-1], []))
+    return out
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The outcome of each phase on the item, for fixtures' teardown."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
 @pytest.fixture
-def jobs(tmp_path):
+def jobs(tmp_path, request):
     j = Jobs(tmp_path)
     yield j
+    call = getattr(request.node, "rep_call", None)
+    if call is not None and call.failed:
+        print(j.report())  # shown with the failure ("Captured stdout teardown")
     leaked = j.cleanup()
     assert not leaked, f"processes left running after the test: {leaked}"
 
