@@ -178,7 +178,9 @@ class Jobs:
             except (ValueError, OSError, subprocess.TimeoutExpired):
                 continue
             if err:
-                lines.append(f"--- stderr of pid {p.pid} (exit {p.returncode}):\n{err[-3000:]}")
+                if len(err) > 8000:
+                    err = f"{err[:3000]}\n[... {len(err) - 6000} characters ...]\n{err[-3000:]}"
+                lines.append(f"--- stderr of pid {p.pid} (exit {p.returncode}):\n{err}")
         return "\n".join(lines)
 
     def cleanup(self):
@@ -217,19 +219,21 @@ def _descendants(pid):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """The outcome of each phase on the item, for fixtures' teardown."""
+    """A failed test's report gets its jobs' state, taken at once: before any
+    fixture's teardown (a namespace's removal kills what runs in it)."""
     outcome = yield
     report = outcome.get_result()
-    setattr(item, f"rep_{report.when}", report)
+    j = getattr(item, "funcargs", {}).get("jobs")
+    if report.when == "call" and report.failed and isinstance(j, Jobs):
+        text = j.report()
+        if text:
+            report.sections.append(("the test's launchers", text))
 
 
 @pytest.fixture
-def jobs(tmp_path, request):
+def jobs(tmp_path):
     j = Jobs(tmp_path)
     yield j
-    call = getattr(request.node, "rep_call", None)
-    if call is not None and call.failed:
-        print(j.report())  # shown with the failure ("Captured stdout teardown")
     leaked = j.cleanup()
     assert not leaked, f"processes left running after the test: {leaked}"
 
