@@ -218,12 +218,19 @@ void Driver::sync_store_fd() {
   if (m_store == nullptr) {
     return;
   }
-  // One socket; a new one for each connect attempt (the number may be reused).
+  // One socket; a new one for each connect attempt, which the client closes
+  // itself. A closed socket's registration went with it, and its number is
+  // the next socket's as often as not: under the same number and events, an
+  // attempt that timed out left every later one unwatched (each then timed
+  // out in turn, though the store answered). Nor may its number be taken
+  // from the loop blindly: another fd (a worker's pipe) may hold it now.
   const int fd = m_store->events() != 0 ? m_store->fd() : -1;
-  if (m_store_fd >= 0 && m_store_fd != fd) {
-    m_loop.remove(m_store_fd);
+  const int attempt = m_store->attempts();
+  if (m_store_fd >= 0 && (m_store_fd != fd || m_store_attempt != attempt)) {
+    m_loop.forget_closed(m_store_fd, k_tag_store);
   }
   m_store_fd = fd;
+  m_store_attempt = attempt;
   if (fd >= 0) {
     m_loop.set(fd, m_store->events(), k_tag_store);
   }

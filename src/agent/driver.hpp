@@ -93,7 +93,8 @@ class Driver {
   StoreLink* m_link = nullptr;
   AsyncClient* m_store = nullptr;  // the link's connection
   bool m_fault = false;
-  int m_store_fd = -1;  // the store's socket as the loop holds it
+  int m_store_fd = -1;      // the store's socket as the loop holds it
+  int m_store_attempt = 0;  // the client's connect attempt that opened it
   NetworkProbe* m_probe = nullptr;
   int m_probe_fd = -1;          // the probe's epoll as the loop holds it
   std::set<uint64_t> m_paused;  // stream tags not read while the console is behind

@@ -27,6 +27,9 @@ void EventLoop::set(int fd, uint32_t events, uint64_t tag) {
   if (rc != 0 && op == EPOLL_CTL_MOD && errno == ENOENT) {
     // The fd was closed (which unregisters it) and its number reused.
     rc = epoll_ctl(m_epoll.get(), EPOLL_CTL_ADD, fd, &ev);
+  } else if (rc != 0 && op == EPOLL_CTL_ADD && errno == EEXIST) {
+    // Forgotten as closed while still open: it is registered still.
+    rc = epoll_ctl(m_epoll.get(), EPOLL_CTL_MOD, fd, &ev);
   }
   if (rc != 0) {
     throw_errno("epoll_ctl");

@@ -34,6 +34,13 @@ class EventLoop {
   // to be, whose open file no other fd holds: its close removes it from the
   // epoll (a pipe per worker stream: two calls fewer per worker).
   void forget_closed(int fd) { m_fds.erase(fd); }
+  // The same, unless the number was registered since under another tag (a
+  // closed fd's number may be anyone's next).
+  void forget_closed(int fd, uint64_t tag) {
+    if (auto it = m_fds.find(fd); it != m_fds.end() && it->second.tag == tag) {
+      m_fds.erase(it);
+    }
+  }
   bool contains(int fd) const { return m_fds.contains(fd); }
   // The epoll instance: readable while a registered fd is ready, so that
   // another loop can watch this one.

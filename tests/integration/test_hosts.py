@@ -5,8 +5,11 @@ job on loopback does not: a host's own name that resolves to loopback, and
 gloo choosing its interface."""
 import json
 import os
+import re
+import select
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -24,8 +27,8 @@ def hosts():
     h.remove()
 
 
-def start_agents(jobs, hosts, args, env=None):
-    port = hosts.free_port("node0")
+def start_agents(jobs, hosts, args, env=None, port=None):
+    port = port or hosts.free_port("node0")
     procs = []
     for n, host in enumerate(hosts.names):
         argv = hosts.command(host, [BIN, "--nnodes", len(hosts.names), "--node-rank", n,
@@ -246,3 +249,35 @@ def test_no_preflight_starts_the_job_whatever_the_firewall(jobs, hosts):
     procs = start_agents(jobs, hosts, ["--nproc-per-node", 1, "--no-preflight", "--", "true"])
     for rc, out, err in finish(procs, timeout=120):
         assert rc == 0, err
+
+
+def read_until(p, pattern, timeout=60):
+    """p's stderr as it comes, until `pattern` (a regex) matches it; what was read."""
+    text = ""
+    deadline = time.monotonic() + timeout
+    while not re.search(pattern, text) and time.monotonic() < deadline:
+        ready, _, _ = select.select([p.stderr], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(p.stderr.fileno(), 65536).decode(errors="replace") if ready else ""
+        if ready and not chunk:
+            break  # it ended
+        text += chunk
+    assert re.search(pattern, text), text
+    return text
+
+
+@needs_nft
+def test_a_node_whose_first_connects_get_no_answer_joins_once_the_path_opens(jobs, hosts):
+    """node0's firewall drops node1's connects to the store at first, as a
+    path that is not up yet would: each attempt times out (5 s). Once the
+    path opens, node1's next attempt joins and the job runs; a timed-out
+    attempt must leave the next socket watched even under the same fd number."""
+    port = hosts.free_port("node0")
+    firewall(hosts, "node0", f'iifname "eth0" tcp dport {port} drop')
+    procs = start_agents(jobs, hosts, ["--nproc-per-node", 1, "--rdzv-timeout", 60, "--",
+                                       *worker("out=ran")], port=port)
+    read_until(procs[1], r"connecting to the store at \S+ \(attempt [2-9]")
+    subprocess.run(["ip", "netns", "exec", hosts.namespaces["node0"], "nft", "delete", "table",
+                    "inet", "ddpl"], check=True)
+    for rc, out, err in finish(procs, timeout=120):
+        assert rc == 0, err
+        assert "ran" in out
