@@ -37,6 +37,14 @@ struct TestPipe {
   }
 };
 
+// The number of a pipe's read end registered under `tag`, then closed: the
+// epoll dropped it, the loop's table did not.
+int registered_then_closed(EventLoop& loop, uint64_t tag) {
+  TestPipe old;
+  loop.set(old.read, EPOLLIN, tag);
+  return old.read;
+}
+
 bool ready_with(EventLoop& loop, uint64_t tag) {
   for (const auto& r : loop.wait(std::chrono::steady_clock::now() + std::chrono::seconds(5))) {
     if (r.tag == tag) {
@@ -48,12 +56,7 @@ bool ready_with(EventLoop& loop, uint64_t tag) {
 
 TEST(EventLoop, AFdUnderAClosedOnesNumberAndTagIsWatchedOnceTheOldOneIsForgotten) {
   EventLoop loop;
-  int number = -1;
-  {
-    TestPipe old;
-    loop.set(old.read, EPOLLIN, 7);
-    number = old.read;
-  }  // closed: the epoll dropped it, the loop's table did not
+  const int number = registered_then_closed(loop, 7);
   TestPipe fresh;
   fresh.move_read_to(number);
   // The same number, events and tag: only the forgetting makes this a new
@@ -66,12 +69,7 @@ TEST(EventLoop, AFdUnderAClosedOnesNumberAndTagIsWatchedOnceTheOldOneIsForgotten
 
 TEST(EventLoop, ForgettingAClosedFdKeepsWhatAnotherTagRegisteredUnderItsNumberSince) {
   EventLoop loop;
-  int number = -1;
-  {
-    TestPipe old;
-    loop.set(old.read, EPOLLIN, 1);
-    number = old.read;
-  }
+  const int number = registered_then_closed(loop, 1);
   TestPipe other;  // a worker's pipe, say, that took the number first
   other.move_read_to(number);
   loop.set(number, EPOLLIN, 2);
