@@ -52,14 +52,15 @@ def processes_with_marker(marker):
 
 
 def read_until(stream, fragment, limit=1000):
-    """Reads lines from `stream` until one contains `fragment`; returns the lines read."""
+    """Reads lines from `stream` until one contains `fragment` (a string, or a
+    compiled regex that matches it); returns the lines read."""
     lines = []
     for _ in range(limit):
         line = stream.readline()
         if not line:
             break
         lines.append(line)
-        if fragment in line:
+        if fragment.search(line) if isinstance(fragment, re.Pattern) else fragment in line:
             break
     return lines
 
@@ -199,17 +200,21 @@ class Jobs:
         return leaked
 
 
+def parent_of(pid):
+    """The parent pid of `pid` (from /proc), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _descendants(pid):
     """pid and every process below it."""
     children = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
+            children.setdefault(parent_of(entry), []).append(int(entry))
     out, todo = [], [pid]
     while todo:
         out.append(todo.pop())

@@ -6,15 +6,13 @@ gloo choosing its interface."""
 import json
 import os
 import re
-import select
 import shutil
 import subprocess
-import time
 
 import pytest
 
 import netns
-from conftest import BIN, SOURCE_DIR, TORCH_PYTHON, env_lines, needs_torch, worker
+from conftest import BIN, SOURCE_DIR, TORCH_PYTHON, env_lines, needs_torch, read_until, worker
 
 why_not = netns.available()
 pytestmark = pytest.mark.skipif(why_not is not None, reason=str(why_not))
@@ -251,20 +249,6 @@ def test_no_preflight_starts_the_job_whatever_the_firewall(jobs, hosts):
         assert rc == 0, err
 
 
-def read_until(p, pattern, timeout=60):
-    """p's stderr as it comes, until `pattern` (a regex) matches it; what was read."""
-    text = ""
-    deadline = time.monotonic() + timeout
-    while not re.search(pattern, text) and time.monotonic() < deadline:
-        ready, _, _ = select.select([p.stderr], [], [], max(0.0, deadline - time.monotonic()))
-        chunk = os.read(p.stderr.fileno(), 65536).decode(errors="replace") if ready else ""
-        if ready and not chunk:
-            break  # it ended
-        text += chunk
-    assert re.search(pattern, text), text
-    return text
-
-
 @needs_nft
 def test_a_node_whose_first_connects_get_no_answer_joins_once_the_path_opens(jobs, hosts):
     """node0's firewall drops node1's connects to the store at first, as a
@@ -275,7 +259,9 @@ def test_a_node_whose_first_connects_get_no_answer_joins_once_the_path_opens(job
     firewall(hosts, "node0", f'iifname "eth0" tcp dport {port} drop')
     procs = start_agents(jobs, hosts, ["--nproc-per-node", 1, "--rdzv-timeout", 60, "--",
                                        *worker("out=ran")], port=port)
-    read_until(procs[1], r"connecting to the store at \S+ \(attempt [2-9]")
+    attempt = re.compile(r"connecting to the store at \S+ \(attempt [2-9]")
+    lines = read_until(procs[1].stderr, attempt)
+    assert lines and attempt.search(lines[-1]), "".join(lines)
     subprocess.run(["ip", "netns", "exec", hosts.namespaces["node0"], "nft", "delete", "table",
                     "inet", "ddpl"], check=True)
     for rc, out, err in finish(procs, timeout=120):

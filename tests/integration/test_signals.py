@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import alive, all_stopped, free_port, read_until, wait_until, worker
+from conftest import alive, all_stopped, free_port, parent_of, read_until, wait_until, worker
 
 # Timeouts far longer than the waits below: an agent that only stopped when one
 # of them passed would fail the test.
@@ -155,11 +155,8 @@ def _worker_pids(proc):
     out = []
     launcher_exe = os.readlink(f"/proc/{proc.pid}/exe")
     for pid in os.listdir("/proc"):
-        if pid.isdigit():
+        if pid.isdigit() and parent_of(pid) == proc.pid:
             try:
-                with open(f"/proc/{pid}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) != proc.pid:
-                        continue
                 if os.readlink(f"/proc/{pid}/exe") != launcher_exe:
                     out.append(int(pid))
             except OSError:
