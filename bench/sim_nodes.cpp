@@ -217,11 +217,11 @@ int main(int argc, char** argv) {
     std::vector<int64_t> sent_before;
     const auto fence_start = Steady::now();
     for (size_t i = 0; i < nodes.size(); ++i) {
-      fences.push_back(std::make_unique<FenceExchange>(*nodes[i]->store, static_cast<int>(i) + 1));
+      fences.push_back(std::make_unique<FenceExchange>(*nodes[i]->store));
       State* state = &nodes[i]->state;
       const size_t expected = size * members.size();
-      fences.back()->enter("ddplaunch.bench.0.0", "all", members, std::string(size, 'x'),
-                           [state, expected](bool ok, std::string data) {
+      fences.back()->enter("ddplaunch.bench.0.0", "all", members, static_cast<int>(i) + 1,
+                           std::string(size, 'x'), [state, expected](bool ok, std::string data) {
                              state->fenced = true;
                              state->failed = !ok || data.size() != expected;
                              state->error = "the fence's data was not every node's";

@@ -3,8 +3,10 @@
 // an exit code.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <optional>
 #include <string>
@@ -129,6 +131,12 @@ int main(int argc, char** argv) {
     if (config.starts_agents()) {
       return run_hosts_launch(config, command_line, job_env, channel ? &*channel : nullptr);
     }
+    if (!config.wdir.empty() && ::chdir(config.wdir.c_str()) != 0) {
+      throw UsageError("-wdir " + config.wdir + ": cannot enter it (" + std::strerror(errno) +
+                       "); give a directory that exists on this host");
+    }
+    // mpirun's -x VAR=value (and --mca K V) reaches this node's workers too.
+    apply_env_exports(config.env_export, job_env);
     if (channel) {
       announce_ready(config.node_rank.value_or(0));
     }

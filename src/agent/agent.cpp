@@ -43,6 +43,7 @@ void Agent::start() {
     const int port = m_config.worker_port.value_or(m_self.free_port);
     Topology t =
         uniform_topology(1, m_self.nproc, 0, m_self.host, m_self.addr, m_config.master_addr, port);
+    t.job_id = m_self.job_id;
     for (size_t w = 0; w < m_self.worker_ports.size() && w < t.nodes[0].workers.size(); ++w) {
       t.nodes[0].workers[w].port = m_self.worker_ports[w];
     }
@@ -64,6 +65,7 @@ void Agent::start() {
   self.max_restarts = m_config.max_restarts;
   self.health = m_self.health;
   self.probe_port = m_self.probe_port;
+  self.job_id = m_self.job_id;
   self.restart_min_progress = m_config.restart_min_progress;
   self.max_no_progress_restarts = m_config.max_no_progress_restarts;
   m_link->join(self);
@@ -93,16 +95,27 @@ void Agent::begin(const Topology& topology, int node_rank) {
       layout_of(topology, node_rank, m_config.rdzv_id, m_config.role, m_config.max_restarts);
   layout.restart_count = m_restarts;
   layout.round = m_round;
+  if (layout.job_id.empty()) {
+    layout.job_id = m_self.job_id;  // a plan without one (a placeholder, a fake in tests)
+  }
   layout.socket_ifname = socket_ifname(topology, node_rank);
   // With a PMIx server, the round's namespace first: its variables are the
   // same for every worker but one, and go into what they share.
   std::optional<MpiRoundEnv> mpi = start_mpi_round(topology, layout);
-  m_plan =
-      mpi ? make_launch_spec(m_config, layout, mpi_worker_env(layout), m_self.bindings, mpi->shared)
-          : make_launch_spec(m_config, layout, m_env, m_self.bindings);
+  m_plan = mpi ? make_launch_spec(m_config, layout, mpi_worker_env(), m_self.bindings,
+                                  mpi_runtime_env(layout, std::move(mpi->shared)))
+               : make_launch_spec(m_config, layout, m_env, m_self.bindings);
   if (mpi) {
+    // What mpirun gives each rank before MPI_Init, for programs that look
+    // before they call it.
+    EnvMap identity;
     for (auto& w : m_plan->workers) {
       w.env.set(mpi->rank_variable, std::to_string(w.rank));
+      identity.clear();
+      add_open_mpi_identity(identity, layout, w.local_rank);
+      for (const auto& [name, value] : identity) {
+        w.env.set(name, value);
+      }
     }
   }
   for (const auto& notice : m_plan->notices) {
@@ -118,6 +131,20 @@ void Agent::begin(const Topology& topology, int node_rank) {
                 m_config.local_addr.empty() ? "the one this node reaches its peers from"
                                             : "the one holding --local-addr",
                 m_env.contains("GLOO_SOCKET_IFNAME") ? "; GLOO_SOCKET_IFNAME set by you wins" : "");
+    }
+    if (mpi) {
+      log::info("node {}: Open MPI's shared memory uses {} ({}){}", layout.node_rank,
+                m_open_mpi.cma ? "single-copy CMA" : "no single-copy mechanism", m_open_mpi.cma_why,
+                m_env.contains("OMPI_MCA_btl_vader_single_copy_mechanism")
+                    ? "; OMPI_MCA_btl_vader_single_copy_mechanism set by you wins"
+                    : "");
+      if (m_open_mpi.oversubscribed) {
+        log::info(
+            "node {}: this host's ranks outnumber the {} CPUs they may use: MPI ranks yield "
+            "the CPU while they wait (OMPI_MCA_mpi_yield_when_idle=1){}",
+            layout.node_rank, m_self.usable_cpus,
+            m_env.contains("OMPI_MCA_mpi_yield_when_idle") ? "; your setting wins" : "");
+      }
     }
     for (const auto& w : m_plan->workers) {
       const auto i = static_cast<size_t>(w.local_rank);

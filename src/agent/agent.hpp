@@ -21,6 +21,7 @@
 #include "config/config.hpp"
 #include "config/env_map.hpp"
 #include "env/launch_spec.hpp"
+#include "env/mpi_env.hpp"
 #include "mpi/mpi_host.hpp"
 #include "node/identity.hpp"
 #include "output/error_files.hpp"
@@ -143,8 +144,12 @@ class Agent : public JobLink::Listener {
   // workers told it.
   std::optional<MpiRoundEnv> start_mpi_round(const Topology& topology, const JobLayout& layout);
   // The environment the round's MPI workers start from: the inherited one
-  // and Open MPI's defaults, without an outer step's process management.
-  EnvMap mpi_worker_env(const JobLayout& layout) const;
+  // without an outer step's process management ...
+  EnvMap mpi_worker_env() const;
+  // ... and what is added to it: the server's variables (`shared`), and
+  // Open MPI's defaults for this round (m_open_mpi).
+  std::vector<std::pair<std::string, std::string>> mpi_runtime_env(
+      const JobLayout& layout, std::vector<std::pair<std::string, std::string>> shared) const;
   // How an MPI worker's end counts: an MPI_Abort's status, or a failure for
   // a clean exit that skipped MPI_Finalize; `info` unchanged otherwise.
   ExitInfo mpi_exit(int local_rank, const ExitInfo& info);
@@ -230,7 +235,8 @@ class Agent : public JobLink::Listener {
     bool skipped_finalize = false;                       // it ended with 0 without MPI_Finalize
   };
   std::vector<MpiState> m_mpi_state;
-  bool m_mpi_cohosted = false;  // this round: several of its nodes share a host
+  OpenMpiHost m_open_mpi;         // this round's: what the host means for Open MPI
+  std::optional<CmaProbe> m_cma;  // probed at the first round that has a server
 
   bool m_advancing = false;
   bool m_again = false;

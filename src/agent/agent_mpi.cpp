@@ -2,6 +2,7 @@
 // and what MPI_Abort and a missing MPI_Finalize make of a worker's end.
 #include "agent/agent.hpp"
 #include "env/mpi_env.hpp"
+#include "env/scheduler_env.hpp"
 #include "log.hpp"
 
 namespace ddplaunch {
@@ -20,7 +21,14 @@ std::optional<MpiRoundEnv> Agent::start_mpi_round(const Topology& topology,
     }
   }
   const PmixJob job = make_pmix_job(layout, hosts);
-  m_mpi_cohosted = job.cohosted;
+  if (!m_cma) {
+    m_cma = m_self.probe_cma ? m_self.probe_cma() : CmaProbe{false, "not probed"};
+  }
+  m_open_mpi.job_dir = m_self.job_dir;
+  m_open_mpi.cma = m_cma->works;
+  m_open_mpi.cma_why = m_cma->why;
+  // Every agent of the job on this host starts as many ranks: theirs count.
+  m_open_mpi.oversubscribed = m_self.usable_cpus > 0 && job.host_ranks > m_self.usable_cpus;
   try {
     MpiRoundEnv env = m_mpi->start_round(job);
     if (env.shared.empty()) {
@@ -35,16 +43,24 @@ std::optional<MpiRoundEnv> Agent::start_mpi_round(const Topology& topology,
   }
 }
 
-EnvMap Agent::mpi_worker_env(const JobLayout& layout) const {
+EnvMap Agent::mpi_worker_env() const {
   EnvMap env = m_env;
   for (auto it = env.begin(); it != env.end();) {
     it = is_outer_step_identity(it->first) ? env.erase(it) : std::next(it);
   }
-  for (const auto& [name, value] :
-       open_mpi_defaults(m_env, layout, m_mpi_cohosted, m_self.job_dir)) {
-    env[name] = value;
-  }
   return env;
+}
+
+std::vector<std::pair<std::string, std::string>> Agent::mpi_runtime_env(
+    const JobLayout& layout, std::vector<std::pair<std::string, std::string>> shared) const {
+  // What the user set, as the workers will see it (an outer mpirun's own
+  // settings are not the user's).
+  EnvMap user = m_env;
+  strip_outer_mpi_identity(user);
+  for (auto& setting : open_mpi_defaults(user, layout, m_open_mpi)) {
+    shared.push_back(std::move(setting));
+  }
+  return shared;
 }
 
 void Agent::on_mpi() {

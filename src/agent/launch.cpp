@@ -110,12 +110,15 @@ StoreAddress resolve_store_address(const Config& config, const EnvMap& env, Driv
 NodeIdentity identify_node(const Config& config, const EnvMap& env,
                            const std::string& master_addr) {
   NodeIdentity self;
+  self.job_id = new_job_id();
   const NodeResources resources =
       probe_resources(env, {.intel_gpus = config.nproc_mode == NprocMode::k_xpu,
                             .numa = config.cpu_bind == CpuBind::k_numa});
   self.nproc = resolve_nproc(config.nproc_mode, config.nproc_per_node, resources);
   std::vector<std::string> binding_notes;
   self.bindings = plan_bindings(config, self.nproc, resources, binding_notes);
+  self.usable_cpus = usable_cpus(resources, self.bindings);
+  self.probe_cma = probe_cma;
   for (const auto& note : binding_notes) {
     log::warn("{}", note);
   }
@@ -374,7 +377,7 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
     driver.watch_probe(probe.get());
   }
   if (pmix) {
-    pmix->attach_store(store.get(), config.node_rank.value_or(0));
+    pmix->attach_store(store.get());
     driver.watch_mpi(pmix->event_fd());
     if (pmix->relay_fd() >= 0) {
       driver.watch_relay(pmix->relay_fd(), [&pmix] { pmix->pump_relay(); });
@@ -414,7 +417,7 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   // The connection first, so that node 0's store sees it close, not a reset;
   // node 0's store goes away only now.
   if (pmix) {
-    pmix->attach_store(nullptr, 0);
+    pmix->attach_store(nullptr);
   }
   link.reset();
   store.reset();

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "ddplaunch/error.hpp"
 
@@ -114,6 +117,58 @@ std::vector<std::string> program_of(std::vector<std::string> rest) {
   return rest;
 }
 
+// mpirun spells its long options with one dash too ("-npernode 4",
+// "-oversubscribe"); CLI11 would read "-n pernode". Their two-dash form.
+std::optional<std::string> mpirun_long_option(const std::string& arg) {
+  static const char* const k_names[] = {"npernode",
+                                        "mca",
+                                        "gmca",
+                                        "wdir",
+                                        "wd",
+                                        "oversubscribe",
+                                        "tag-output",
+                                        "timestamp-output",
+                                        "output-filename",
+                                        "display-map",
+                                        "map-by",
+                                        "bind-to",
+                                        "host",
+                                        "hostfile",
+                                        "cpus-per-proc",
+                                        "cpus-per-rank",
+                                        "report-bindings",
+                                        "prefix",
+                                        "quiet",
+                                        "allow-run-as-root",
+                                        "use-hwthread-cpus",
+                                        "merge-stderr-to-stdout"};
+  if (arg.size() < 3 || arg[0] != '-' || arg[1] == '-') {
+    return std::nullopt;
+  }
+  for (const char* name : k_names) {
+    if (arg.compare(1, std::string::npos, name) == 0) {
+      return "--" + arg.substr(1);
+    }
+  }
+  return std::nullopt;
+}
+
+// mpirun's "--mca KEY VALUE" (two values, which CLI11 options do not take)
+// at argv_rev[i] (argv reversed: its values at i - 1 and i - 2) becomes
+// "-x OMPI_MCA_KEY=VALUE"; i is left on the "-x".
+void rewrite_mca(std::vector<std::string>& argv_rev, size_t& i) {
+  const std::string flag = argv_rev[i];
+  if (i < 2 || argv_rev[i - 1] == "--" || argv_rev[i - 2] == "--" || argv_rev[i - 1].empty()) {
+    throw UsageError(flag + " takes a parameter and its value, as mpirun's does: " + flag +
+                     " btl self,vader");
+  }
+  const std::string setting = "OMPI_MCA_" + argv_rev[i - 1] + "=" + argv_rev[i - 2];
+  argv_rev.erase(argv_rev.begin() + static_cast<std::ptrdiff_t>(i - 2));
+  --i;
+  argv_rev[i] = "-x";
+  argv_rev[i - 1] = setting;
+}
+
 }  // namespace
 
 CommandLine parse_command_line(const std::vector<std::string>& args) {
@@ -139,10 +194,16 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   auto names_of = [](const OptionSpec& o) { return std::string(",") + o.names + ","; };
   std::vector<std::string> argv_rev(args.rbegin(), args.rend());
   for (size_t i = argv_rev.size(); i-- > 0;) {
-    std::string& arg = argv_rev[i];
-    if (arg == "--" || !arg.starts_with("-")) {
+    if (argv_rev[i] == "--" || !argv_rev[i].starts_with("-")) {
       break;
     }
+    if (auto long_form = mpirun_long_option(argv_rev[i])) {
+      argv_rev[i] = *long_form;
+    }
+    if (argv_rev[i] == "--mca" || argv_rev[i] == "--gmca") {
+      rewrite_mca(argv_rev, i);
+    }
+    std::string& arg = argv_rev[i];
     if (arg == "-np" || arg.starts_with("-np=")) {
       arg.insert(0, "-");
     }

@@ -157,9 +157,12 @@ struct Config {
   // default patterns (launcher/forward.hpp). Default: none.
   std::vector<std::string> env_export;
   std::vector<std::string> env_forward;
-  std::string ssh_args;          // Default: empty. Split on spaces, before the host.
-  int ssh_port = 0;              // Default: 0 = ssh's own (its config, else 22)
-  std::string remote_cwd;        // Default: empty = this directory
+  std::string ssh_args;    // Default: empty. Split on spaces, before the host.
+  int ssh_port = 0;        // Default: 0 = ssh's own (its config, else 22)
+  std::string remote_cwd;  // Default: empty = this directory
+  // mpirun's -wdir: the directory the launcher (so its workers) runs in, and
+  // the remote agents' (unless --remote-cwd). Default: empty = this directory.
+  std::string wdir;
   std::string remote_ddplaunch;  // Default: empty = this binary's path, else ddplaunch on PATH
   int fanout = 32;               // Default: 32 ssh connections per host; more go through a tree
   // Set by the launching command for what it starts: the agent reads the
@@ -182,11 +185,12 @@ struct Config {
   double health_check_timeout_s = 60;  // Default: 60 seconds, then the check has failed
 
   // --- Output ------------------------------------------------------------------
-  std::string prefix = "[rank {rank}]: ";           // Default: "[rank {rank}]: "; empty = none
-  std::string log_dir;                              // Default: empty = no per-rank log files
-  StreamSelection redirects;                        // Default: none (torchrun -r/--redirects)
-  StreamSelection tee;                              // Default: none (torchrun -t/--tee)
-  std::optional<std::set<int>> ranks_filter;        // Default: every rank reaches the console
+  std::string prefix = "[rank {rank}]: ";     // Default: "[rank {rank}]: "; empty = none
+  std::string log_dir;                        // Default: empty = no per-rank log files
+  bool merge_stderr = false;                  // Default: false (workers' stderr lines go to stderr)
+  StreamSelection redirects;                  // Default: none (torchrun -r/--redirects)
+  StreamSelection tee;                        // Default: none (torchrun -t/--tee)
+  std::optional<std::set<int>> ranks_filter;  // Default: every rank reaches the console
   std::optional<std::set<int>> local_ranks_filter;  // Default: every local rank
   // torchrun's --duplicate-stdout-filters/--duplicate-stderr-filters: console
   // lines holding any of these are also copied to the node's

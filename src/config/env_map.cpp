@@ -76,4 +76,12 @@ void WorkerEnv::erase(const std::string& name) {
   }
 }
 
+void apply_env_exports(const std::vector<std::string>& exports, EnvMap& env) {
+  for (const auto& item : exports) {
+    if (const size_t eq = item.find('='); eq != std::string::npos) {
+      env[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+  }
+}
+
 }  // namespace ddplaunch

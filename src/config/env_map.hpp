@@ -15,6 +15,10 @@ using EnvMap = std::map<std::string, std::string>;
 // Copies a NULL-terminated "NAME=value" array (such as environ).
 EnvMap capture_environment(char** envp);
 
+// mpirun's -x: each "VAR=value" of `exports` set in `env` (a plain "VAR"
+// names one `env` already has).
+void apply_env_exports(const std::vector<std::string>& exports, EnvMap& env);
+
 // A worker's environment: the inherited one, shared by every worker of a
 // plan, with this worker's own values over it and some inherited names
 // removed. A few hundred bytes per worker where a full copy costs kilobytes

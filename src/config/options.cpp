@@ -265,6 +265,16 @@ void apply_map_by(Config& c, const std::string& value, const std::string& flag) 
   if (value == "slot" || value == "core" || value == "hwthread") {
     return;  // ddplaunch's order: ranks fill each node in turn
   }
+  if (value.find("PE=") != std::string::npos) {
+    throw UsageError(flag + " " + value +
+                     ": ddplaunch binds each rank to an equal share of the node's CPUs with "
+                     "--cpu-bind cores (PE=n is that share when --nproc-per-node is CPUs/n)");
+  }
+  if (value.starts_with("ppr:")) {
+    throw UsageError(flag + " " + value +
+                     ": ddplaunch counts ranks per node: give --nproc-per-node N (N per socket "
+                     "times the sockets) and --cpu-bind numa to keep each rank on one NUMA node");
+  }
   throw UsageError(flag + " " + value +
                    ": ddplaunch places ranks node by node in RANK order (mpirun's --map-by "
                    "slot); give the count per node with --nproc-per-node N (--map-by ppr:N:node) "
@@ -380,6 +390,28 @@ const char* const k_supervision = "Supervision";
 const char* const k_output = "Output";
 const char* const k_hosts = "Starting every node from here";
 const char* const k_launcher = "Launcher";
+const char* const k_mpirun = "mpirun's spellings (docs/MPI.md)";
+
+// mpirun's options that ddplaunch does without: accepted, and said once why.
+void apply_mpirun_noop(Config& c, const std::string&, const std::string& flag) {
+  if (flag == "--oversubscribe") {
+    c.notes.push_back(
+        "--oversubscribe: nothing to do: ddplaunch starts the ranks it is asked to, and tells MPI "
+        "ranks to yield the CPU while they wait where a host's ranks outnumber its CPUs");
+  } else if (flag == "--use-hwthread-cpus") {
+    c.notes.push_back(
+        "--use-hwthread-cpus: nothing to do: ddplaunch counts every CPU the kernel lists, "
+        "hardware threads included");
+  }
+}
+
+// mpirun's -c N: CPUs per rank, which ddplaunch gives as an equal share.
+void refuse_cpus_per_proc(Config&, const std::string& value, const std::string& flag) {
+  throw UsageError(flag + " " + value +
+                   ": ddplaunch binds each rank to an equal share of the node's CPUs with "
+                   "--cpu-bind cores (and sets OMP_NUM_THREADS to that share); choose the share "
+                   "with --nproc-per-node");
+}
 
 void apply_hosts(Config& c, const std::string& value, const std::string& flag) {
   c.hosts = parse_host_list(value, flag);
@@ -472,8 +504,10 @@ void apply_env_forward(Config& c, const std::string& value, const std::string& f
 
 // clang-format off
 const OptionSpec k_options[] = {
-  {"nproc_per_node", "--nproc-per-node,--nproc_per_node", k_workers,
-   "Workers on this node: N, auto (GPUs if any, else CPUs), cpu, gpu or xpu (Intel GPUs)", false,
+  {"nproc_per_node", "-N,--nproc-per-node,--nproc_per_node,--npernode", k_workers,
+   "Workers on this node: N, auto (GPUs if any, else CPUs), cpu, gpu or xpu (Intel GPUs); "
+   "mpirun's -N and -npernode",
+   false,
    "PET_NPROC_PER_NODE", nullptr, apply_nproc, show_nproc},
   {"module", "-m,--module", k_workers, "Run the program as a Python module: python -m program",
    true, "PET_MODULE", nullptr, DDPLAUNCH_FLAG(module)},
@@ -742,8 +776,17 @@ const OptionSpec k_options[] = {
    false, "PET_SIGNALS_TO_HANDLE", nullptr, apply_signals_to_handle, nullptr},
 
   {"prefix", "--prefix", k_output,
-   "Line prefix; fields {rank} {local_rank} {node_rank} {host} {time}", false, nullptr, nullptr,
-   [](Config& c, const std::string& v, const std::string&) {
+   "Line prefix; fields {rank} {local_rank} {node_rank} {host} {time} (an absolute path is "
+   "mpirun's --prefix DIR, its install prefix: ignored)",
+   false, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     if (v.starts_with("/") && v.find('{') == std::string::npos) {
+       // mpirun's --prefix: where Open MPI is installed on the remote hosts.
+       c.notes.push_back(f + " " + v +
+                         ": taken as mpirun's --prefix (Open MPI's install directory), which "
+                         "ddplaunch does not need; the line prefix stays '" + c.prefix + "'");
+       return;
+     }
      validate_prefix_template(v);
      c.prefix = v;
    },
@@ -846,6 +889,61 @@ const OptionSpec k_options[] = {
      c.fanout = parse_int_in(v, f, 2, 1024, "a number from 2 to 1024");
    },
    [](const Config& c) { return std::to_string(c.fanout); }},
+
+  // mpirun's own spellings (its single-dash forms, -mca K V and -gmca K V, are
+  // rewritten to these by the command line's parser).
+  {"oversubscribe", "--oversubscribe", k_mpirun,
+   "Accepted: MPI ranks yield the CPU while they wait where a host's ranks outnumber its CPUs",
+   true, nullptr, nullptr, apply_mpirun_noop, nullptr},
+  {"allow_run_as_root", "--allow-run-as-root", k_mpirun, "Accepted: ddplaunch runs as any user",
+   true, nullptr, nullptr, apply_mpirun_noop, nullptr},
+  {"use_hwthread_cpus", "--use-hwthread-cpus", k_mpirun,
+   "Accepted: every CPU the kernel lists counts, hardware threads included", true, nullptr,
+   nullptr, apply_mpirun_noop, nullptr},
+  {"tag_output", "--tag-output", k_mpirun,
+   "Accepted: each line already carries its rank (--prefix)", true, nullptr, nullptr,
+   apply_mpirun_noop, nullptr},
+  {"timestamp_output", "--timestamp-output", k_mpirun,
+   "Start each line's prefix with the time ({time} in --prefix)", true, nullptr, "prefix",
+   [](Config& c, const std::string& v, const std::string& f) {
+     if (parse_bool(v, f) && c.prefix.find("{time}") == std::string::npos) {
+       c.prefix = "[{time}] " + c.prefix;
+     }
+   },
+   nullptr},
+  {"output_filename", "--output-filename", k_mpirun, "Write each rank's output under DIR: --log-dir",
+   false, nullptr, "log_dir",
+   [](Config& c, const std::string& v, const std::string&) { c.log_dir = v; }, nullptr},
+  {"merge_stderr", "--merge-stderr-to-stdout", k_mpirun,
+   "Print the workers' stderr lines on stdout", true, nullptr, nullptr,
+   DDPLAUNCH_FLAG(merge_stderr)},
+  {"display_map", "--display-map", k_mpirun,
+   "Print where each rank runs at start: --report-bindings", true, nullptr, "report_bindings",
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.report_bindings = c.report_bindings || parse_bool(v, f);
+   },
+   nullptr},
+  {"wdir", "--wdir,--wd", k_mpirun,
+   "Run in DIR, here and on every host (mpirun's -wdir; --remote-cwd for the other hosts)",
+   false, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string&) {
+     c.wdir = v;
+     if (c.remote_cwd.empty()) {
+       c.remote_cwd = v;  // (--remote-cwd comes first in this table)
+     }
+   },
+   [](const Config& c) { return c.wdir; }},
+  {"quiet", "-q,--quiet", k_mpirun, "Say only warnings and errors: --log-level warn", true,
+   nullptr, "log_level",
+   [](Config& c, const std::string& v, const std::string& f) {
+     if (parse_bool(v, f)) {
+       c.log_level = "warn";
+     }
+   },
+   nullptr},
+  {"cpus_per_proc", "-c,--cpus-per-proc,--cpus-per-rank", k_mpirun,
+   "Refused, with its equivalent: --cpu-bind cores gives each rank an equal share", false,
+   nullptr, nullptr, refuse_cpus_per_proc, nullptr},
 
   // Set by a launching command for the agents it starts (src/launcher/).
   {"launcher_channel", "--launcher-channel", "",

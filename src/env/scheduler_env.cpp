@@ -5,15 +5,28 @@
 namespace ddplaunch {
 
 bool is_outer_mpi_identity(const std::string& name) {
-  static const char* const k_prefixes[] = {"PMIX_",         "PRTE_",         "OMPI_COMM_WORLD_",
-                                           "OMPI_APP_CTX_", "OMPI_MCA_ess_", "OMPI_MCA_orte_",
-                                           "OMPI_MCA_prte_"};
-  static const char* const k_names[] = {"OMPI_UNIVERSE_SIZE", "OMPI_FIRST_RANKS", "OMPI_ARGV",
-                                        "OMPI_COMMAND", "OMPI_NUM_APP_CTX", "OMPI_FILE_LOCATION",
-                                        "OMPI_MCA_initial_wdir",
-                                        // mpirun's choice of PMIx component; a user's own
-                                        // OMPI_MCA_pmix_base_* settings stay.
-                                        "OMPI_MCA_pmix"};
+  static const char* const k_prefixes[] = {"PMIX_",
+                                           "PRTE_",
+                                           "OMPI_COMM_WORLD_",
+                                           "OMPI_APP_CTX_",
+                                           "OMPI_MCA_prte_",
+                                           "OMPI_MCA_ess_base_",
+                                           "OMPI_MCA_orte_ess_"};
+  // What Open MPI 4's mpirun (orted) sets for the job it starts: none of it
+  // is a user's setting (a user's own, such as orte_base_help_aggregate,
+  // stays).
+  static const char* const k_names[] = {
+      "OMPI_UNIVERSE_SIZE", "OMPI_FIRST_RANKS", "OMPI_ARGV", "OMPI_COMMAND", "OMPI_NUM_APP_CTX",
+      "OMPI_FILE_LOCATION", "OMPI_MCA_initial_wdir",
+      // mpirun's choice of PMIx and ess components; a user's own
+      // OMPI_MCA_pmix_base_* settings stay.
+      "OMPI_MCA_pmix", "OMPI_MCA_ess", "OMPI_MCA_orte_hnp_uri", "OMPI_MCA_orte_local_daemon_uri",
+      "OMPI_MCA_orte_precondition_transports", "OMPI_MCA_orte_app_num", "OMPI_MCA_orte_num_nodes",
+      "OMPI_MCA_orte_bound_at_launch", "OMPI_MCA_orte_launch", "OMPI_MCA_orte_top_session_dir",
+      "OMPI_MCA_orte_jobfam_session_dir", "OMPI_MCA_shmem_RUNTIME_QUERY_hint",
+      // mpirun's verdict on its own job's slots; ddplaunch decides for its
+      // own (env/mpi_env.hpp).
+      "OMPI_MCA_mpi_oversubscribe"};
   for (const char* p : k_prefixes) {
     if (name.starts_with(p)) {
       return true;
@@ -47,6 +60,18 @@ std::string slurm_counts(const std::vector<SizeRun>& sizes) {
 }
 
 void strip_outer_mpi_identity(EnvMap& env) {
+  // mpirun passes its session directory's base on whether or not the user
+  // chose it: its default (TMPDIR, else /tmp) is mpirun's, anything else the
+  // user's.
+  if (env.contains("OMPI_MCA_orte_hnp_uri") || env.contains("OMPI_MCA_orte_local_daemon_uri")) {
+    auto tmpdir = env.find("TMPDIR");
+    const std::string default_base =
+        tmpdir != env.end() && !tmpdir->second.empty() ? tmpdir->second : "/tmp";
+    if (auto base = env.find("OMPI_MCA_orte_tmpdir_base");
+        base != env.end() && base->second == default_base) {
+      env.erase(base);
+    }
+  }
   for (auto it = env.begin(); it != env.end();) {
     it = is_outer_mpi_identity(it->first) ? env.erase(it) : std::next(it);
   }

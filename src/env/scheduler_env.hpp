@@ -5,9 +5,11 @@
 // with RANK, LOCAL_RANK, NODE_RANK and WORLD_SIZE (one task per worker, as
 // srun would give; code that reads SLURM_*, Lightning's included, then sees
 // the right rank). Under mpirun the launcher is one MPI process per node, so
-// the outer job's identity (PMIX_*, PRTE_*, OMPI_COMM_WORLD_*, and Open MPI's
-// run-time variables) is removed: MPI_Init in a worker does not try to join
-// the outer job. Pure.
+// the outer job's identity (PMIX_*, PRTE_*, OMPI_COMM_WORLD_*, and the
+// OMPI_MCA_* parameters mpirun sets for its own job: its daemon's address,
+// its job id, its session directories) is removed: MPI_Init in a worker does
+// not try to join the outer job. Every other OMPI_MCA_* is the user's
+// setting and stays, orte_* ones included. Pure.
 #pragma once
 
 #include "config/env_map.hpp"
@@ -24,7 +26,9 @@ void strip_outer_mpi_identity(EnvMap& env);
 // is a Slurm job).
 void rewrite_slurm_identity(EnvMap& env, const JobLayout& layout, int local_rank);
 
-// True for a variable that is part of an outer mpirun's identity.
+// True for a variable that is part of an outer mpirun's identity, whatever
+// its value (OMPI_MCA_orte_tmpdir_base, which mpirun sets to the user's value
+// or its default, is told apart by strip_outer_mpi_identity).
 bool is_outer_mpi_identity(const std::string& name);
 
 // Slurm's compressed per-node counts: runs {2 x2, 1 x1} -> "2(x2),1".

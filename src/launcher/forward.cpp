@@ -4,11 +4,13 @@
 #include <array>
 #include <map>
 
+#include "env/scheduler_env.hpp"
+
 namespace ddplaunch {
 
 namespace {
 
-constexpr std::array<std::string_view, 24> k_defaults = {
+constexpr std::array<std::string_view, 25> k_defaults = {
     "PATH",
     "LD_LIBRARY_PATH",
     "VIRTUAL_ENV",
@@ -33,6 +35,7 @@ constexpr std::array<std::string_view, 24> k_defaults = {
     "DDPLAUNCH_*",
     "TF_CPP_*",
     "XLA_*",
+    "OMPI_MCA_*",  // as mpirun forwards them (an outer mpirun's own never are)
 };
 
 }  // namespace
@@ -87,13 +90,15 @@ bool never_forwarded(std::string_view name) {
   if (std::find(k_never.begin(), k_never.end(), name) != k_never.end()) {
     return true;
   }
-  for (std::string_view prefix :
-       {"SSH_", "XDG_", "SLURM_", "OMPI_", "PMIX_", "PRTE_", "DDPLAUNCH_STORE_"}) {
+  for (std::string_view prefix : {"SSH_", "XDG_", "SLURM_", "PMIX_", "PRTE_", "DDPLAUNCH_STORE_"}) {
     if (name.starts_with(prefix)) {
       return true;
     }
   }
-  return false;
+  // Open MPI's: the user's MCA settings travel; the rest is a process's
+  // identity in a job (an outer mpirun's, OMPI_COMM_WORLD_*).
+  return name.starts_with("OMPI_") &&
+         (!name.starts_with("OMPI_MCA_") || is_outer_mpi_identity(std::string(name)));
 }
 
 std::vector<std::pair<std::string, std::string>> forwarded_environment(
@@ -110,7 +115,11 @@ std::vector<std::pair<std::string, std::string>> forwarded_environment(
     }
   }
   std::map<std::string, std::string> out;
-  for (const auto& [name, value] : env) {
+  // An outer mpirun's own settings are not the user's (by value, too:
+  // OMPI_MCA_orte_tmpdir_base).
+  EnvMap own = env;
+  strip_outer_mpi_identity(own);
+  for (const auto& [name, value] : own) {
     if (never_forwarded(name)) {
       continue;
     }

@@ -16,6 +16,7 @@ const std::set<std::string_view> k_launcher_keys = {
     "ssh_args",   "ssh_port",        "remote_cwd",  "remote_ddplaunch", "fanout",
     "nnodes",     "node_rank",       "master_addr", "master_port",      "rdzv_endpoint",
     "standalone", "rdzv_token_file", "subtree",     "launcher_channel", "dry_run",
+    "wdir",  // as remote_cwd
 };
 // Of those, the ones a subtree's root needs again to start its own part.
 const std::set<std::string_view> k_subtree_keys = {

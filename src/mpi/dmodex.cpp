@@ -14,6 +14,7 @@ std::string queue_key(const std::string& nspace, int node, const std::string& sl
 
 struct DirectModex::Serving {
   std::string nspace;
+  int node = 0;  // whose queue
   Lookup lookup;
   long next = 1;  // the slot watched
   bool stopped = false;
@@ -25,9 +26,9 @@ DirectModex::~DirectModex() {
   }
 }
 
-void DirectModex::request(const std::string& nspace, int target, int rank, Reply reply) {
-  const std::string reply_key = "mpi/" + nspace + "/dmodex/reply/" + std::to_string(m_node_rank) +
-                                "/" + std::to_string(m_replies++);
+void DirectModex::request(const std::string& nspace, int self, int target, int rank, Reply reply) {
+  const std::string reply_key =
+      "mpi/" + nspace + "/dmodex/reply/" + std::to_string(self) + "/" + std::to_string(m_replies++);
   StoreConnection& conn = m_connection;
   conn.add(queue_key(nspace, target, "count"), 1,
            [&conn, nspace, target, rank, reply_key, reply = std::move(reply)](int64_t slot) {
@@ -42,13 +43,14 @@ void DirectModex::request(const std::string& nspace, int target, int rank, Reply
            });
 }
 
-void DirectModex::serve(const std::string& nspace, Lookup lookup) {
-  if (m_serving && m_serving->nspace == nspace) {
+void DirectModex::serve(const std::string& nspace, int self, Lookup lookup) {
+  if (m_serving && m_serving->nspace == nspace && m_serving->node == self) {
     return;
   }
   stop_serving();
   m_serving = std::make_shared<Serving>();
   m_serving->nspace = nspace;
+  m_serving->node = self;
   m_serving->lookup = std::move(lookup);
   watch(m_serving);
 }
@@ -60,14 +62,14 @@ void DirectModex::stop_serving() {
   m_serving->stopped = true;
   // The parked GET of the next slot ends (a request there later is never
   // answered: its namespace is over).
-  m_connection.set(queue_key(m_serving->nspace, m_node_rank, std::to_string(m_serving->next)),
+  m_connection.set(queue_key(m_serving->nspace, m_serving->node, std::to_string(m_serving->next)),
                    "end", [] {});
   m_serving.reset();
 }
 
 void DirectModex::watch(const std::shared_ptr<Serving>& serving) {
   StoreConnection& conn = m_connection;
-  const std::string key = queue_key(serving->nspace, m_node_rank, std::to_string(serving->next));
+  const std::string key = queue_key(serving->nspace, serving->node, std::to_string(serving->next));
   conn.get(key, StoreConnection::Duration(0),
            [this, &conn, serving](std::optional<std::string> entry) {
              if (serving->stopped || !entry) {

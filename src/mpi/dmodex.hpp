@@ -23,16 +23,17 @@ class DirectModex {
   // How the serving node finds a local rank's data: it calls `answer` once.
   using Lookup = std::function<void(int rank, Reply answer)>;
 
-  // `connection` must outlive this object; `node_rank` is this node.
-  DirectModex(StoreConnection& connection, int node_rank)
-      : m_connection(connection), m_node_rank(node_rank) {}
+  // `connection` must outlive this object.
+  explicit DirectModex(StoreConnection& connection) : m_connection(connection) {}
   ~DirectModex();
 
-  // Asks node `target` of `nspace` for `rank`'s data.
-  void request(const std::string& nspace, int target, int rank, Reply reply);
-  // Answers this node's queue of `nspace` with `lookup` from now on (a
-  // second call for the same namespace does nothing).
-  void serve(const std::string& nspace, Lookup lookup);
+  // Asks node `target` of `nspace` for `rank`'s data, for this node `self`
+  // (its rank in the round, as rendezvous assigned it).
+  void request(const std::string& nspace, int self, int target, int rank, Reply reply);
+  // Answers the queue of `nspace`'s node `self` (this node's rank in the
+  // round) with `lookup` from now on (a second call for the same namespace
+  // does nothing).
+  void serve(const std::string& nspace, int self, Lookup lookup);
   // Stops serving: the request parked on the queue's next slot is released.
   void stop_serving();
 
@@ -41,7 +42,6 @@ class DirectModex {
   void watch(const std::shared_ptr<Serving>& serving);
 
   StoreConnection& m_connection;
-  int m_node_rank;
   long m_replies = 0;  // reply keys made so far
   std::shared_ptr<Serving> m_serving;
 };

@@ -10,7 +10,7 @@
 namespace ddplaunch {
 
 void FenceExchange::enter(const std::string& nspace, const std::string& signature,
-                          const std::vector<int>& nodes, std::string data, Done done) {
+                          const std::vector<int>& nodes, int self, std::string data, Done done) {
   const long seq = m_seq[nspace + "/" + signature]++;
   if (data.size() > protocol::k_max_value) {
     // One record per node: more than the store holds in a value fails this
@@ -23,7 +23,7 @@ void FenceExchange::enter(const std::string& nspace, const std::string& signatur
     return;
   }
   auto keys = std::make_shared<FenceKeys>(fence_keys(nspace, signature, seq, nodes));
-  const auto me = std::find(nodes.begin(), nodes.end(), m_node_rank) - nodes.begin();
+  const auto me = std::find(nodes.begin(), nodes.end(), self) - nodes.begin();
   const auto total = static_cast<int64_t>(nodes.size());
   StoreConnection& conn = m_connection;
   m_waiting.insert(keys->done);

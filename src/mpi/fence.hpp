@@ -23,22 +23,21 @@ class FenceExchange {
   // `ok` false: a record was missing (the store lost data); `data` is then empty.
   using Done = std::function<void(bool ok, std::string data)>;
 
-  // `connection` must outlive this object; `node_rank` is this node.
-  FenceExchange(StoreConnection& connection, int node_rank)
-      : m_connection(connection), m_node_rank(node_rank) {}
+  // `connection` must outlive this object.
+  explicit FenceExchange(StoreConnection& connection) : m_connection(connection) {}
 
-  // One fence of `nspace` among `nodes` (sorted node ranks, this one among
-  // them): `signature` names the participant set, the same on every node.
-  // Fences with one signature complete in the order they are entered.
+  // One fence of `nspace` among `nodes` (sorted node ranks, `self` among
+  // them: this node's rank in the round, as rendezvous assigned it):
+  // `signature` names the participant set, the same on every node. Fences
+  // with one signature complete in the order they are entered.
   void enter(const std::string& nspace, const std::string& signature, const std::vector<int>& nodes,
-             std::string data, Done done);
+             int self, std::string data, Done done);
   // The round is over: every fence still waiting ends (not ok), and so does
   // its request parked on the store (a restarted job would pile them up).
   void abandon();
 
  private:
   StoreConnection& m_connection;
-  int m_node_rank;
   std::map<std::string, long> m_seq;  // by nspace + signature: fences entered so far
   std::set<std::string> m_waiting;    // the "done" keys of fences not yet complete
 };

@@ -46,21 +46,29 @@ std::string PmixJob::local_peers() const {
   return join_ranks(local_first(), local_size());
 }
 
-std::string pmix_nspace(const std::string& run_id, int round, int restarts) {
-  std::string id = run_id.substr(0, 200);
-  for (char& c : id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '-';
-    if (!ok) {
-      c = '_';
+std::string pmix_nspace(const std::string& run_id, const std::string& job_id, int round,
+                        int restarts) {
+  auto name = [](const std::string& id, size_t most) {
+    std::string out = id.substr(0, most);
+    for (char& c : out) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '_' || c == '-';
+      if (!ok) {
+        c = '_';
+      }
     }
+    return out;
+  };
+  std::string nspace = "ddplaunch." + name(run_id, 160);
+  if (!job_id.empty()) {
+    nspace += "." + name(job_id, 64);
   }
-  return "ddplaunch." + id + "." + std::to_string(round) + "." + std::to_string(restarts);
+  return nspace + "." + std::to_string(round) + "." + std::to_string(restarts);
 }
 
 PmixJob make_pmix_job(const JobLayout& layout, const std::vector<std::string>& hosts) {
   PmixJob job;
-  job.nspace = pmix_nspace(layout.run_id, layout.round, layout.restart_count);
+  job.nspace = pmix_nspace(layout.run_id, layout.job_id, layout.round, layout.restart_count);
   job.node_rank = layout.node_rank;
   job.world_size = layout.world_size;
   const std::vector<SizeRun> sizes = layout.node_sizes.empty()
@@ -76,6 +84,7 @@ PmixJob make_pmix_job(const JobLayout& layout, const std::vector<std::string>& h
   }
   // A name for every node, unique: the node map must tell them apart.
   std::map<std::string, int> seen;
+  std::vector<std::string> host_of;
   for (int n = 0; n < job.nnodes(); ++n) {
     const auto i = static_cast<size_t>(n);
     std::string name =
@@ -84,11 +93,18 @@ PmixJob make_pmix_job(const JobLayout& layout, const std::vector<std::string>& h
         (i >= hosts.size() || hosts[i].empty())) {
       name = layout.hostname;
     }
+    host_of.push_back(name);
     if (seen[name]++ > 0) {
       job.cohosted = true;
       name += ".n" + std::to_string(n);
     }
     job.hosts.push_back(std::move(name));
+  }
+  for (int n = 0; n < job.nnodes(); ++n) {
+    const auto i = static_cast<size_t>(n);
+    if (host_of[i] == host_of.at(static_cast<size_t>(layout.node_rank))) {
+      job.host_ranks += job.nproc[i];
+    }
   }
   return job;
 }

@@ -12,7 +12,7 @@
 namespace ddplaunch {
 
 struct PmixJob {
-  std::string nspace;  // "ddplaunch.<run id>.<round>": new each round
+  std::string nspace;  // pmix_nspace(): new each round
   int node_rank = 0;   // this node
   int world_size = 1;
   // By node rank: its first rank and its rank count (ranks are contiguous).
@@ -23,6 +23,9 @@ struct PmixJob {
   std::vector<std::string> hosts;
   // Several nodes of this job run on one host (each has its own server).
   bool cohosted = false;
+  // The ranks of every node of the job on this node's host (this node's
+  // alone where the other nodes' host names are not known).
+  int host_ranks = 0;
 
   int nnodes() const { return static_cast<int>(nproc.size()); }
   int local_size() const { return nproc.at(static_cast<size_t>(node_rank)); }
@@ -37,9 +40,13 @@ struct PmixJob {
   std::string local_peers() const;
 };
 
-// The namespace name for a run and round: at most PMIx's 255 bytes, the run
-// id cut and anything but [A-Za-z0-9_-] made '_' so the name stays a name.
-std::string pmix_nspace(const std::string& run_id, int round, int restarts);
+// The namespace name for a run and round, "ddplaunch.<run id>.<job id>.<round>.<restarts>":
+// unique on a host among the jobs running there even where every one's run id
+// is the default "none" (Open MPI derives its job id, and from it its
+// shared-memory and session file names, from it). At most PMIx's 255 bytes:
+// the ids cut and anything but [A-Za-z0-9_-] made '_' so the name stays a name.
+std::string pmix_nspace(const std::string& run_id, const std::string& job_id, int round,
+                        int restarts);
 
 // `hosts`: each node's host name by node rank where known (Topology::hosts);
 // a node whose name is unknown is called "node<N>".

@@ -38,7 +38,7 @@ std::unique_ptr<PmixServer> PmixServer::start(Options) {
 bool PmixServer::ready() {
   return false;
 }
-void PmixServer::attach_store(StoreConnection*, int) {}
+void PmixServer::attach_store(StoreConnection*) {}
 MpiRoundEnv PmixServer::start_round(const PmixJob&) {
   return {};
 }
@@ -411,12 +411,12 @@ PmixServer::~PmixServer() {
   // Fences libpmix never heard the end of die with it.
 }
 
-void PmixServer::attach_store(StoreConnection* connection, int node_rank) {
+void PmixServer::attach_store(StoreConnection* connection) {
   m_fences.reset();
   m_dmodex.reset();
   if (connection != nullptr) {
-    m_fences = std::make_unique<FenceExchange>(*connection, node_rank);
-    m_dmodex = std::make_unique<DirectModex>(*connection, node_rank);
+    m_fences = std::make_unique<FenceExchange>(*connection);
+    m_dmodex = std::make_unique<DirectModex>(*connection);
   }
 }
 
@@ -745,7 +745,7 @@ void PmixServer::fence(Upcall& call) {
              call.data.size());
   auto shared = std::make_shared<Upcall>(std::move(call));
   m_fences->enter(
-      job.nspace, signature, nodes, shared->data,
+      job.nspace, signature, nodes, job.node_rank, shared->data,
       [this, shared](bool ok, std::string data) { complete(*shared, ok, std::move(data)); });
 }
 
@@ -757,7 +757,7 @@ void PmixServer::direct_modex(Upcall& call) {
   }
   auto shared = std::make_shared<Upcall>(std::move(call));
   m_dmodex->request(
-      m_job->nspace, node, shared->ranks.at(0),
+      m_job->nspace, m_job->node_rank, node, shared->ranks.at(0),
       [this, shared](bool ok, std::string data) { complete(*shared, ok, std::move(data)); });
 }
 
@@ -768,17 +768,18 @@ void PmixServer::serve_direct_modex() {
   if (!m_dmodex || !m_job) {
     return;
   }
-  m_dmodex->serve(m_job->nspace, [nspace = m_job->nspace](int rank, DirectModex::Reply answer) {
-    auto up = std::make_unique<Upcall>();
-    up->kind = Upcall::Kind::k_dmodex_local;
-    up->answer = std::move(answer);
-    const pmix_proc_t proc = make_proc(nspace, static_cast<uint32_t>(rank));
-    Upcall* raw = up.release();
-    if (g_api.dmodex_request(&proc, on_local_modex, raw) != PMIX_SUCCESS) {
-      std::unique_ptr<Upcall> failed(raw);
-      failed->answer(false, {});
-    }
-  });
+  m_dmodex->serve(m_job->nspace, m_job->node_rank,
+                  [nspace = m_job->nspace](int rank, DirectModex::Reply answer) {
+                    auto up = std::make_unique<Upcall>();
+                    up->kind = Upcall::Kind::k_dmodex_local;
+                    up->answer = std::move(answer);
+                    const pmix_proc_t proc = make_proc(nspace, static_cast<uint32_t>(rank));
+                    Upcall* raw = up.release();
+                    if (g_api.dmodex_request(&proc, on_local_modex, raw) != PMIX_SUCCESS) {
+                      std::unique_ptr<Upcall> failed(raw);
+                      failed->answer(false, {});
+                    }
+                  });
 }
 
 void PmixServer::complete(Upcall& call, bool ok, std::string data) {

@@ -53,8 +53,10 @@ class PmixServer : public MpiHost {
   PmixServer& operator=(const PmixServer&) = delete;
 
   // The job's store, for fences across nodes (none: a one-node job). Must
-  // outlive this object, or be detached with nullptr first.
-  void attach_store(StoreConnection* connection, int node_rank);
+  // outlive this object, or be detached with nullptr first. This node's
+  // rank comes with each round (start_round's job), once rendezvous has
+  // assigned it.
+  void attach_store(StoreConnection* connection);
   // Readable when take_events() has something to do.
   int event_fd() const { return m_wake.get(); }
   // Readable when pump_relay() has something to do (-1: no relay).

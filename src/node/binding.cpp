@@ -1,6 +1,7 @@
 #include "node/binding.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "ddplaunch/error.hpp"
 
@@ -123,6 +124,21 @@ std::string describe_binding(const Binding& b) {
   std::string cpus = b.cpus.empty() ? "inherited" : format_cpu_list(b.cpus);
   std::string gpus = b.set_gpus ? join(b.gpus) : "inherited";
   return "CPUs " + cpus + ", GPUs " + gpus;
+}
+
+int usable_cpus(const NodeResources& node, const std::vector<Binding>& bindings) {
+  std::set<int> bound;
+  for (const auto& b : bindings) {
+    if (b.cpus.empty()) {
+      bound.clear();  // one rank inherits the affinity: all of it is in use
+      break;
+    }
+    bound.insert(b.cpus.begin(), b.cpus.end());
+  }
+  if (!bound.empty()) {
+    return static_cast<int>(bound.size());
+  }
+  return node.allowed_cpus.empty() ? node.cpus : static_cast<int>(node.allowed_cpus.size());
 }
 
 }  // namespace ddplaunch

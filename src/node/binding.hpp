@@ -23,6 +23,10 @@ struct Binding {
 std::vector<Binding> plan_bindings(const Config& config, int nproc, const NodeResources& node,
                                    std::vector<std::string>& notes);
 
+// How many CPUs the node's ranks may use: those their bindings give them
+// together, else the launcher's affinity, else the online CPUs.
+int usable_cpus(const NodeResources& node, const std::vector<Binding>& bindings);
+
 // "CPUs 0-3, GPUs 0,1" for --report-bindings.
 std::string describe_binding(const Binding& binding);
 

@@ -2,11 +2,14 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -19,6 +22,17 @@
 #include "posix/net.hpp"
 
 namespace ddplaunch {
+
+std::string new_job_id() {
+  uint64_t random = 0;
+  if (::getrandom(&random, sizeof(random), GRND_NONBLOCK) != sizeof(random)) {
+    random = static_cast<uint64_t>(::getpid()) << 40 ^
+             static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(random));
+  return out;
+}
 
 namespace {
 

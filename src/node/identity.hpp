@@ -11,6 +11,7 @@
 
 #include "config/config.hpp"
 #include "node/binding.hpp"
+#include "node/cma.hpp"
 
 namespace ddplaunch {
 
@@ -38,7 +39,18 @@ struct NodeIdentity {
   std::string health;
   // Its network preflight listener (--preflight), on `addr`; 0: none.
   int probe_port = 0;
+  // This launch's random id (new_job_id()): node 0's becomes the job's.
+  std::string job_id{};
+  // The CPUs this node's workers may use (its affinity, or the CPUs its
+  // bindings give them); 0: unknown.
+  int usable_cpus = 0;
+  // Whether Open MPI's single-copy shared memory works here (node/cma.hpp),
+  // asked once an MPI round starts; unset: it does not.
+  std::function<CmaProbe()> probe_cma{};
 };
+
+// 16 random hex digits (getrandom; the pid and the clock where it fails).
+std::string new_job_id();
 
 // Fills `self`'s host name, advertised address (--local-addr; one node:
 // 127.0.0.1, with no resolver call; else the one its

@@ -31,7 +31,9 @@ void ErrorFiles::start(const std::string& log_dir, const JobLayout& layout) {
     return;
   }
   if (m_job_dir.empty()) {
-    m_job_dir = posix::make_job_dir();
+    posix::JobDir dir = posix::make_job_dir();
+    m_job_dir = std::move(dir.path);
+    m_job_dir_lock = std::move(dir.lock);
     m_owns_job_dir = !m_job_dir.empty();
     if (m_job_dir.empty()) {
       log::debug("no TORCHELASTIC_ERROR_FILE for the workers: cannot create a directory in {}",

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "posix/fd.hpp"
 #include "topology/topology.hpp"
 
 namespace ddplaunch {
@@ -40,6 +41,7 @@ class ErrorFiles {
   std::string m_log_dir;  // the --log-dir, or empty
   std::string m_job_dir;  // the private directory, when there is no log directory
   bool m_owns_job_dir = false;
+  posix::Fd m_job_dir_lock;  // says the directory is in use (posix::JobDir)
   int m_rank_offset = 0;
   int m_round = 0;
 };

@@ -36,7 +36,7 @@ void keep_earlier(const std::filesystem::path& path) {
 }
 
 OutputRouter::OutputRouter(const Config& config, ConsoleSink& console)
-    : m_config(config), m_console(console) {}
+    : m_config(config), m_console(console), m_err_fd(config.merge_stderr ? 1 : 2) {}
 
 void OutputRouter::start(const JobLayout& layout) {
   if (m_log_dir.empty()) {
@@ -185,7 +185,7 @@ void OutputRouter::take_line(RankStreams& w, Stream stream, std::string_view lin
       scratch.batch.add(scratch.prefix_text, line, end == LineEnd::k_return ? '\r' : '\n');
     }
     if (scratch.batch.must_flush()) {
-      flush(is_err ? 2 : 1, scratch);
+      flush(is_err ? m_err_fd : 1, scratch);
     }
   }
 }
@@ -204,7 +204,7 @@ std::string_view OutputRouter::take_plain_lines(RankStreams& w, Stream stream,
   }
   const char* run_end = last + 1;
   const bool is_err = stream == Stream::k_err;
-  const int fd = is_err ? 2 : 1;
+  const int fd = is_err ? m_err_fd : 1;
   const size_t max_line = w.channels[static_cast<int>(stream)].splitter.max_line();
   const bool raw = scratch.prefix_text.empty() && !is_err;
   // Prefixed stdout (a flood's case): lines found and copied many at a
@@ -298,7 +298,7 @@ void OutputRouter::process(RankStreams& w, Stream stream, std::string_view data,
       }
     }
     c.splitter.feed(data, take);
-    flush(stream == Stream::k_err ? 2 : 1, scratch);
+    flush(stream == Stream::k_err ? m_err_fd : 1, scratch);
   }
 }
 
@@ -313,7 +313,7 @@ void OutputRouter::on_close(int local_rank, Stream stream) {
   start_lines(w, m_scratch);
   c.splitter.finish(
       [&](std::string_view line, LineEnd end) { take_line(w, stream, line, end, m_scratch); });
-  flush(stream == Stream::k_err ? 2 : 1, m_scratch);
+  flush(stream == Stream::k_err ? m_err_fd : 1, m_scratch);
   c.file.close();
 }
 

@@ -126,6 +126,7 @@ class OutputRouter {
   posix::Fd m_filtered[2];
   Scratch m_scratch;  // the agent thread's
   std::atomic<bool> m_console_ok[3] = {true, true, true};
+  int m_err_fd = 2;  // where workers' stderr lines go: 1 with --merge-stderr-to-stdout
 };
 
 struct OutputRouter::RankStreams {

@@ -1,15 +1,20 @@
 #include "posix/fd.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "posix/error.hpp"
@@ -88,25 +93,84 @@ std::string temp_dir() {
   return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
 }
 
-std::string make_job_dir() {
+namespace {
+
+constexpr std::string_view k_job_dir_prefix = "ddplaunch-job-";
+
+std::vector<std::string> job_dir_parents(bool only_usable) {
   const char* tmp = std::getenv("TMPDIR");
   std::vector<std::string> parents;
   if (tmp != nullptr && *tmp != '\0') {
     parents.emplace_back(tmp);
-  } else {
-    struct statfs fs = {};
-    if (::statfs("/dev/shm", &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
-      parents.emplace_back("/dev/shm");
+    if (only_usable) {
+      return parents;
     }
-    parents.emplace_back("/tmp");  // also where /dev/shm is full or read-only
   }
-  for (const auto& parent : parents) {
-    std::string tmpl = parent + "/ddplaunch-job-XXXXXX";
-    if (mkdtemp(tmpl.data()) != nullptr) {
-      return tmpl;
+  struct statfs fs = {};
+  if (::statfs("/dev/shm", &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+    parents.emplace_back("/dev/shm");
+  }
+  parents.emplace_back("/tmp");  // also where /dev/shm is full or read-only
+  return parents;
+}
+
+}  // namespace
+
+JobDir make_job_dir() {
+  for (const auto& parent : job_dir_parents(true)) {
+    // A sweep (remove_stale_job_dirs) may take a directory between its
+    // mkdtemp and its lock: then it is gone once the lock is ours, and
+    // another is made.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      std::string tmpl = parent + "/" + std::string(k_job_dir_prefix) + "XXXXXX";
+      if (mkdtemp(tmpl.data()) == nullptr) {
+        break;
+      }
+      Fd lock(::open(tmpl.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      int rc;
+      while ((rc = ::flock(lock.get(), LOCK_SH)) != 0 && errno == EINTR) {
+      }
+      struct stat st = {};
+      if (!lock || rc != 0) {
+        return {tmpl, Fd()};  // no lock (a file system without flock): kept, unguarded
+      }
+      if (::fstat(lock.get(), &st) == 0 && st.st_nlink > 0) {
+        return {tmpl, std::move(lock)};
+      }
     }
   }
   return {};
+}
+
+int remove_stale_job_dirs() {
+  const uid_t uid = ::geteuid();
+  int removed = 0;
+  for (const auto& parent : job_dir_parents(false)) {
+    DIR* dir = ::opendir(parent.c_str());
+    if (dir == nullptr) {
+      continue;
+    }
+    while (dirent* ent = ::readdir(dir)) {
+      const std::string_view name = ent->d_name;
+      if (!name.starts_with(k_job_dir_prefix)) {
+        continue;
+      }
+      const std::string path = parent + "/" + std::string(name);
+      Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+      struct stat st = {};
+      if (!fd || ::fstat(fd.get(), &st) != 0 || st.st_uid != uid) {
+        continue;  // another user's, or not a directory
+      }
+      if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+        continue;  // its job is alive
+      }
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);  // under the lock: no job can take it meanwhile
+      removed += ec ? 0 : 1;
+    }
+    ::closedir(dir);
+  }
+  return removed;
 }
 
 std::optional<rlimit> raise_fd_limit() {

@@ -62,11 +62,22 @@ std::string temp_dir();
 // This program's own path (/proc/self/exe); nullopt when it cannot be read.
 std::optional<std::string> self_exe();
 
-// A new private (0700) directory DIR/ddplaunch-job-XXXXXX; empty when none
-// can be made. DIR is $TMPDIR where the user set it; else /dev/shm where
-// that is a tmpfs (memory): the directory lives only as long as the job, and
-// on a disk its creation and removal cost a launch up to half a millisecond
-// (a discarding file system frees its block at once); else /tmp.
-std::string make_job_dir();
+// A job's private (0700) directory, DIR/ddplaunch-job-XXXXXX, and the shared
+// flock(2) on it that says its job is alive: held by `lock` (close-on-exec;
+// a forked guard that keeps a copy holds it too) until every holder is gone,
+// whatever ended them (SIGKILL included).
+struct JobDir {
+  std::string path;  // empty: none could be made
+  Fd lock;
+};
+// Makes one. DIR is $TMPDIR where the user set it; else /dev/shm where that
+// is a tmpfs (memory): the directory lives only as long as the job, and on a
+// disk its creation and removal cost a launch up to half a millisecond (a
+// discarding file system frees its block at once); else /tmp.
+JobDir make_job_dir();
+// Removes every job directory of this user, in each place make_job_dir()
+// makes them, that no process holds locked: the jobs whose launcher and
+// guard were both killed (a cgroup kill, `kill -9 -PGID`). Returns how many.
+int remove_stale_job_dirs();
 
 }  // namespace ddplaunch::posix

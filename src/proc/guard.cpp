@@ -207,6 +207,10 @@ constexpr int k_launcher_exit_wait_ms = 2'000;
     // this launcher starts its workers.
     remove_stale_cgroups(std::filesystem::path(cgroup).parent_path().string());
   }
+  // And the job directories of jobs whose launcher and guard were both
+  // killed at once (a cgroup kill, `kill -9 -PGID`): nobody holds their lock.
+  ::close(4);
+  posix::remove_stale_job_dirs();
   _exit(0);
 }
 
@@ -267,7 +271,9 @@ JobGuard::JobGuard(bool use_cgroup) {
     }
   }
 
-  m_job_dir = posix::make_job_dir();
+  posix::JobDir job_dir = posix::make_job_dir();
+  m_job_dir = std::move(job_dir.path);
+  m_job_dir_lock = job_dir.lock.release();
 
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
@@ -293,7 +299,13 @@ JobGuard::JobGuard(bool use_cgroup) {
     for (int fd = 0; fd < 3 && devnull >= 0; ++fd) {
       ::dup2(devnull, fd);
     }
-    syscall(SYS_close_range, 4U, ~0U, 0U);
+    // The job directory's lock, shared: a later launch's sweep leaves the
+    // directory alone while the guard lives, though the launcher is gone.
+    if (m_job_dir_lock >= 0 && ::dup2(m_job_dir_lock, 4) == 4) {
+      syscall(SYS_close_range, 5U, ~0U, 0U);
+    } else {
+      syscall(SYS_close_range, 4U, ~0U, 0U);
+    }
     run_guard(3, launcher, m_marker, m_cgroup, m_job_dir);
   }
   ::close(fds[0]);
@@ -316,6 +328,9 @@ JobGuard::~JobGuard() {
   if (!m_job_dir.empty() && ::rmdir(m_job_dir.c_str()) != 0) {
     std::error_code ec;
     std::filesystem::remove_all(m_job_dir, ec);
+  }
+  if (m_job_dir_lock >= 0) {
+    ::close(m_job_dir_lock);
   }
   // "done", and the pipe stays open until this process is gone: then the
   // guard kills whatever is left in the cgroup and removes it.

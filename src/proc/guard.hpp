@@ -51,8 +51,9 @@ class JobGuard {
   std::string m_marker;
   std::string m_cgroup;  // the job's cgroup directory; empty: none
   std::string m_job_dir;
-  int m_cgroup_fd = -1;  // kept open for the workers' clone3
-  int m_pipe_fd = -1;    // the write end; its closing wakes the guard
+  int m_job_dir_lock = -1;  // posix::JobDir's lock, held until this process ends
+  int m_cgroup_fd = -1;     // kept open for the workers' clone3
+  int m_pipe_fd = -1;       // the write end; its closing wakes the guard
   int m_guard_pid = -1;
 };
 

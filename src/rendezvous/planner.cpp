@@ -262,6 +262,7 @@ RoundAssignment RendezvousPlanner::plan_of(std::vector<JoinRecord> members,
   Topology& t = plan.topology;
   t.master_addr = worker_addr;
   t.master_port = worker_port;
+  t.job_id = m_expected.job_id;
   int rank = 0;
   for (auto& r : members) {
     r.node_rank = rank++;

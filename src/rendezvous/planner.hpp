@@ -48,6 +48,9 @@ struct JoinRecord {
   int max_no_progress_restarts = 3;
   // Its network preflight listener (--preflight), on `addr`; 0: none.
   int probe_port = 0;
+  // This launch's random id (node/identity.hpp): the store host's becomes
+  // the job's (Topology::job_id). Not sent: no other node's is used.
+  std::string job_id{};
   bool operator==(const JoinRecord&) const = default;
 };
 

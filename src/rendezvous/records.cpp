@@ -75,6 +75,9 @@ json plan_topology_json(const Topology& t) {
             {"master_addr", t.master_addr},
             {"master_port", t.master_port},
             {"sizes", sizes_json(t.sizes)}};
+  if (!t.job_id.empty()) {
+    j["job"] = t.job_id;
+  }
   const bool ports = std::any_of(t.nodes.begin(), t.nodes.end(), [](const NodeEntry& n) {
     return std::any_of(n.workers.begin(), n.workers.end(),
                        [](const WorkerSlot& w) { return w.port != 0; });
@@ -107,6 +110,12 @@ Topology plan_topology_from(const json& j) {
   t.world_size = int_of(j.at("world_size"));
   t.master_addr = j.at("master_addr").get<std::string>();
   t.master_port = int_of(j.at("master_port"));
+  if (j.contains("job")) {
+    t.job_id = j.at("job").get<std::string>();
+    if (t.job_id.size() > 64) {
+      throw RecordError("malformed plan record: its job id is over 64 bytes");
+    }
+  }
   long long nodes = 0, ranks = 0;
   for (const auto& run : j.at("sizes")) {
     if (!run.is_array() || run.size() != 2) {

@@ -61,6 +61,11 @@ struct Topology {
   // the PMIx server's node map: node 0's plan does when the names fold into
   // a short Slurm host list); empty otherwise.
   std::vector<std::string> hosts;
+  // This launch of the job, the same on every node and unique among the jobs
+  // running (node 0's random draw; a one-node job's own): what tells two
+  // jobs apart where the user gave no --rdzv-id (the PMIx namespace). Empty:
+  // unknown (the node's own is used).
+  std::string job_id;
   bool operator==(const Topology&) const = default;
 
   int nnodes() const;
@@ -81,6 +86,7 @@ struct JobLayout {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // the workers' MASTER_PORT (not the store's port)
   std::string run_id = "none";
+  std::string job_id;  // Topology::job_id
   std::string role = "default";
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: the restarts used so far
   // The round (0, then one more each time the nodes meet again): equal to

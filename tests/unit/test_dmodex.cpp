@@ -18,8 +18,8 @@ struct Pair {
   FakeStore store{clock};
   FakeConnection a{store};
   FakeConnection b{store};
-  DirectModex asking{a, 0};
-  DirectModex serving{b, 1};
+  DirectModex asking{a};
+  DirectModex serving{b};
   void settle() {
     while (a.deliver_one() || b.deliver_one()) {
     }
@@ -29,12 +29,12 @@ struct Pair {
 TEST(DirectModex, ARanksDataComesFromItsNodeOnceItServes) {
   Pair p;
   std::vector<std::string> got;
-  p.asking.request("ns", 1, 3, [&got](bool ok, std::string d) { got.push_back(ok ? d : "!"); });
-  p.asking.request("ns", 1, 2, [&got](bool ok, std::string d) { got.push_back(ok ? d : "!"); });
+  p.asking.request("ns", 0, 1, 3, [&got](bool ok, std::string d) { got.push_back(ok ? d : "!"); });
+  p.asking.request("ns", 0, 1, 2, [&got](bool ok, std::string d) { got.push_back(ok ? d : "!"); });
   p.settle();
   EXPECT_TRUE(got.empty());  // node 1 has no worker in MPI_Init yet
   std::vector<int> asked;
-  p.serving.serve("ns", [&asked](int rank, DirectModex::Reply answer) {
+  p.serving.serve("ns", 1, [&asked](int rank, DirectModex::Reply answer) {
     asked.push_back(rank);
     answer(rank == 3, rank == 3 ? "data-of-3" : "");
   });
@@ -46,7 +46,7 @@ TEST(DirectModex, ARanksDataComesFromItsNodeOnceItServes) {
 TEST(DirectModex, StoppingReleasesTheParkedWatch) {
   Pair p;
   int asked = 0;
-  p.serving.serve("ns", [&asked](int, DirectModex::Reply answer) {
+  p.serving.serve("ns", 1, [&asked](int, DirectModex::Reply answer) {
     ++asked;
     answer(true, "x");
   });

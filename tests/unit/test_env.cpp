@@ -211,6 +211,34 @@ TEST(SchedulerEnv, TheOuterMpirunsIdentityIsRemoved) {
       << "the user's own MCA settings stay";
 }
 
+TEST(SchedulerEnv, TheUsersOwnOrteSettingsStayWhatMpirunSetGoes) {
+  // As an outer Open MPI 4 mpirun leaves them, with two of the user's own.
+  EnvMap env = {{"OMPI_MCA_orte_hnp_uri", "2056847360.0;tcp://10.0.0.1:5"},
+                {"OMPI_MCA_orte_local_daemon_uri", "2056847360.0;tcp://10.0.0.1:5"},
+                {"OMPI_MCA_orte_precondition_transports", "618d-02ec"},
+                {"OMPI_MCA_orte_tmpdir_base", "/tmp"},
+                {"OMPI_MCA_orte_top_session_dir", "/tmp/ompi.vm.0"},
+                {"OMPI_MCA_orte_jobfam_session_dir", "/tmp/ompi.vm.0/pid.5"},
+                {"OMPI_MCA_orte_ess_node_rank", "0"},
+                {"OMPI_MCA_orte_launch", "1"},
+                {"OMPI_MCA_ess", "^singleton"},
+                {"OMPI_MCA_pmix", "^s1,s2,cray,isolated"},
+                {"OMPI_MCA_mpi_oversubscribe", "0"},
+                {"OMPI_MCA_shmem_RUNTIME_QUERY_hint", "mmap"},
+                {"OMPI_MCA_orte_base_help_aggregate", "0"},
+                {"OMPI_MCA_pml", "ob1"}};
+  strip_outer_mpi_identity(env);
+  EXPECT_EQ(env, (EnvMap{{"OMPI_MCA_orte_base_help_aggregate", "0"}, {"OMPI_MCA_pml", "ob1"}}));
+  // Without an outer mpirun, orte_tmpdir_base is the user's; under one, a
+  // value other than its default is the user's too.
+  EnvMap users = {{"OMPI_MCA_orte_tmpdir_base", "/tmp"}};
+  strip_outer_mpi_identity(users);
+  EXPECT_EQ(users.at("OMPI_MCA_orte_tmpdir_base"), "/tmp");
+  EnvMap chosen = {{"OMPI_MCA_orte_hnp_uri", "x"}, {"OMPI_MCA_orte_tmpdir_base", "/scratch"}};
+  strip_outer_mpi_identity(chosen);
+  EXPECT_EQ(chosen, (EnvMap{{"OMPI_MCA_orte_tmpdir_base", "/scratch"}}));
+}
+
 TEST(SchedulerEnv, SlurmCounts) {
   EXPECT_EQ(slurm_counts({{4, 1}}), "4");
   EXPECT_EQ(slurm_counts({{2, 3}}), "2(x3)");

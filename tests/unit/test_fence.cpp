@@ -21,7 +21,7 @@ struct Nodes {
   explicit Nodes(int n) {
     for (int i = 0; i < n; ++i) {
       conns.push_back(std::make_unique<FakeConnection>(store));
-      fences.push_back(std::make_unique<FenceExchange>(*conns.back(), i));
+      fences.push_back(std::make_unique<FenceExchange>(*conns.back()));
     }
   }
   void settle() {
@@ -43,19 +43,19 @@ TEST(FenceExchange, EveryNodeGetsEveryRecordInNodeOrder) {
   // Node 1 arrives last: nobody completes before it.
   for (int n : {2, 0}) {
     nodes.fences[static_cast<size_t>(n)]->enter(
-        "ns", "all", all, "d" + std::to_string(n),
+        "ns", "all", all, n, "d" + std::to_string(n),
         [&got, n](bool ok, std::string data) { got[static_cast<size_t>(n)] = ok ? data : "!"; });
   }
   nodes.settle();
   EXPECT_EQ(got, (std::vector<std::string>{"-", "-", "-"}));
-  nodes.fences[1]->enter("ns", "all", all, "d1",
+  nodes.fences[1]->enter("ns", "all", all, 1, "d1",
                          [&got](bool ok, std::string data) { got[1] = ok ? data : "!"; });
   nodes.settle();
   EXPECT_EQ(got, (std::vector<std::string>(3, "d0d1d2")));
   // The next fence of the same set is a new one, with its own data.
   for (int n = 0; n < 3; ++n) {
     nodes.fences[static_cast<size_t>(n)]->enter(
-        "ns", "all", all, "",
+        "ns", "all", all, n, "",
         [&got, n](bool, std::string data) { got[static_cast<size_t>(n)] = "second:" + data; });
   }
   nodes.settle();
@@ -65,8 +65,8 @@ TEST(FenceExchange, EveryNodeGetsEveryRecordInNodeOrder) {
 TEST(FenceExchange, ASubsetFencesWithoutTheOthers) {
   Nodes nodes(3);
   std::string got0, got2;
-  nodes.fences[0]->enter("ns", "ab12", {0, 2}, "x", [&](bool, std::string d) { got0 = d; });
-  nodes.fences[2]->enter("ns", "ab12", {0, 2}, "z", [&](bool, std::string d) { got2 = d; });
+  nodes.fences[0]->enter("ns", "ab12", {0, 2}, 0, "x", [&](bool, std::string d) { got0 = d; });
+  nodes.fences[2]->enter("ns", "ab12", {0, 2}, 2, "z", [&](bool, std::string d) { got2 = d; });
   nodes.settle();
   EXPECT_EQ(got0, "xz");
   EXPECT_EQ(got2, "xz");
@@ -81,10 +81,11 @@ TEST(FenceExchange, ANodesRequestsDoNotGrowWithTheNodeCount) {
     }
     int done = 0;
     const auto expected = static_cast<size_t>(10 * n);
-    for (auto& f : nodes.fences) {
-      f->enter("ns", "all", all, "0123456789", [&done, expected](bool ok, std::string data) {
-        done += ok && data.size() == expected ? 1 : 0;
-      });
+    for (int i = 0; i < n; ++i) {
+      nodes.fences[static_cast<size_t>(i)]->enter("ns", "all", all, i, "0123456789",
+                                                  [&done, expected](bool ok, std::string data) {
+                                                    done += ok && data.size() == expected ? 1 : 0;
+                                                  });
     }
     nodes.settle();
     EXPECT_EQ(done, n);  // every node, all of the data

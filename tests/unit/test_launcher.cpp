@@ -67,6 +67,18 @@ TEST(Forward, DefaultsExportsAndPatterns) {
   EXPECT_EQ(forwarded_environment(env, {"HOME"}, {"none"}), (Vars{{"HOME", "/root"}}));
 }
 
+TEST(Forward, TheUsersOpenMpiSettingsTravelAnOuterMpirunsIdentityNever) {
+  const EnvMap env = {{"OMPI_MCA_mpi_yield_when_idle", "1"},
+                      {"OMPI_MCA_orte_base_help_aggregate", "0"},
+                      {"OMPI_MCA_orte_hnp_uri", "1.0;tcp://10.0.0.1:5"},
+                      {"OMPI_MCA_orte_tmpdir_base", "/tmp"},  // that mpirun's default
+                      {"OMPI_COMM_WORLD_RANK", "0"},
+                      {"PMIX_RANK", "0"}};
+  using Vars = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(forwarded_environment(env, {}, {}), (Vars{{"OMPI_MCA_mpi_yield_when_idle", "1"},
+                                                      {"OMPI_MCA_orte_base_help_aggregate", "0"}}));
+}
+
 CommandLine parse(std::vector<std::string> args) {
   return parse_command_line(args);
 }

@@ -135,6 +135,20 @@ TEST(Planner, AssignsRanksAndBuildsTheTopology) {
   }
 }
 
+TEST(Planner, TheJobIdIsTheStoreHostsWhateverTheOthersDrew) {
+  JoinRecord host = node(0, -1, 2, true);
+  host.job_id = "node0draw";
+  RendezvousPlanner p(host);
+  for (int a = 0; a < 3; ++a) {
+    JoinRecord r = a == 0 ? host : node(a, -1);
+    if (a != 0) {
+      r.job_id = "other" + std::to_string(a);
+    }
+    ASSERT_FALSE(p.add(r));
+  }
+  EXPECT_EQ(p.plan("10.0.0.1", 555).topology.job_id, "node0draw");
+}
+
 JoinRecord elastic_node(int arrival, int node_rank = -1, bool store_host = false) {
   JoinRecord r = node(arrival, node_rank, 2, store_host);
   r.nnodes_min = 2;

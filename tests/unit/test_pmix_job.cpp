@@ -52,8 +52,18 @@ TEST(PmixJob, NodesOnOneHostGetNamesOfTheirOwn) {
 }
 
 TEST(PmixJob, NamespacesStayNamesWhateverTheRunId) {
-  EXPECT_EQ(pmix_nspace("a.b c", 0, 0), "ddplaunch.a_b_c.0.0");
-  EXPECT_LE(pmix_nspace(std::string(1000, 'x'), 99, 99).size(), 255u);
+  EXPECT_EQ(pmix_nspace("a.b c", "", 0, 0), "ddplaunch.a_b_c.0.0");
+  EXPECT_LE(pmix_nspace(std::string(1000, 'x'), std::string(1000, 'y'), 99, 99).size(), 255u);
+}
+
+TEST(PmixJob, TwoJobsWithTheDefaultRunIdGetTwoNamespaces) {
+  // Open MPI names its job, its shared-memory files and its session
+  // directory after the namespace: two jobs of one host must differ.
+  EXPECT_EQ(pmix_nspace("none", "3f2a", 1, 0), "ddplaunch.none.3f2a.1.0");
+  EXPECT_NE(pmix_nspace("none", "3f2a", 0, 0), pmix_nspace("none", "77b0", 0, 0));
+  JobLayout layout;
+  layout.job_id = "a.b";
+  EXPECT_EQ(make_pmix_job(layout, {}).nspace, "ddplaunch.none.a_b.0.0");
 }
 
 TEST(PmixJob, FenceKeysAreOnePerParticipantUnderTheFencesSequence) {
@@ -66,18 +76,56 @@ TEST(PmixJob, FenceKeysAreOnePerParticipantUnderTheFencesSequence) {
 TEST(OpenMpiDefaults, SetOnlyWhatTheUserDidNot) {
   JobLayout l = layout(0, {{2, 1}});
   l.socket_ifname = "eth1";
-  auto d = open_mpi_defaults({}, l, false, "/job");
+  OpenMpiHost host{"/job", false, false, "seccomp"};
+  auto d = open_mpi_defaults({}, l, host);
   EnvMap got(d.begin(), d.end());
   EXPECT_EQ(got["OMPI_MCA_btl_tcp_if_include"], "eth1");
   EXPECT_EQ(got["OMPI_MCA_schizo"], "ompi");
+  // Every file Open MPI makes for the job goes where ddplaunch removes it.
   EXPECT_EQ(got["OMPI_MCA_orte_tmpdir_base"], "/job");
-  EXPECT_FALSE(got.contains("OMPI_MCA_btl_vader_backing_directory"));
-  d = open_mpi_defaults({{"OMPI_MCA_btl_tcp_if_exclude", "lo"}}, l, true, "/job");
+  EXPECT_EQ(got["OMPI_MCA_btl_vader_backing_directory"], "/job");
+  EXPECT_EQ(got["OMPI_MCA_btl_vader_single_copy_mechanism"], "none");
+  EXPECT_FALSE(got.contains("OMPI_MCA_mpi_yield_when_idle"));
+  d = open_mpi_defaults(
+      {{"OMPI_MCA_btl_tcp_if_exclude", "lo"}, {"OMPI_MCA_orte_tmpdir_base", "/scratch"}}, l, host);
   got = EnvMap(d.begin(), d.end());
   EXPECT_FALSE(got.contains("OMPI_MCA_btl_tcp_if_include"));
-  EXPECT_EQ(got["OMPI_MCA_btl_vader_backing_directory"], "/job");
+  EXPECT_FALSE(got.contains("OMPI_MCA_orte_tmpdir_base")) << "the user's own wins";
   EXPECT_TRUE(is_outer_step_identity("PMI_RANK"));
   EXPECT_FALSE(is_outer_step_identity("SLURM_STEP_ID"));
+}
+
+TEST(OpenMpiDefaults, CmaWhereItWorksAndYieldingWhereRanksOutnumberCpus) {
+  const JobLayout l = layout(0, {{4, 1}});
+  auto d = open_mpi_defaults({}, l, OpenMpiHost{"/job", true, true, "works"});
+  EnvMap got(d.begin(), d.end());
+  EXPECT_FALSE(got.contains("OMPI_MCA_btl_vader_single_copy_mechanism"))
+      << "Open MPI's own choice (CMA), as under mpirun";
+  EXPECT_EQ(got["OMPI_MCA_mpi_yield_when_idle"], "1");
+  d = open_mpi_defaults({{"OMPI_MCA_mpi_yield_when_idle", "0"}}, l,
+                        OpenMpiHost{"/job", true, true, "works"});
+  got = EnvMap(d.begin(), d.end());
+  EXPECT_FALSE(got.contains("OMPI_MCA_mpi_yield_when_idle")) << "the user's own wins";
+}
+
+TEST(OpenMpiIdentity, WhatMpirunGivesBeforeMpiInit) {
+  EnvMap env;
+  JobLayout l = layout(1, {{2, 2}});
+  l.rank_offset = 2;
+  l.local_world_size = 2;
+  add_open_mpi_identity(env, l, 1);
+  EXPECT_EQ(env["OMPI_COMM_WORLD_RANK"], "3");
+  EXPECT_EQ(env["OMPI_COMM_WORLD_SIZE"], "4");
+  EXPECT_EQ(env["OMPI_COMM_WORLD_LOCAL_RANK"], "1");
+  EXPECT_EQ(env["OMPI_COMM_WORLD_LOCAL_SIZE"], "2");
+  EXPECT_EQ(env["OMPI_UNIVERSE_SIZE"], "4");
+  EXPECT_FALSE(env.contains("AZ_BATCH_MASTER_NODE")) << "that is --env-style mpi's";
+}
+
+TEST(PmixJob, RanksOnThisHostCountEveryNodeSharingIt) {
+  JobLayout l = layout(1, {{2, 3}});
+  EXPECT_EQ(make_pmix_job(l, {"a", "b", "a"}).host_ranks, 2);
+  EXPECT_EQ(make_pmix_job(l, {"a", "a", "a"}).host_ranks, 6);
 }
 
 }  // namespace

@@ -116,6 +116,12 @@ TEST(Records, EveryStoreRecordRoundTrips) {
     }
   }
   EXPECT_EQ(*decode_plan(encode_plan(TopologyRecord{with_ports, ""})).topology, with_ports);
+  Topology with_job = t;
+  with_job.job_id = "0123456789abcdef";  // every node's PMIx namespace names it
+  EXPECT_EQ(decode_plan(encode_plan(TopologyRecord{with_job, ""})).topology->job_id,
+            "0123456789abcdef");
+  with_job.job_id = std::string(65, 'x');
+  EXPECT_THROW(decode_plan(encode_plan(TopologyRecord{with_job, ""})), RecordError);
   auto failed = decode_plan(encode_plan(TopologyRecord{std::nullopt, "timed out"}));
   EXPECT_FALSE(failed.topology);
   EXPECT_EQ(failed.error, "timed out");
