@@ -105,6 +105,9 @@ void Agent::begin(const Topology& topology, int node_rank) {
   m_plan = mpi ? make_launch_spec(m_config, layout, mpi_worker_env(), m_self.bindings,
                                   mpi_runtime_env(layout, std::move(mpi->shared)))
                : make_launch_spec(m_config, layout, m_env, m_self.bindings);
+  for (auto& w : m_plan->workers) {
+    w.stdout_tty = m_self.stdout_tty;
+  }
   if (mpi) {
     // What mpirun gives each rank before MPI_Init, for programs that look
     // before they call it.

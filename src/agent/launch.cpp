@@ -27,6 +27,7 @@
 #include "posix/interfaces.hpp"
 #include "posix/net.hpp"
 #include "posix/signals.hpp"
+#include "proc/elf.hpp"
 #include "proc/guard.hpp"
 #include "proc/reap.hpp"
 #include "proc/spawn.hpp"
@@ -107,6 +108,22 @@ StoreAddress resolve_store_address(const Config& config, const EnvMap& env, Driv
 }
 
 // This node: its workers, their bindings, its address, its ports.
+// --stdout-tty: auto gives a terminal to a native program linked with an MPI
+// library (as mpirun gives every rank one), whose stdio would otherwise hold
+// its lines in 4 KiB blocks; Python runs unbuffered (-u) already, and a
+// flood through a terminal is slower than through a pipe.
+bool wants_stdout_tty(const Config& config, const EnvMap& env) {
+  if (config.stdout_tty != StdoutTty::k_auto) {
+    return config.stdout_tty == StdoutTty::k_yes;
+  }
+  const auto argv = worker_argv(config, env);
+  if (argv.size() > 1 && argv[1] == "-u") {
+    return false;
+  }
+  const auto path = find_program(argv.front(), env);
+  return path && elf_needs(*path, "libmpi");
+}
+
 NodeIdentity identify_node(const Config& config, const EnvMap& env,
                            const std::string& master_addr) {
   NodeIdentity self;
@@ -119,6 +136,7 @@ NodeIdentity identify_node(const Config& config, const EnvMap& env,
   self.bindings = plan_bindings(config, self.nproc, resources, binding_notes);
   self.usable_cpus = usable_cpus(resources, self.bindings);
   self.probe_cma = probe_cma;
+  self.stdout_tty = wants_stdout_tty(config, env);
   for (const auto& note : binding_notes) {
     log::warn("{}", note);
   }

@@ -25,6 +25,13 @@ enum class NprocMode {
 };
 
 // How local ranks are bound to this node's allowed CPUs.
+// Whether a worker's stdout is a pseudo-terminal (--stdout-tty).
+enum class StdoutTty {
+  k_auto,  // for a native program linked with an MPI library, as under mpirun
+  k_yes,
+  k_no,
+};
+
 enum class CpuBind {
   k_none,   // inherit the launcher's affinity
   k_cores,  // split the allowed CPUs into one contiguous share per local rank
@@ -188,6 +195,7 @@ struct Config {
   std::string prefix = "[rank {rank}]: ";     // Default: "[rank {rank}]: "; empty = none
   std::string log_dir;                        // Default: empty = no per-rank log files
   bool merge_stderr = false;                  // Default: false (workers' stderr lines go to stderr)
+  StdoutTty stdout_tty = StdoutTty::k_auto;   // Default: auto (native MPI programs get one)
   StreamSelection redirects;                  // Default: none (torchrun -r/--redirects)
   StreamSelection tee;                        // Default: none (torchrun -t/--tee)
   std::optional<std::set<int>> ranks_filter;  // Default: every rank reaches the console

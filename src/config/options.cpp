@@ -799,6 +799,32 @@ const OptionSpec k_options[] = {
      }
    },
    nullptr},
+  {"stdout_tty", "--stdout-tty", k_output,
+   "Give each rank's stdout a terminal so C and Fortran stdio writes each line at once: auto "
+   "(for a native program linked with MPI, as mpirun does), yes or no",
+   false, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     if (v == "auto") {
+       c.stdout_tty = StdoutTty::k_auto;
+     } else if (v == "yes") {
+       c.stdout_tty = StdoutTty::k_yes;
+     } else if (v == "no") {
+       c.stdout_tty = StdoutTty::k_no;
+     } else {
+       throw UsageError(f + " takes auto, yes or no; got '" + v + "'");
+     }
+   },
+   [](const Config& c) -> std::string {
+     switch (c.stdout_tty) {
+       case StdoutTty::k_yes:
+         return "yes";
+       case StdoutTty::k_no:
+         return "no";
+       case StdoutTty::k_auto:
+         break;
+     }
+     return "auto";
+   }},
   {"log_dir", "--log-dir,--log_dir", k_output,
    "Also write each rank's stdout and stderr to DIR/RANK/{stdout,stderr}.log", false,
    "PET_LOG_DIR", nullptr, DDPLAUNCH_STRING(log_dir)},

@@ -22,6 +22,7 @@ struct WorkerSpec {
   std::vector<int> cpus;       // CPUs to bind it to before exec; empty: inherited
   bool inherit_stdin = false;  // local rank 0 reads the launcher's stdin; others /dev/null
   bool progress_pipe = false;  // fd 3 (DDPLAUNCH_PROGRESS_FD) is a pipe the launcher reads
+  bool stdout_tty = false;     // its stdout is a pseudo-terminal, not a pipe (--stdout-tty)
 };
 
 // The fd a worker reports progress on with --hang-timeout (DDPLAUNCH_PROGRESS_FD).

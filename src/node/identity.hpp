@@ -47,6 +47,9 @@ struct NodeIdentity {
   // Whether Open MPI's single-copy shared memory works here (node/cma.hpp),
   // asked once an MPI round starts; unset: it does not.
   std::function<CmaProbe()> probe_cma{};
+  // Each worker's stdout is a pseudo-terminal (--stdout-tty: auto gives one
+  // to a native program linked with an MPI library).
+  bool stdout_tty = false;
 };
 
 // 16 random hex digits (getrandom; the pid and the clock where it fails).

@@ -3,10 +3,13 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <stdlib.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,6 +45,23 @@ Pipe make_pipe() {
     throw_errno("pipe2");
   }
   return Pipe{Fd(fds[0]), Fd(fds[1])};
+}
+
+Pipe make_pty() {
+  Fd master(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!master || ::unlockpt(master.get()) != 0) {
+    throw_errno("posix_openpt");
+  }
+  Fd terminal(::ioctl(master.get(), TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!terminal) {
+    throw_errno("TIOCGPTPEER");
+  }
+  termios t{};
+  if (::tcgetattr(terminal.get(), &t) == 0) {
+    ::cfmakeraw(&t);
+    (void)::tcsetattr(terminal.get(), TCSANOW, &t);
+  }
+  return Pipe{std::move(master), std::move(terminal)};
 }
 
 void set_nonblocking(int fd) {

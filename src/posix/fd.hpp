@@ -38,6 +38,12 @@ struct Pipe {
   Fd write;
 };
 Pipe make_pipe();
+// A pseudo-terminal as a pipe: `write` is its terminal end (for a child's
+// stdout: C and Fortran stdio then write each line at once), `read` the
+// launcher's end, which reads EIO (an end, like a pipe's EOF) once every
+// terminal end is closed. Raw: a "\n" stays "\n", nothing is echoed. Both
+// close-on-exec, neither a controlling terminal.
+Pipe make_pty();
 
 void set_nonblocking(int fd);
 

@@ -476,7 +476,7 @@ struct SpawnContext {
 Child spawn_one(const WorkerSpec& worker, const SpawnContext& ctx, SpawnLane& lane,
                 ProgramCache& programs) {
   const Prepared prepared = prepare(worker, programs);
-  auto out = posix::make_pipe();
+  auto out = worker.stdout_tty ? posix::make_pty() : posix::make_pipe();
   auto err = posix::make_pipe();
   std::optional<posix::Pipe> progress;
   if (worker.progress_pipe) {

@@ -12,6 +12,11 @@
 //   topology           each rank also prints the machine's topology as its PMIx server
 //                      shares it (PMIX_HWLOC_XML_V2, what Open MPI reads):
 //                      "rank R topology BYTES HASH machine=yes|no"
+//   barriers:N         every rank does N barriers, then rank 0 prints
+//                      "barriers N took S seconds" (a waiting rank's cost)
+//   show:A,B,...       each rank prints "rank R A=<value>" for each variable, as it found
+//                      them before MPI_Init ("-" when unset); also as a second argument
+//   ticks:N            rank 0 prints "tick K" N times, 0.2 s apart, without flushing
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,9 +97,34 @@ static int target_rank(const char* arg, const char* mode) {
   return strncmp(arg, mode, n) == 0 && arg[n] == ':' ? atoi(arg + n + 1) : -1;
 }
 
+// show:A,B: the values before MPI_Init, printed once the rank is known.
+static char g_shown[4096];
+
+static void note_variables(int argc, char** argv) {
+  const char* mode = NULL;
+  for (int i = 1; i < argc; ++i) {
+    mode = strncmp(argv[i], "show:", 5) == 0 ? argv[i] : mode;
+  }
+  if (mode == NULL) {
+    return;
+  }
+  char names[1024];
+  snprintf(names, sizeof names, "%s", mode + 5);
+  size_t used = 0;
+  for (char* name = strtok(names, ","); name != NULL; name = strtok(NULL, ",")) {
+    const char* value = getenv(name);
+    used += (size_t)snprintf(g_shown + used, sizeof g_shown - used, " %s=%s", name,
+                             value != NULL ? value : "-");
+    if (used >= sizeof g_shown) {
+      break;
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   int rank = -1, size = -1;
   const char* mode = argc > 1 ? argv[1] : "";
+  note_variables(argc, argv);
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -128,6 +158,28 @@ int main(int argc, char** argv) {
   }
   if (strcmp(mode, "topology") == 0) {
     print_topology(rank);
+  }
+  if (g_shown[0] != '\0') {
+    printf("rank %d%s\n", rank, g_shown);
+    fflush(stdout);
+  }
+  if (strncmp(mode, "barriers:", 9) == 0) {
+    const int count = atoi(mode + 9);
+    const double start = MPI_Wtime();
+    for (int i = 0; i < count; ++i) {
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+    if (rank == 0) {
+      printf("barriers %d took %.3f seconds\n", count, MPI_Wtime() - start);
+      fflush(stdout);
+    }
+  }
+  if (strncmp(mode, "ticks:", 6) == 0 && rank == 0) {
+    const int count = atoi(mode + 6);
+    for (int i = 0; i < count; ++i) {
+      printf("tick %d\n", i);  // no fflush: as a program's stdio buffers it
+      usleep(200 * 1000);
+    }
   }
   int sum = 0;
   MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -200,6 +200,15 @@ class Jobs:
         return leaked
 
 
+def finish(procs, timeout=300):
+    """(returncode, stdout, stderr) of each started process, once it ends."""
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout)
+        results.append((p.returncode, out, err))
+    return results
+
+
 def parent_of(pid):
     """The parent pid of `pid` (from /proc), or None once it is gone."""
     try:

@@ -12,7 +12,8 @@ import subprocess
 import pytest
 
 import netns
-from conftest import BIN, SOURCE_DIR, TORCH_PYTHON, env_lines, needs_torch, read_until, worker
+from conftest import (BIN, SOURCE_DIR, TORCH_PYTHON, env_lines, finish, needs_torch, read_until,
+                      worker)
 
 why_not = netns.available()
 pytestmark = pytest.mark.skipif(why_not is not None, reason=str(why_not))
@@ -37,10 +38,6 @@ def start_agents(jobs, hosts, args, env=None, port=None):
         jobs.procs.append(p)
         procs.append(p)
     return procs
-
-
-def finish(procs, timeout=300):
-    return [(p.wait(timeout=timeout), *p.communicate()) for p in procs]
 
 
 def test_agents_on_two_hosts_form_one_job_and_workers_get_the_host_interface(jobs, hosts):

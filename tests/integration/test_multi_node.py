@@ -7,7 +7,8 @@ import socket
 
 import pytest
 
-from conftest import SOURCE_DIR, TORCH_PYTHON, env_lines, free_port, needs_torch, wait_until, worker
+from conftest import (SOURCE_DIR, TORCH_PYTHON, env_lines, finish, free_port, needs_torch, wait_until,
+                      worker)
 
 FAST = ["--heartbeat-interval", "0.2", "--heartbeat-timeout", "2", "--term-timeout", "5"]
 
@@ -32,14 +33,6 @@ def start_agents(jobs, port, nnodes, steps, nprocs=None, explicit=False, order=N
 def listening(port):
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def finish(procs, timeout=120):
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=timeout)
-        results.append((p.returncode, out, err))
-    return results
 
 
 @pytest.mark.parametrize("explicit", [True, False])

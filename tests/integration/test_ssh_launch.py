@@ -4,6 +4,7 @@ in each network-namespace host, sshd.py), prints every rank's lines, and
 exits with the job's code; nothing is left running on any host, whatever
 happens to the launching command."""
 import os
+import re
 import signal
 import subprocess
 
@@ -220,4 +221,19 @@ def test_an_mpi_program_across_hosts_is_one_world(jobs, ssh_hosts):
     # carries them), so that each rank sees where each of the others runs.
     seen = sorted(l.split("]: ", 1)[1] for l in out.splitlines() if "sees hosts" in l)
     assert seen == [f"rank {r} sees hosts node0 node0 node1 node1" for r in range(4)], out
+    assert nothing_left(hosts)
+
+
+@pytest.mark.skipif(not MPI_HELLO, reason="the MPI helper was not built (libopenmpi-dev)")
+def test_the_users_open_mpi_settings_reach_every_remote_rank(jobs, ssh_hosts):
+    """As mpirun forwards OMPI_MCA_*: orte_* ones too, with nothing typed."""
+    hosts = ssh_hosts(2)
+    settings = {"OMPI_MCA_orte_base_help_aggregate": "0", "OMPI_MCA_mpi_yield_when_idle": "1"}
+    p = launch(jobs, hosts, ["--nproc-per-node", 2, "--", MPI_HELLO, "show:" + ",".join(settings)],
+               hostlist="node0,node1", env=settings)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    for name, value in settings.items():
+        seen = {int(m[1]): m[2] for m in re.finditer(rf"rank (\d+) .*\b{name}=(\S+)", out)}
+        assert seen == {r: value for r in range(4)}, out
     assert nothing_left(hosts)

@@ -208,6 +208,57 @@ TEST(Config, MpirunsPlacementOptionsBecomeDdplaunchs) {
   EXPECT_TRUE(parse({"p"}).pmix);
 }
 
+// Every mpirun spelling docs/MPI.md lists: accepted as what ddplaunch does,
+// or refused with the ddplaunch form.
+TEST(Config, MpirunsSpellingsAreAcceptedOrRefusedWithTheirEquivalent) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"-npernode", "4", "p"}, {"--npernode", "4", "p"}, {"-N", "4", "p"}}) {
+    EXPECT_EQ(parse(args).nproc_per_node, 4) << args[0];
+  }
+  Config c = parse({"-mca", "btl", "self,vader", "--mca", "orte_base_help_aggregate", "0", "-x",
+                    "A=1", "--gmca", "pml", "ob1", "p", "--mca", "x", "y"});
+  EXPECT_EQ(c.env_export, (std::vector<std::string>{"OMPI_MCA_btl=self,vader",
+                                                    "OMPI_MCA_orte_base_help_aggregate=0", "A=1",
+                                                    "OMPI_MCA_pml=ob1"}));
+  EXPECT_EQ(c.program_args, (std::vector<std::string>{"--mca", "x", "y"})) << "the program's own";
+  EXPECT_THROW(parse({"--mca", "btl"}), UsageError);
+  c = parse({"-oversubscribe", "--allow-run-as-root", "-tag-output", "--use-hwthread-cpus", "p"});
+  EXPECT_EQ(c.prefix, "[rank {rank}]: ");
+  EXPECT_EQ(c.notes.size(), 2u)
+      << "--oversubscribe and --use-hwthread-cpus say why nothing is done";
+  EXPECT_EQ(parse({"--timestamp-output", "p"}).prefix, "[{time}] [rank {rank}]: ");
+  EXPECT_EQ(parse({"--output-filename", "/logs", "p"}).log_dir, "/logs");
+  EXPECT_TRUE(parse({"-merge-stderr-to-stdout", "p"}).merge_stderr);
+  EXPECT_TRUE(parse({"--display-map", "p"}).report_bindings);
+  c = parse({"-wdir", "/work", "p"});
+  EXPECT_EQ(c.wdir, "/work");
+  EXPECT_EQ(c.remote_cwd, "/work");
+  EXPECT_EQ(parse({"--wd", "w", "--remote-cwd", "r", "p"}).remote_cwd, "r");
+  EXPECT_EQ(parse({"-q", "p"}).log_level, "warn");
+  // Open MPI's install prefix is never the line prefix.
+  c = parse({"--prefix", "/usr", "p"});
+  EXPECT_EQ(c.prefix, "[rank {rank}]: ");
+  EXPECT_EQ(c.notes.size(), 1u);
+  EXPECT_EQ(parse({"--prefix", "{rank}> ", "p"}).prefix, "{rank}> ");
+  const std::pair<std::vector<std::string>, const char*> refused[] = {
+      {{"-c", "2", "p"}, "--cpu-bind cores"},
+      {{"--cpus-per-proc", "2", "p"}, "--cpu-bind cores"},
+      {{"--map-by", "ppr:2:socket", "p"}, "--cpu-bind numa"},
+      {{"--map-by", "core:PE=2", "p"}, "--cpu-bind cores"},
+      {{"--map-by", "node", "p"}, "--nproc-per-node"},
+  };
+  for (const auto& [args, equivalent] : refused) {
+    try {
+      parse(args);
+      ADD_FAILURE() << args[0] << " " << args[1] << " was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(equivalent), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(parse({"--stdout-tty", "yes", "p"}).stdout_tty, StdoutTty::k_yes);
+  EXPECT_THROW(parse({"--stdout-tty", "maybe", "p"}), UsageError);
+}
+
 TEST(Config, HelpAndVersionPrintAndExit) {
   auto help = parse_command_line({"--help"});
   ASSERT_TRUE(help.print_and_exit);
