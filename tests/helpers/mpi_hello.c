@@ -16,7 +16,8 @@
 //                      "barriers N took S seconds" (a waiting rank's cost)
 //   show:A,B,...       each rank prints "rank R A=<value>" for each variable, as it found
 //                      them before MPI_Init ("-" when unset); also as a second argument
-//   ticks:N            rank 0 prints "tick K" N times, 0.2 s apart, without flushing
+//   ticks:N            rank 0 prints "tick K" N times (0: until killed), 0.2 s apart,
+//                      without flushing
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,7 +177,7 @@ int main(int argc, char** argv) {
   }
   if (strncmp(mode, "ticks:", 6) == 0 && rank == 0) {
     const int count = atoi(mode + 6);
-    for (int i = 0; i < count; ++i) {
+    for (int i = 0; count == 0 || i < count; ++i) {
       printf("tick %d\n", i);  // no fflush: as a program's stdio buffers it
       usleep(200 * 1000);
     }

@@ -9,6 +9,8 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
+import threading
 
 import pytest
 
@@ -123,19 +125,24 @@ def test_the_ranks_of_every_agent_on_a_host_count(jobs, hosts):
 
 class PrivateTmp:
     """A mount namespace whose /tmp and /dev/shm are empty tmpfs of its own:
-    whatever a job leaves there is the job's."""
+    whatever a job leaves there is the job's. The real /tmp stays reachable
+    at `self.real_tmp`, for a build that lives under it."""
 
     CACHES = {"ddplaunch-pmix-0.env", "ddplaunch-topology-0.xml"}  # kept per user, by design
 
     def __init__(self):
+        self.real_tmp = tempfile.mkdtemp(prefix="ddplaunch-test-", dir="/run")
         self.holder = subprocess.Popen(
             ["unshare", "-m", "--propagation", "private", "sh", "-c",
-             "mount -t tmpfs tmp /tmp && mount -t tmpfs shm /dev/shm && echo ready && "
-             "exec sleep infinity"], stdout=subprocess.PIPE, text=True)
+             'mount --bind /tmp "$0" && mount -t tmpfs tmp /tmp && mount -t tmpfs shm /dev/shm '
+             "&& echo ready && exec sleep infinity", self.real_tmp],
+            stdout=subprocess.PIPE, text=True)
         assert self.holder.stdout.readline().strip() == "ready"
 
     def command(self, argv):
-        return ["nsenter", "-t", self.holder.pid, "-m", *argv]
+        where = [str(a) for a in argv]
+        where = [self.real_tmp + a[4:] if a.startswith("/tmp/") else a for a in where]
+        return ["nsenter", "-t", self.holder.pid, "-m", "--wd=/", *where]
 
     def left(self):
         root = f"/proc/{self.holder.pid}/root"
@@ -149,6 +156,7 @@ class PrivateTmp:
     def remove(self):
         self.holder.kill()
         self.holder.wait()
+        os.rmdir(self.real_tmp)
 
 
 @pytest.fixture
@@ -279,9 +287,15 @@ def test_a_native_ranks_unflushed_lines_arrive_while_it_runs(jobs):
     """C stdio on a pipe holds lines in 4 KiB blocks; a rank of a program
     linked with MPI gets a terminal for stdout, as under mpirun, so each line
     arrives as it is printed, and none is lost when the rank is killed."""
-    p = jobs.start(["--nproc-per-node", 2, "--", MPI_HELLO, "ticks:100"])
-    read_until(p.stdout, "[rank 0]: tick 1")
-    assert p.poll() is None, "tick 1 arrived while rank 0 still prints (20 s in all)"
+    p = jobs.start(["--nproc-per-node", 2, "--", MPI_HELLO, "ticks:0"])  # until stopped
+    # Held in a block, the lines would never come (the job is killed, and
+    # its ranks' buffers with it, if none came in a minute).
+    watchdog = threading.Timer(60, p.kill)
+    watchdog.start()
+    lines = read_until(p.stdout, "[rank 0]: tick 1")
+    watchdog.cancel()
+    assert lines and "tick 1" in lines[-1], lines
+    assert p.poll() is None
     p.send_signal(signal.SIGTERM)
     p.communicate(timeout=60)
     assert p.returncode == 128 + signal.SIGTERM
