@@ -309,3 +309,20 @@ def test_stdout_tty_no_keeps_the_pipe(jobs):
                   "test -t 1 && echo terminal || echo pipe; printf 'a\\nb\\n'"])
     # Raw: a "\n" stays one, no "\r" is added.
     assert r.stdout == "[rank 0]: terminal\n[rank 0]: a\n[rank 0]: b\n", repr(r.stdout)
+
+
+def test_report_bindings_says_which_shared_memory_copy_the_ranks_use_and_why(jobs):
+    """CMA where the launcher's probe shows it works (Open MPI's own choice,
+    as under mpirun), else single-copy off, and the line says which."""
+    name = "OMPI_MCA_btl_vader_single_copy_mechanism"
+    r = jobs.run(["--report-bindings", "--nproc-per-node", 2, "--", MPI_HELLO, f"show:{name}"])
+    assert r.returncode == 0, r.stderr
+    line = re.search(r"node 0: Open MPI's shared memory uses (.*)", r.stderr)
+    assert line, r.stderr
+    told = shown(r.stdout, name)
+    if line[1].startswith("single-copy CMA"):
+        assert told == {0: "-", 1: "-"}, r.stdout
+    else:
+        assert line[1].startswith("no single-copy mechanism"), line[1]
+        assert told == {0: "none", 1: "none"}, r.stdout
+    assert one_world(r.stdout, 2), r.stdout
