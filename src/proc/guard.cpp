@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -323,7 +324,45 @@ JobGuard::JobGuard(bool use_cgroup) {
   log::debug("workers are guarded by {}", mechanism());
 }
 
+// What escaped the workers' process groups and is still in the job's cgroup
+// (a rank's `setsid` grandchild): killed, and waited for, so that nothing of
+// the job runs once the launcher returns (the guard would take up to its
+// wait for the launcher's exit longer). One read of cgroup.procs when
+// nothing is left, the usual case. The launcher itself may be in the cgroup
+// (where workers cannot be cloned into it): it is spared.
+void JobGuard::end_escaped() const {
+  if (m_cgroup.empty()) {
+    return;
+  }
+  const std::string procs_path = m_cgroup + "/cgroup.procs";
+  const pid_t self = getpid();
+  for (int round = 0; round < 400; ++round) {
+    const std::string procs = posix::read_small_file(procs_path).value_or("");
+    bool any = false;
+    for (size_t at = 0; at < procs.size();) {
+      size_t end = procs.find('\n', at);
+      end = end == std::string::npos ? procs.size() : end;
+      const auto pid =
+          parse_integer_in(procs.substr(at, end - at), 1, std::numeric_limits<pid_t>::max());
+      if (pid && *pid != self) {
+        ::kill(static_cast<pid_t>(*pid), SIGKILL);
+        any = true;
+      }
+      at = end + 1;
+    }
+    if (!any) {
+      return;
+    }
+    // The killed ones that are this launcher's (a subreaper's) are reaped
+    // here; the guard, outside the cgroup, is not among them.
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 JobGuard::~JobGuard() {
+  end_escaped();
   // Empty unless a worker wrote its error file: one rmdir, most of the time.
   if (!m_job_dir.empty() && ::rmdir(m_job_dir.c_str()) != 0) {
     std::error_code ec;

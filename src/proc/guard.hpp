@@ -48,6 +48,8 @@ class JobGuard {
   std::string mechanism() const;
 
  private:
+  void end_escaped() const;
+
   std::string m_marker;
   std::string m_cgroup;  // the job's cgroup directory; empty: none
   std::string m_job_dir;

@@ -40,8 +40,12 @@ def test_mpirun_one_agent_per_node_forms_one_job(jobs, tmp_path):
     assert {int(e["NODE_RANK"]) for e in envs.values()} == {0, 1}
     assert len({e["MASTER_PORT"] for e in envs.values()}) == 1
     for e in envs.values():
-        leaked = [k for k in e if k.startswith("OMPI_COMM_WORLD_")]
-        assert not leaked, f"the outer mpirun's identity reached a worker: {leaked}"
+        # OMPI_COMM_WORLD_* are ddplaunch's job's (its PMIx server's, as
+        # mpirun sets them), never the outer mpirun's (a rank per node).
+        mine = (e.get("OMPI_COMM_WORLD_RANK"), e.get("OMPI_COMM_WORLD_SIZE"),
+                e.get("OMPI_COMM_WORLD_LOCAL_RANK"))
+        assert mine == (e["RANK"], "4", e["LOCAL_RANK"]), "the outer mpirun's identity reached " \
+            f"a worker: {mine}"
         # Its PMIx variables are its own agent's server's, never mpirun's.
         assert e["PMIX_NAMESPACE"].startswith("ddplaunch."), e["PMIX_NAMESPACE"]
         assert e["PMIX_RANK"] == e["RANK"]

@@ -150,6 +150,23 @@ def test_nothing_survives_a_sigkilled_launcher(jobs, tmp_path, guard):
     assert wait_until(lambda: not any(os.path.exists(d) for d in job_dirs), timeout=15), job_dirs
 
 
+@pytest.mark.parametrize("code", [0, 7])
+def test_a_ranks_setsid_grandchild_is_gone_when_ddplaunch_returns(jobs, tmp_path, code):
+    """README: "nothing is left running". A Slurm epilog, the next step or a
+    script checking the GPUs runs right after ddplaunch returns; the guard's
+    own sweep comes later (it waits for the launcher's exit first)."""
+    pids = tmp_path / "pids"
+    r = jobs.run(["--nproc-per-node", 2, "--", "sh", "-c",
+                  f"( setsid sleep 300 > /dev/null 2>&1 & echo $! >> {pids} ); "
+                  # both ranks' grandchildren started before either exits
+                  f'while [ "$(wc -l < {pids})" -lt 2 ]; do sleep 0.01; done; exit {code}'])
+    assert r.returncode == code, r.stderr
+    grandchildren = [int(x) for x in pids.read_text().split()]
+    assert len(grandchildren) == 2
+    # At once: no wait.
+    assert not [pid for pid in grandchildren if alive(pid)], "left running after ddplaunch returned"
+
+
 def job_cgroup_parent():
     """The cgroup v2 directory a launcher started from here makes its job's
     cgroup in (this process's own) and its name in the hierarchy, or None
