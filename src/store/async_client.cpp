@@ -203,9 +203,18 @@ void AsyncClient::on_time(TimePoint now) {
           fail(Failure::k_lost, "no answer within " + std::to_string(m_io_timeout.count()) +
                                     " ms (the store host may be stopped or unreachable)");
         } else {
-          fail(Failure::k_refused, "no answer to HELLO within " +
-                                       std::to_string(m_io_timeout.count()) +
-                                       " ms: the store host is stopped, or " + not_a_store());
+          // Not an answer, so not a refusal: the connection may wait in a
+          // listen backlog that a flood of connections filled (the store
+          // answers it once it accepts it), or the store host is stopped.
+          // Tried again, on a new connection, until --rdzv-timeout. This one
+          // is reset, not closed: the store, accepting it later, then finds
+          // no HELLO from a client that left, not one without the token.
+          const linger reset = {1, 0};
+          (void)::setsockopt(m_fd.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+          retry_busy("no answer to HELLO within " + std::to_string(m_io_timeout.count()) +
+                         " ms (the store host is stopped or overloaded, or the program "
+                         "listening there is not a ddplaunch store)",
+                     now);
         }
         return;
       }

@@ -46,6 +46,7 @@ struct Conn {
   bool closing = false;  // close once `out` is flushed
   bool reading = true;
   bool evicted = false;  // replaced by a newer handshake (a flood), not refused
+  bool reset = false;    // the client reset it: it left (gave up waiting), not refused
   bool worker = false;   // authenticated with the workers' credential: scoped
   std::string client_nonce;
   std::string server_nonce;
@@ -394,7 +395,8 @@ void StoreServer::Impl::close_conn(int fd) {
   if (it == conns.end()) {
     return;
   }
-  if (it->second.hello && !it->second.authed && !it->second.evicted && !it->second.closing) {
+  if (it->second.hello && !it->second.authed && !it->second.evicted && !it->second.closing &&
+      !it->second.reset) {
     warn_peer(it->second, "a client without this job's token (none, or a different one)");
   }
   if (it->second.authed) {
@@ -423,6 +425,7 @@ void StoreServer::Impl::flush(int fd) {
       if (errno == EAGAIN || errno == EINTR) {
         break;
       }
+      c.reset = errno == ECONNRESET || errno == EPIPE;
       close_conn(fd);
       return;
     }
@@ -581,6 +584,7 @@ void StoreServer::Impl::on_readable(int fd) {
       // The client went away: what it sent before still counts (a SET just
       // before exiting); any parked request goes with it.
       c.reading = false;
+      c.reset = n < 0 && errno == ECONNRESET;
       process(fd);
       close_conn(fd);
       return;

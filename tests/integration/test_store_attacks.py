@@ -185,6 +185,38 @@ def test_a_flood_of_unauthenticated_connections_delays_a_node_but_never_refuses_
         assert "clients already" not in err, err
 
 
+def test_a_hello_waiting_past_the_heartbeat_timeout_is_tried_again_not_refused(jobs):
+    """A flood that fills node 0's listen backlog keeps node 1's HELLO
+    unanswered longer than --heartbeat-timeout: no answer is no refusal, so
+    node 1 tries again until --rdzv-timeout and joins once the flood drains
+    (docs/SECURITY.md's promise)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 16384), hard))
+    port = free_port()
+    short = ["--heartbeat-timeout", 2, "--nproc-per-node", 1, "--", *worker()]
+    host = node(jobs, 0, port, short)
+    assert wait_until(lambda: _listening(port), timeout=60)
+    flood = []
+    try:
+        for _ in range(4100):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            flood.append(s)
+        member = node(jobs, 1, port, short)
+        # Twice the heartbeat timeout: node 1 gave up after one before.
+        wait_until(lambda: member.poll() is not None, timeout=5)
+        assert member.poll() is None, member.stderr.read()
+    finally:
+        for s in flood:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    for p in (host, member):
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert "not a ddplaunch store" not in err and "without this job's token" not in err, err
+
+
 def test_failed_handshakes_from_many_hosts_cost_a_few_warning_lines(jobs):
     """300 strangers from 300 loopback addresses offer a wrong proof: node 0
     names the first few hosts once each and sums up the rest in one line."""
