@@ -93,7 +93,7 @@ void Agent::begin(const Topology& topology, int node_rank) {
   m_round_progress = 0;
   JobLayout layout =
       layout_of(topology, node_rank, m_config.rdzv_id, m_config.role, m_config.max_restarts);
-  layout.restart_count = m_restarts;
+  layout.restart_count = m_restarts + m_no_progress_restarts;
   layout.round = m_round;
   if (layout.job_id.empty()) {
     layout.job_id = m_self.job_id;  // a plan without one (a placeholder, a fake in tests)

@@ -202,7 +202,10 @@ class Agent : public JobLink::Listener {
   std::optional<TimePoint> m_report_deadline;  // this node's empty results sent, until
 
   int m_round = 0;     // 0, then one more each time the nodes meet again
-  int m_restarts = 0;  // TORCHELASTIC_RESTART_COUNT
+  int m_restarts = 0;  // the restarts counted against --max-restarts
+  // Restarts of rounds without progress (--restart-min-progress), all of them:
+  // with m_restarts, TORCHELASTIC_RESTART_COUNT (a restarted worker can tell).
+  int m_no_progress_restarts = 0;
   // --restart-min-progress: failed rounds without progress in a row (the
   // job's), and this round's progress events on this node.
   int m_no_progress = 0;

@@ -146,6 +146,7 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
               describe_round_end(m_rounds.back()));
   } else if (next == NextRound::k_restart_no_progress) {
     ++m_no_progress;
+    ++m_no_progress_restarts;
     log::warn(
         "{} without progress: restarting every worker ({} of {} rounds in a row without "
         "progress; --max-restarts not used)",

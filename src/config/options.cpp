@@ -618,6 +618,15 @@ const OptionSpec k_options[] = {
    false, nullptr, nullptr,
    [](Config& c, const std::string& v, const std::string& f) {
      c.max_no_progress_restarts = parse_int_in(v, f, 0, 1000000, "a number from 0 to 1000000");
+     if (c.restart_min_progress == 0) {
+       // (--restart-min-progress comes first in this table.) Alone, it means
+       // what it says only if rounds are told apart by their progress.
+       c.restart_min_progress = 1;
+       c.notes.push_back(f + " " + v +
+                         " follows progress: --restart-min-progress 1 (a round with at least one "
+                         "progress event made progress); give --restart-min-progress K to say "
+                         "how many");
+     }
    },
    [](const Config& c) { return std::to_string(c.max_no_progress_restarts); }},
 

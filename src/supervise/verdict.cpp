@@ -49,8 +49,10 @@ NextRound next_round_after(const Decision& d, const std::optional<JobVerdict>& j
     return NextRound::k_regroup;
   }
   if (budget.follow_progress && d.root_cause && d.exit_code != 0 && !progress) {
-    return budget.no_progress < budget.max_no_progress ? NextRound::k_restart_no_progress
-                                                       : NextRound::k_none;
+    // --max-restarts 0 means no restart, with or without progress.
+    return budget.max_restarts > 0 && budget.no_progress < budget.max_no_progress
+               ? NextRound::k_restart_no_progress
+               : NextRound::k_none;
   }
   if (budget.restarts >= budget.max_restarts) {
     return NextRound::k_none;

@@ -259,6 +259,24 @@ def test_following_progress_a_round_with_progress_uses_a_restart(jobs, tmp_path)
     assert "(1 of 1)" not in r.stderr, "--max-restarts was not used"
 
 
+def test_the_progress_flags_as_typed(jobs, tmp_path):
+    # --max-restarts 0 (the default) is no restart, whatever --restart-min-progress says.
+    r = jobs.run(["--restart-min-progress", 100, "--summary-json", tmp_path / "a.json", "--",
+                  "sh", "-c", "exit 3"])
+    assert r.returncode == 3, r.stderr
+    assert len(json.loads((tmp_path / "a.json").read_text())["rounds"]) == 1, r.stderr
+    assert "restarting" not in r.stderr, r.stderr
+    # --max-no-progress-restarts alone follows progress (said once), and a
+    # worker restarted after a round without progress can tell it is one.
+    counts = tmp_path / "counts"
+    r = jobs.run(["--max-restarts", 3, "--max-no-progress-restarts", 1, "--", "sh", "-c",
+                  f"echo $TORCHELASTIC_RESTART_COUNT >> {counts}; exit 3"])
+    assert r.returncode == 3, r.stderr
+    assert "--restart-min-progress 1" in r.stderr, r.stderr
+    assert "round 0 failed without progress" in r.stderr, r.stderr
+    assert counts.read_text().split() == ["0", "1"], counts.read_text()
+
+
 def test_following_progress_every_node_agrees(jobs):
     procs = nodes(jobs, 2, 1, ["sh", "-c", '[ "$RANK" = 1 ] && exit 4; sleep 300'],
                   extra=["--max-restarts", 3, "--restart-min-progress", 1,

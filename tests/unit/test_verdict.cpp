@@ -140,6 +140,10 @@ TEST(Verdict, FollowingProgressOnlyRoundsThatMadeProgressUseRestarts) {
         c.decision.root_cause ? std::nullopt : std::optional<JobVerdict>(lost_2);
     EXPECT_EQ(next_round_after(c.decision, job, true, 0, budget, c.progress), c.expected);
   }
+  // --max-restarts 0 (the default) is no restart, progress or not.
+  EXPECT_EQ(
+      next_round_after(failed, std::nullopt, false, 0, RestartBudget{0, 0, true, 0, 3}, false),
+      NextRound::k_none);
 }
 
 }  // namespace
