@@ -126,6 +126,11 @@ void Agent::begin(const Topology& topology, int node_rank) {
       log::info("{}", notice);
     }
   }
+  if (m_round == 0 && layout.node_rank == 0) {
+    if (auto why = m_config.filter_matches_nothing(layout.world_size, layout.local_world_size)) {
+      log::warn("{}", *why);
+    }
+  }
   if (m_config.report_bindings) {
     if (!layout.socket_ifname.empty()) {
       // The workers' env says which (unless the user set it): say why too.

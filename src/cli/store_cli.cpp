@@ -38,7 +38,6 @@ StoreCommand parse_store_command(const std::vector<std::string>& args) {
   StoreCommand cmd;
   CLI::App app{
       "ddplaunch store: the job's key-value store, from a worker's shell.\n"
-      "Usage: ddplaunch store [options] SUBCOMMAND ARGS...\n"
       "Inside a job the store's address, port and credential come from the environment\n"
       "ddplaunch gives every worker; keys live under the job's prefix for its workers.",
       "ddplaunch store"};
@@ -51,7 +50,8 @@ StoreCommand parse_store_command(const std::vector<std::string>& args) {
   app.add_option("--addr", cmd.addr, "The store's host (default: $DDPLAUNCH_STORE_ADDR)");
   app.add_option("--port", port_text, "The store's port (default: $DDPLAUNCH_STORE_PORT)");
   app.add_option("--token-file", cmd.token_file,
-                 "File holding the job's secret (default: $DDPLAUNCH_STORE_TOKEN)");
+                 "File holding the job's secret (default: the credential itself, in "
+                 "$DDPLAUNCH_STORE_TOKEN)");
   app.add_flag("--strict-token", cmd.strict_token,
                "Refuse a token file that other users may read or write (default: warn)");
   std::string prefix;
@@ -66,6 +66,27 @@ StoreCommand parse_store_command(const std::vector<std::string>& args) {
       sub->add_option("--timeout", timeout_text, "Seconds to wait; 0: no limit [300]");
     }
     sub->callback([&cmd, &s] { cmd.op = s.name; });
+  }
+  // The first word that is not an option (nor an option's value) names the
+  // subcommand: one that is none is named, with the list.
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.starts_with("-")) {
+      const bool takes_value = a == "--addr" || a == "--port" || a == "--token-file" ||
+                               a == "--prefix" || a == "--timeout";
+      i += takes_value ? 1 : 0;
+      continue;
+    }
+    std::string names;
+    bool known = false;
+    for (const auto& s : k_shapes) {
+      names += (names.empty() ? "" : ", ") + std::string(s.name);
+      known = known || a == s.name;
+    }
+    if (!known) {
+      throw UsageError("store: '" + a + "' is not a subcommand; the subcommands are " + names);
+    }
+    break;
   }
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {

@@ -18,6 +18,31 @@ std::string Config::source_of(const std::string& key) const {
   return it == sources.end() ? "default" : it->second;
 }
 
+std::optional<std::string> Config::filter_matches_nothing(int world_size,
+                                                          int local_world_size) const {
+  auto none_below = [](const std::set<int>& ranks, int size) {
+    return ranks.empty() || *ranks.begin() >= size;
+  };
+  auto listed = [](const std::set<int>& ranks) {
+    std::string out;
+    for (int r : ranks) {
+      out += (out.empty() ? "" : ",") + std::to_string(r);
+    }
+    return out;
+  };
+  if (ranks_filter && none_below(*ranks_filter, world_size)) {
+    return "--ranks-filter " + listed(*ranks_filter) + " matches no rank of this job (ranks 0-" +
+           std::to_string(world_size - 1) +
+           "): no worker's line reaches the console (log files still get them)";
+  }
+  if (local_ranks_filter && none_below(*local_ranks_filter, local_world_size)) {
+    return "--local-ranks-filter " + listed(*local_ranks_filter) +
+           " matches no local rank of this node (local ranks 0-" +
+           std::to_string(local_world_size - 1) + "): none of its lines reaches the console";
+  }
+  return std::nullopt;
+}
+
 bool Config::console_allows(int rank, int local_rank) const {
   if (ranks_filter && !ranks_filter->contains(rank)) {
     return false;

@@ -229,6 +229,10 @@ struct Config {
   std::string source_of(const std::string& key) const;
   // True when stream output of this rank should reach the console at all.
   bool console_allows(int rank, int local_rank) const;
+  // Why --ranks-filter or --local-ranks-filter lets no rank of a job of
+  // `world_size` ranks (`local_world_size` on this node) reach the console;
+  // nullopt when some rank does.
+  std::optional<std::string> filter_matches_nothing(int world_size, int local_world_size) const;
 };
 
 // "fixed", "auto", "cpu" or "gpu".

@@ -120,7 +120,9 @@ def test_the_deb_installs_runs_and_uninstalls_in_a_clean_root(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     r = subprocess.run([root / "usr/bin/ddplaunch", "--version"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("ddplaunch "), r.stderr
-    for path in ["usr/share/man/man1/ddplaunch.1", "usr/share/bash-completion/completions/ddplaunch",
+    for path in ["usr/share/man/man1/ddplaunch.1.gz", "usr/share/doc/ddplaunch/copyright",
+                 "usr/share/doc/ddplaunch/ENVIRONMENT.md",
+                 "usr/share/bash-completion/completions/ddplaunch",
                  "usr/lib/cmake/ddplaunch/ddplaunchConfig.cmake", "usr/include/ddplaunch/store_client.hpp"]:
         assert (root / path).exists(), path
     r = subprocess.run(dpkg + ["-r", "ddplaunch"], capture_output=True, text=True, timeout=120)

@@ -90,6 +90,14 @@ def test_ranks_filter_limits_the_console_but_not_the_files(jobs, tmp_path):
     assert (tmp_path / "2" / "stdout.log").read_text() == "o\n"
 
 
+def test_a_ranks_filter_that_matches_no_rank_says_so(jobs):
+    r = jobs.run(["--nproc-per-node", 2, "--ranks-filter", "5", "--", *worker("out=o")])
+    assert r.returncode == 0 and r.stdout == "", r.stderr
+    assert "--ranks-filter 5 matches no rank of this job (ranks 0-1)" in r.stderr, r.stderr
+    r = jobs.run(["--nproc-per-node", 2, "--ranks-filter", "1,5", "--", *worker("out=o")])
+    assert "matches no rank" not in r.stderr, r.stderr
+
+
 def test_failure_report_keeps_the_last_stderr_lines_even_if_filtered(jobs):
     r = jobs.run(["--nproc-per-node", 2, "--ranks-filter", "0", "--",
                   *worker("@1:err=first", "@1:err=last words", "@1:exit=4", "sleep=60")])

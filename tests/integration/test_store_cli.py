@@ -89,13 +89,21 @@ def test_outside_a_job_or_misused_is_a_usage_error():
     env = {k: v for k, v in os.environ.items() if not k.startswith("DDPLAUNCH_STORE")}
     for args, fragment in [(["get", "x"], "run this inside a ddplaunch job"),
                            (["add", "x"], "store add takes KEY N"),
-                           (["frobnicate"], "store:"),
+                           (["frobnicate"], "'frobnicate' is not a subcommand; the subcommands "
+                                            "are set, get,"),
                            (["--port", "99999", "keys"], "--port 99999"),
                            (["get", "x", "--timeout", "-1"], "--timeout -1")]:
         r = subprocess.run([BIN, "store", *args], env=env, capture_output=True, text=True,
                            timeout=60)
         assert r.returncode == 2, (args, r.stderr)
         assert fragment in r.stderr and r.stderr.count("\n") == 1, (args, r.stderr)
+
+
+def test_store_help_has_one_usage_line_and_names_the_credential_variable_as_one():
+    r = subprocess.run([BIN, "store", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("Usage:") == 1, r.stdout
+    assert "the credential itself, in $DDPLAUNCH_STORE_TOKEN" in r.stdout, r.stdout
 
 
 def test_the_shell_example_elects_one_writer_per_node_and_meets_at_a_barrier(jobs):
