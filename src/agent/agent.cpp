@@ -37,6 +37,13 @@ std::string Agent::node_name() const {
   return "the node on " + m_self.host;
 }
 
+std::optional<int> Agent::node_rank() const {
+  if (m_plan) {
+    return m_plan->layout.node_rank;
+  }
+  return m_config.node_rank;
+}
+
 void Agent::start() {
   m_start_time = m_clock.wall_now();
   if (m_link == nullptr) {

@@ -116,6 +116,8 @@ class Agent : public JobLink::Listener {
   bool workers_ended() const { return m_phase > Phase::k_running; }
   // "node N (host)", or "the node on host" before its rank is known.
   std::string node_name() const;
+  // This node's rank in the job's last round (nullopt: it never had one).
+  std::optional<int> node_rank() const;
   // The run's summary, once done() (launcher_max_rss_kib is the caller's to fill).
   const JobSummary& summary() const { return m_summary; }
   // Set when the run ended with an error rather than a job verdict (exit 2,

@@ -164,9 +164,9 @@ int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleW
            const std::optional<HealthCheckResult>& health) {
   JobSummary summary = agent.summary();
   summary.health_check = health;
-  if (!config.summary_json.empty()) {
+  if (auto path = summary_path(config.summary_json, agent.node_rank())) {
     summary.launcher_max_rss_kib = peak_rss_kib();  // /proc/self/status: read only for the file
-    write_summary_json(config.summary_json, summary);
+    write_summary_json(*path, summary);
   }
   write_inherited_error_file(env, summary);
   if (agent.error()) {
@@ -331,7 +331,7 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   if (nohup) {
     log::debug("SIGHUP is ignored (nohup): the job survives a hangup; stop it with SIGTERM");
   }
-  check_summary_path(config.summary_json);
+  check_summary_path(summary_path(config.summary_json, config.node_rank).value_or(""));
   {
     // A name that resolves only once node 0 runs is waited for; signals
     // still end the wait (the Driver reads them).

@@ -61,6 +61,22 @@ void write_inherited_error_file(const EnvMap& env, const JobSummary& summary) {
   }
 }
 
+std::optional<std::string> summary_path(const std::string& path, std::optional<int> node_rank) {
+  if (path.empty()) {
+    return std::nullopt;
+  }
+  static constexpr std::string_view k_field = "{node_rank}";
+  if (path.find(k_field) == std::string::npos) {
+    return node_rank.value_or(0) == 0 ? std::optional<std::string>(path) : std::nullopt;
+  }
+  std::string out = path;
+  const std::string rank = std::to_string(node_rank.value_or(0));
+  for (size_t at; (at = out.find(k_field)) != std::string::npos;) {
+    out.replace(at, k_field.size(), rank);
+  }
+  return out;
+}
+
 void write_summary_json(const std::string& path, const JobSummary& summary) {
   std::ofstream out(path, std::ios::trunc);
   out << encode_summary(summary);

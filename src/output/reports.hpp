@@ -5,6 +5,7 @@
 // check_summary_path(), which refuses a path before anything starts.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "config/env_map.hpp"
@@ -15,6 +16,13 @@ namespace ddplaunch {
 // Throws UsageError for a --summary-json path that cannot be written (the
 // summary would otherwise be lost at the very end). Empty: nothing to check.
 void check_summary_path(const std::string& path);
+
+// The file this node writes the job's summary to: --summary-json's `path`
+// with every {node_rank} replaced by this node's rank; without that field,
+// only node 0 writes it (every node of a job started by srun, or typed on a
+// shared file system, is given the same path), so nullopt on another node.
+// A node that never had a rank (its rendezvous failed) writes `path`.
+std::optional<std::string> summary_path(const std::string& path, std::optional<int> node_rank);
 
 // Writes the job's summary as JSON (docs/PROTOCOL.md's summary document).
 void write_summary_json(const std::string& path, const JobSummary& summary);

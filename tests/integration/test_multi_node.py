@@ -355,3 +355,16 @@ def test_agents_on_loopback_addresses_all_name_lo_for_gloo(jobs):
         assert rc == 0, err
         env = json.loads(out.split("]: ", 1)[1])
         assert env.get("GLOO_SOCKET_IFNAME") == "lo" and env.get("NCCL_SOCKET_IFNAME") == "lo", env
+
+
+def test_a_summary_path_every_node_is_given_is_written_by_node_0_alone(jobs, tmp_path):
+    """As under srun, where every node's ddplaunch gets the same command
+    line: the file is the job's summary (every rank), never a node's part;
+    {node_rank} gives each node its own."""
+    shared, own = tmp_path / "s.json", tmp_path / "s.{node_rank}.json"
+    done = finish(start_agents(jobs, free_port(), 2, [], extra=["--summary-json", shared]))
+    assert [rc for rc, _, _ in done] == [0, 0], done
+    assert sorted(r["rank"] for r in json.loads(shared.read_text())["ranks"]) == [0, 1, 2, 3]
+    done = finish(start_agents(jobs, free_port(), 2, [], extra=["--summary-json", own]))
+    assert [rc for rc, _, _ in done] == [0, 0], done
+    assert sorted(p.name for p in tmp_path.glob("s.*.json")) == ["s.0.json", "s.1.json"]

@@ -3,6 +3,7 @@
 #include <csignal>
 #include <nlohmann/json.hpp>
 
+#include "output/reports.hpp"
 #include "rendezvous/records.hpp"
 
 namespace ddplaunch {
@@ -346,6 +347,20 @@ TEST(Records, NumbersOutOfRangeAreMalformedNotUndefined) {
   EXPECT_EQ(decode_verdict(R"({"exit_code":7,"message":"m","node":-1,"lost":-1,"root_cause":null})")
                 .exit_code,
             7);
+}
+
+}  // namespace
+}  // namespace ddplaunch
+
+namespace ddplaunch {
+namespace {
+
+TEST(Records, OnlyNodeZeroWritesASharedSummaryPathAndEachNodeItsOwnField) {
+  EXPECT_EQ(summary_path("/shared/s.json", 0), "/shared/s.json");
+  EXPECT_EQ(summary_path("/shared/s.json", 1), std::nullopt) << "node 0's summary speaks";
+  EXPECT_EQ(summary_path("/shared/s.json", std::nullopt), "/shared/s.json");
+  EXPECT_EQ(summary_path("/s/{node_rank}/n{node_rank}.json", 3), "/s/3/n3.json");
+  EXPECT_EQ(summary_path("", 0), std::nullopt);
 }
 
 }  // namespace
