@@ -245,6 +245,33 @@ void HostLink::report_progress(long long waited) {
   if (!m_planner) {
     return;
   }
+  if (m_preflight_topology) {
+    // Every node has joined: what is awaited is their preflight reports.
+    std::vector<std::string> reports;
+    for (int n = 0; n < m_nnodes; ++n) {
+      reports.push_back(keys::probed(n));
+    }
+    m_store.multi_get(reports, [this, waited](std::vector<std::optional<std::string>> values) {
+      std::vector<std::string> missing;
+      for (size_t n = 0; n < values.size(); ++n) {
+        if (!values[n]) {
+          missing.push_back("node " + std::to_string(n) + " (" +
+                            m_planner->member(static_cast<int>(n)).host + ")");
+        }
+      }
+      std::string named;
+      for (size_t i = 0; i < missing.size() && i < 4; ++i) {
+        named += (i == 0 ? "" : ", ") + missing[i];
+      }
+      if (missing.size() > 4) {
+        named += " and " + std::to_string(missing.size() - 4) + " more";
+      }
+      log::info("network preflight: waiting for the nodes' reports: {} of {} in{} ({} s)",
+                m_nnodes - static_cast<int>(missing.size()), m_nnodes,
+                missing.empty() ? "" : " (missing: " + named + ")", waited);
+    });
+    return;
+  }
   if (m_planner->enough()) {
     log::info("waiting for more nodes: {} of {} to {} joined ({} s)", m_planner->joined(),
               m_planner->min_nodes(), m_planner->max_nodes(), waited);

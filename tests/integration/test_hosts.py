@@ -207,7 +207,7 @@ def test_a_host_whose_firewall_drops_the_probe_port_ends_the_job_before_any_work
     hosts = three_hosts
     firewall(hosts, "node2", "tcp dport 32768-60999 ct state new drop")
     started = tmp_path / "started"
-    procs = start_agents(jobs, hosts, ["--nproc-per-node", 1, "--preflight-timeout", 2, "--",
+    procs = start_agents(jobs, hosts, ["--nproc-per-node", 1, "--preflight-timeout", 6, "--",
                                        "sh", "-c", f"touch {started}"])
     results = finish(procs, timeout=120)
     for rc, out, err in results:
@@ -215,7 +215,12 @@ def test_a_host_whose_firewall_drops_the_probe_port_ends_the_job_before_any_work
     err0 = results[0][2]
     addr2 = hosts.addrs["node2"]
     assert f"network preflight: node 0 (node0) cannot reach node 2 (node2) at {addr2}:" in err0, err0
-    assert "(its probe port, on the address gloo and NCCL use): no answer within 2 s" in err0, err0
+    assert "(its probe port, on the address gloo and NCCL use): no answer within 6 s" in err0, err0
+    # Meanwhile (a progress line comes every 5 s) node 0 said what it waits for:
+    # every node joined, their reports had not.
+    assert "network preflight: waiting for the nodes' reports: 1 of 3 in (missing: node 0 " \
+        "(node0), node 1 (node1))" in err0, err0
+    assert "waiting for more nodes" not in err0, err0
     assert "(and 1 more path: each node's log names its own)" in err0, err0
     assert "--no-preflight" in err0
     assert f"node 1 (node1) cannot reach node 2 (node2) at {addr2}:" in results[1][2], results[1][2]
