@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace ddplaunch {
 
 namespace {
@@ -149,7 +151,19 @@ std::string format_failure_report(const JobSummary& s) {
       out += fmt::format("ddplaunch: rank {} raised {}\n", r.rank, r.error->message);
       append_traceback(out, r.error->traceback);
     }
-    if (!r.last_stderr.empty()) {
+    // An @record error file's traceback is what the rank printed last: its
+    // stderr's tail is shown only where it says more.
+    auto in_error = [&r](const std::string& line) {
+      const auto start = line.find_first_not_of(" \t");
+      return start == std::string::npos ||
+             r.error->traceback.find(line.substr(start)) != std::string::npos ||
+             r.error->message.find(line.substr(start)) != std::string::npos;
+    };
+    const bool adds =
+        !r.error || !std::all_of(r.last_stderr.begin(), r.last_stderr.end(), in_error);
+    if (!r.last_stderr.empty() && !adds) {
+      out += fmt::format("ddplaunch: (rank {}'s stderr ends with that traceback)\n", r.rank);
+    } else if (!r.last_stderr.empty()) {
       out += fmt::format("ddplaunch: last lines of rank {}'s stderr:\n", r.rank);
       for (const auto& line : r.last_stderr) {
         out += "  | " + line + "\n";

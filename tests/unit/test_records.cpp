@@ -59,6 +59,25 @@ TEST(Summary, TheRootCausesExceptionComesBeforeItsStderr) {
   EXPECT_LT(raised, report.find("  | noise")) << report;
 }
 
+TEST(Summary, AStderrTailThatIsTheErrorFilesTracebackIsNotShownTwice) {
+  JobSummary s;
+  s.exit_code = 1;
+  s.reason = StopReason::k_worker_failed;
+  const WorkerError error{"ValueError: nan", "Traceback\n  line\nValueError: nan\n", "1"};
+  s.root_cause = RankOutcome{3,     1,
+                             1,     "b",
+                             7,     ExitInfo::exited(1),
+                             false, 0,
+                             1,     {"Traceback", "  line", "ValueError: nan"},
+                             error};
+  std::string report = format_failure_report(s);
+  EXPECT_EQ(report.find("last lines of rank 3's stderr"), std::string::npos) << report;
+  EXPECT_NE(report.find("rank 3's stderr ends with that traceback"), std::string::npos) << report;
+  s.root_cause->last_stderr.push_back("CUDA error: device-side assert");  // says more
+  report = format_failure_report(s);
+  EXPECT_NE(report.find("last lines of rank 3's stderr"), std::string::npos) << report;
+}
+
 TEST(Summary, SuccessHasNoReport) {
   JobSummary s;
   EXPECT_EQ(format_failure_report(s), "");
