@@ -2,8 +2,10 @@
 
 #include <sys/eventfd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <memory>
 #include <optional>
 
@@ -157,6 +159,34 @@ NodeIdentity identify_node(const Config& config, const EnvMap& env,
   return self;
 }
 
+// A Python rank that could not import a module, run by the `python3` found on
+// PATH (a pyenv shim, a venv not activated may put another interpreter
+// first): which interpreter that was, and how to choose the right one.
+std::string which_python_note(const Config& config, const EnvMap& env, const JobSummary& summary) {
+  if (!summary.root_cause || !config.python.empty() || env.contains("PYTHON_EXEC")) {
+    return {};
+  }
+  const RankOutcome& r = *summary.root_cause;
+  auto mentions = [](const std::string& text) {
+    return text.find("ModuleNotFoundError") != std::string::npos;
+  };
+  const bool missing_module =
+      (r.error && (mentions(r.error->message) || mentions(r.error->traceback))) ||
+      std::any_of(r.last_stderr.begin(), r.last_stderr.end(), mentions);
+  const auto argv = worker_argv(config, env);
+  if (!missing_module || argv.size() < 2 || argv[1] != "-u") {
+    return {};
+  }
+  const auto found = find_program(argv.front(), env);
+  std::error_code ec;
+  const std::string resolved =
+      found ? std::filesystem::canonical(*found, ec).string() : std::string("not found");
+  return fmt::format(
+      "ddplaunch: the ranks ran {} (the first {} on PATH); if your packages are installed for "
+      "another Python, give it with --python /path/to/python\n",
+      ec || resolved.empty() ? found.value_or("?") : resolved, argv.front());
+}
+
 // The reports a finished run leaves: the summary file, an inherited error
 // file, the failure report on stderr. Returns the job's exit code; an
 // internal error is thrown as the LaunchError it is.
@@ -178,6 +208,10 @@ int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleW
                      summary.exit_code != k_exit_node_lost;
   std::string text = quiet ? std::string() : format_failure_report(summary);
   if (!text.empty()) {
+    // Before the last line, which says the exit code.
+    const size_t last = text.rfind("ddplaunch: exit code");
+    text.insert(last == std::string::npos ? text.size() : last,
+                which_python_note(config, env, summary));
     console.write_own(2, text);
   }
   return summary.exit_code;

@@ -1,6 +1,7 @@
 """The single-node launcher, driven as a user would: the built binary and real processes."""
 import json
 import os
+import shutil
 import signal
 import sys
 
@@ -380,3 +381,16 @@ def test_dry_run_says_where_each_value_came_from(jobs):
     one = json.loads(jobs.run(["--dry-run", "--worker-port", 4444, "--", "true"]).stdout)
     assert set(one["placeholders"]) == {"TORCHELASTIC_ERROR_FILE"}, \
         "one node with a given port: only the error files, made at start, are placeholders"
+
+
+def test_a_missing_module_names_the_python_that_ran_and_points_to_python_flag(jobs, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import no_such_module_of_yours\n")
+    r = jobs.run(["--nproc-per-node", 2, "--", script])
+    assert r.returncode == 1, r.stderr
+    ran = os.path.realpath(shutil.which("python3", path=jobs.env()["PATH"]))
+    assert f"the ranks ran {ran} (the first python3 on PATH)" in r.stderr, r.stderr
+    assert "--python /path/to/python" in r.stderr
+    assert r.stderr.rstrip().splitlines()[-1] == "ddplaunch: exit code 1", r.stderr
+    r = jobs.run(["--python", sys.executable, "--nproc-per-node", 1, "--", script])
+    assert "the ranks ran" not in r.stderr, "--python was given"
