@@ -119,7 +119,12 @@ int main(int argc, char** argv) {
         job_env["DDPLAUNCH_RDZV_TOKEN"] = channel->header.token;
       }
     }
-    const Config config = configure(command_line, job_env);
+    CommandLine given = command_line;
+    if (channel && channel->header.store_port > 0) {
+      // Node 0's store port, which its agent picked (--pick-store-port).
+      given.flags["master_port"] = Setting{std::to_string(channel->header.store_port), "flag"};
+    }
+    const Config config = configure(given, job_env);
     // Under a launching command, node 0 says what every node would: the
     // others keep to warnings unless --log-level says otherwise.
     const bool echo = channel && config.node_rank.value_or(0) != 0 && !config.starts_agents() &&

@@ -14,6 +14,7 @@
 #include "agent/health_check.hpp"
 #include "agent/reach_probe.hpp"
 #include "ddplaunch/error.hpp"
+#include "launcher/agent_channel.hpp"
 #include "launcher/plan.hpp"
 #include "log.hpp"
 #include "mpi/pmix_env_cache.hpp"
@@ -74,6 +75,11 @@ StoreAddress resolve_store_address(const Config& config, const EnvMap& env, Driv
   if (config.nnodes == 1 || config.dry_run) {
     return address;
   }
+  if (config.pick_store_port && config.node_rank == 0) {
+    // Node 0 started by a launching command that chose no port: one free
+    // here (the launching command tells the other agents).
+    address.port = posix::pick_free_port();
+  }
   if (config.master_via_pmix || (config.token_via_pmix && address.token.empty())) {
     // With no token of its own, node 0 makes one and hands it to every node
     // through the PMIx server that started them (mpirun's, srun --mpi=pmix's):
@@ -109,7 +115,6 @@ StoreAddress resolve_store_address(const Config& config, const EnvMap& env, Driv
   return address;
 }
 
-// This node: its workers, their bindings, its address, its ports.
 // --stdout-tty: auto gives a terminal to a native program linked with an MPI
 // library (as mpirun gives every rank one), whose stdio would otherwise hold
 // its lines in 4 KiB blocks; Python runs unbuffered (-u) already, and a
@@ -126,6 +131,7 @@ bool wants_stdout_tty(const Config& config, const EnvMap& env) {
   return path && elf_needs(*path, "libmpi");
 }
 
+// This node: its workers, their bindings, its address, its ports.
 NodeIdentity identify_node(const Config& config, const EnvMap& env,
                            const std::string& master_addr) {
   NodeIdentity self;
@@ -195,8 +201,12 @@ int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleW
   JobSummary summary = agent.summary();
   summary.health_check = health;
   if (auto path = summary_path(config.summary_json, agent.node_rank())) {
-    summary.launcher_max_rss_kib = peak_rss_kib();  // /proc/self/status: read only for the file
-    write_summary_json(*path, summary);
+    const bool node_0 = agent.node_rank().value_or(0) == 0;
+    if (node_0 || *path != config.summary_json ||
+        !summary_written_since(*path, summary.start_time)) {
+      summary.launcher_max_rss_kib = peak_rss_kib();  // /proc/self/status: read only for the file
+      write_summary_json(*path, summary);
+    }
   }
   write_inherited_error_file(env, summary);
   if (agent.error()) {
@@ -420,6 +430,9 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   std::unique_ptr<StoreLink> link;
   if (config.nnodes > 1) {
     store_server = host_store(config, address);
+    if (config.pick_store_port && store_server) {
+      announce_store_port(address.port);
+    }
     store = std::make_unique<AsyncClient>(address.host, address.port, millis(config.rdzv_timeout_s),
                                           millis(config.heartbeat_timeout_s), clock.now(),
                                           address.token);

@@ -176,6 +176,10 @@ struct Config {
   // launcher channel (launcher/channel.hpp) on stdin; a subtree's root starts
   // --hosts as nodes `subtree`.. of a larger job. Default: false, -1.
   bool launcher_channel = false;
+  // Set by a launching command for a node 0 it starts elsewhere when the user
+  // chose no --master-port: the store listens on a port free there, said on
+  // stdout for the launching command to hand to the other agents.
+  bool pick_store_port = false;
   int subtree = -1;
 
   // --- Supervision -------------------------------------------------------------

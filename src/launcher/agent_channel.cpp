@@ -79,6 +79,11 @@ void announce_ready(int node_rank) {
   posix::write_all(STDOUT_FILENO, line);
 }
 
+void announce_store_port(int port) {
+  const std::string line = std::string(k_agent_store_port) + std::to_string(port) + "\n";
+  posix::write_all(STDOUT_FILENO, line);
+}
+
 void watch_agent_channel(AgentChannel& channel) {
   for (const char c : channel.pending) {
     raise_byte(static_cast<unsigned char>(c));

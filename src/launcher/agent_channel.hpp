@@ -27,6 +27,10 @@ AgentChannel open_agent_channel(int timeout_ms);
 // Writes "ddplaunch-agent-ready NODE_RANK\n" to stdout: the launching command
 // counts this node as started.
 void announce_ready(int node_rank);
+// Node 0 with --pick-store-port, once its store listens: writes
+// "ddplaunch-agent-store-port PORT\n" to stdout, which the launching command
+// hands to the other agents in their headers.
+void announce_store_port(int port);
 
 // Starts the thread that watches the channel (see above). Call once, after
 // the signals are blocked and after the job guard's fork; the thread

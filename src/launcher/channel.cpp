@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "config/integer.hpp"
+
 namespace ddplaunch {
 
 std::string encode_channel_header(const ChannelHeader& header) {
@@ -15,6 +17,9 @@ std::string encode_channel_header(const ChannelHeader& header) {
   }
   for (const auto& [name, value] : header.env) {
     entry("env", name + "=" + value);
+  }
+  if (header.store_port > 0) {
+    entry("store_port", std::to_string(header.store_port));
   }
   out.push_back('\0');
   return out;
@@ -56,6 +61,12 @@ std::optional<ChannelHeader> decode_channel_header(std::string_view bytes, size_
       }
       header.env.emplace_back(std::string(value.substr(0, veq)),
                               std::string(value.substr(veq + 1)));
+    } else if (key == "store_port") {
+      const auto port = parse_integer_in(value, 1, 65535);
+      if (!port) {
+        throw std::runtime_error("the launcher channel's store port is not a port");
+      }
+      header.store_port = static_cast<int>(*port);
     }
     // Other keys are a newer launcher's: skipped.
   }

@@ -26,6 +26,7 @@ namespace ddplaunch {
 struct ChannelHeader {
   std::string token;                                     // empty: none
   std::vector<std::pair<std::string, std::string>> env;  // set for the agent and its workers
+  int store_port = 0;  // node 0's store port, where it picked one (--pick-store-port); 0: argv's
 
   bool operator==(const ChannelHeader&) const = default;
 };
@@ -34,6 +35,8 @@ struct ChannelHeader {
 inline constexpr size_t k_max_channel_header = 1 << 20;
 inline constexpr std::string_view k_channel_magic = "ddplaunch-channel 1\n";
 inline constexpr std::string_view k_agent_ready = "ddplaunch-agent-ready ";
+// Node 0's agent, with --pick-store-port, once its store listens: "<prefix><port>\n".
+inline constexpr std::string_view k_agent_store_port = "ddplaunch-agent-store-port ";
 
 std::string encode_channel_header(const ChannelHeader& header);
 

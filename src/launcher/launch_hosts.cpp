@@ -15,6 +15,7 @@
 #include <optional>
 #include <system_error>
 
+#include "config/integer.hpp"
 #include "ddplaunch/error.hpp"
 #include "launcher/forward.hpp"
 #include "launcher/plan.hpp"
@@ -57,6 +58,7 @@ struct Started {
   pid_t pid = -1;
   posix::Fd in, out, err;
   std::string to_write;  // channel bytes not yet taken by its stdin
+  bool held = false;     // its header waits for node 0's store port
   LineSplitter out_lines, err_lines;
   int ready = 0;  // nodes of it that said they started
   std::optional<ExitInfo> exit;
@@ -213,6 +215,10 @@ class HostsLauncher {
     start_due(m_started_at);
   }
 
+  // Node 0's agent picks its store's port (--pick-store-port): every other
+  // agent's header, `header` with that port, waits until node 0 says it.
+  void hold_headers_for_store_port(ChannelHeader header) { m_held_header = std::move(header); }
+
   // Relays until every started process has ended and its pipes are empty.
   void run() {
     while (!done()) {
@@ -298,7 +304,8 @@ class HostsLauncher {
     started.in = std::move(in.write);
     started.out = std::move(out.read);
     started.err = std::move(err.read);
-    started.to_write = m_header + m_sent;
+    started.held = m_held_header && s.node_rank != 0;
+    started.to_write = started.held ? std::string() : m_header + m_sent;
     for (const int fd : {started.in.get(), started.out.get(), started.err.get()}) {
       posix::set_nonblocking(fd);
     }
@@ -354,10 +361,30 @@ class HostsLauncher {
         m_stop_signal = static_cast<unsigned char>(b);
       }
     }
+    if (m_stop_signal && m_held_header) {
+      release_headers(0);  // they stop before they start: the port no longer matters
+    }
     for (size_t i = 0; i < m_started.size(); ++i) {
       Started& s = m_started[i];
-      if (s.in.valid() && !s.exit) {
+      if (s.in.valid() && !s.exit && !s.held) {
         s.to_write += bytes;
+        flush_in(s, 4 * i);
+      }
+    }
+  }
+
+  // The held headers go out, with node 0's store port (0: the command
+  // line's), followed by the channel bytes sent so far.
+  void release_headers(int store_port) {
+    ChannelHeader header = std::move(*m_held_header);
+    m_held_header.reset();
+    header.store_port = store_port;
+    m_header = encode_channel_header(header);
+    for (size_t i = 0; i < m_started.size(); ++i) {
+      Started& s = m_started[i];
+      if (s.held) {
+        s.held = false;
+        s.to_write = m_header + m_sent;
         flush_in(s, 4 * i);
       }
     }
@@ -433,7 +460,8 @@ class HostsLauncher {
       std::string_view chunk(m_buffer, static_cast<size_t>(n));
       const size_t last = chunk.rfind('\n');
       if (lines.at_line_start() && last != std::string_view::npos &&
-          chunk.find(k_agent_ready) == std::string_view::npos) {
+          chunk.find(k_agent_ready) == std::string_view::npos &&
+          chunk.find(k_agent_store_port) == std::string_view::npos) {
         // Whole lines with nothing to count: one write for all of them.
         const std::string_view whole = chunk.substr(0, last + 1);
         if (!is_out && last > 0) {
@@ -469,6 +497,13 @@ class HostsLauncher {
   }
 
   void on_line(Started& s, bool is_out, std::string_view text, LineEnd end) {
+    if (is_out && end == LineEnd::k_newline && text.starts_with(k_agent_store_port) &&
+        s.start.node_rank == 0 && m_held_header) {
+      const auto port = parse_integer_in(text.substr(k_agent_store_port.size()), 1, 65535);
+      log::debug("node 0's store listens on port {}", port.value_or(0));
+      release_headers(port ? static_cast<int>(*port) : 0);
+      return;
+    }
     if (is_out && end == LineEnd::k_newline && text.starts_with(k_agent_ready)) {
       ++s.ready;
       ++m_ready_nodes;
@@ -516,6 +551,9 @@ class HostsLauncher {
           s.exit = ExitInfo::from_wait_status(status);
           m_loop.remove(s.in.get());
           s.in.close();
+          if (s.start.node_rank == 0 && m_held_header) {
+            release_headers(0);  // it never said its port: the others are stopped below
+          }
           if (s.ready < s.start.hosts) {
             on_start_failed(s);
           } else if (!s.start.local && !s.exit->by_signal() &&
@@ -606,6 +644,7 @@ class HostsLauncher {
   posix::EventLoop m_loop;
   std::vector<AgentStart> m_plan;
   std::string m_header;
+  std::optional<ChannelHeader> m_held_header;  // hold_headers_for_store_port()'s, until released
   std::string m_sent;  // the signal bytes sent so far, for what starts later
   std::chrono::milliseconds m_connect_cost{0};
   Clock::time_point m_next_start;  // when the next simulated connection may begin
@@ -664,12 +703,16 @@ int run_hosts_launch(const Config& config, const CommandLine& command_line, cons
     if (config.source_of("master_port") == "flag") {
       context.master_port = config.master_port;
     } else {
-      // Node 0 here: a port free now, and held; elsewhere, the default.
+      // Node 0 here: a port free now, and held; elsewhere, its agent picks
+      // one free there and says it, and the other agents are told (so that
+      // two jobs on the same hosts never share one).
       context.master_port = config.master_port;
       if (context.is_local.front()) {
         posix::HeldPort held = posix::hold_free_port();
         context.master_port = held.port;
         store_port = std::move(held.holder);
+      } else if (config.source_of("master_port") == "default") {
+        context.node0_picks_store_port = true;
       }
     }
   }
@@ -700,6 +743,15 @@ int run_hosts_launch(const Config& config, const CommandLine& command_line, cons
   }
   HostsLauncher launcher(signals, console, upstream, config.elastic(),
                          config.launcher == Launcher::k_local ? "local" : "ssh");
+  // Node 0 picks its store's port where its agent was started directly (a
+  // subtree's root, with its own part of the job, keeps the default).
+  const bool node0_picks =
+      context.node0_picks_store_port &&
+      std::any_of(plan.starts.begin(), plan.starts.end(),
+                  [](const AgentStart& s) { return s.node_rank == 0 && s.hosts == 1; });
+  if (node0_picks) {
+    launcher.hold_headers_for_store_port(header);
+  }
   std::chrono::milliseconds connect_cost{0};
   if (auto it = env.find("DDPLAUNCH_SIM_CONNECT_MS"); it != env.end()) {
     connect_cost = std::chrono::milliseconds(std::clamp(std::atoi(it->second.c_str()), 0, 10'000));

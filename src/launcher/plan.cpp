@@ -206,6 +206,10 @@ HostsPlan plan_hosts(const Config& config, const CommandLine& command_line,
       args.push_back("--summary-json=" + summary_json);
     }
     args.push_back("--node-rank=" + std::to_string(context.first_node_rank + static_cast<int>(i)));
+    if (context.first_node_rank + static_cast<int>(i) == 0 && context.node0_picks_store_port &&
+        !context.is_local[i]) {
+      args.push_back("--pick-store-port");
+    }
     if (hosts[i].slots && config.source_of("nproc_per_node") != "flag") {
       args.push_back("--nproc-per-node=" + std::to_string(*hosts[i].slots));
     }

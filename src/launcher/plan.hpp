@@ -32,6 +32,9 @@ struct PlanContext {
   int first_node_rank = 0;
   int nnodes = 0;           // the whole job's node count (0: hosts.size())
   std::string master_addr;  // node 0's address as every agent dials it (empty: node 0's name)
+  // Node 0 is started elsewhere and the user chose no port: its agent picks
+  // one (--pick-store-port), which reaches the others in their header.
+  bool node0_picks_store_port = false;
 };
 
 // One process the launching command starts.

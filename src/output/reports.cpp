@@ -1,6 +1,7 @@
 #include "output/reports.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -66,15 +67,22 @@ std::optional<std::string> summary_path(const std::string& path, std::optional<i
     return std::nullopt;
   }
   static constexpr std::string_view k_field = "{node_rank}";
-  if (path.find(k_field) == std::string::npos) {
-    return node_rank.value_or(0) == 0 ? std::optional<std::string>(path) : std::nullopt;
-  }
   std::string out = path;
   const std::string rank = std::to_string(node_rank.value_or(0));
   for (size_t at; (at = out.find(k_field)) != std::string::npos;) {
     out.replace(at, k_field.size(), rank);
   }
   return out;
+}
+
+bool summary_written_since(const std::string& path, double job_start) {
+  struct stat st = {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return false;
+  }
+  const double written =
+      static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) / 1e9;
+  return written >= job_start;
 }
 
 void write_summary_json(const std::string& path, const JobSummary& summary) {

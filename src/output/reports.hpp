@@ -18,11 +18,17 @@ namespace ddplaunch {
 void check_summary_path(const std::string& path);
 
 // The file this node writes the job's summary to: --summary-json's `path`
-// with every {node_rank} replaced by this node's rank; without that field,
-// only node 0 writes it (every node of a job started by srun, or typed on a
-// shared file system, is given the same path), so nullopt on another node.
-// A node that never had a rank (its rendezvous failed) writes `path`.
+// with every {node_rank} replaced by this node's rank (0 for a node that
+// never had one); nullopt without a path.
 std::optional<std::string> summary_path(const std::string& path, std::optional<int> node_rank);
+
+// Whether another node's summary of this job is there already: `path` was
+// written since `job_start` (seconds since the epoch). Every node of a job
+// started by srun, or typed on a shared file system, may be given one path:
+// node 0's summary (every rank) wins, and a node other than 0 does not
+// write over a summary of the same job (a per-node path of the user's,
+// `summary.$SLURM_NODEID.json`, is each node's own).
+bool summary_written_since(const std::string& path, double job_start);
 
 // Writes the job's summary as JSON (docs/PROTOCOL.md's summary document).
 void write_summary_json(const std::string& path, const JobSummary& summary);

@@ -237,3 +237,24 @@ def test_the_users_open_mpi_settings_reach_every_remote_rank(jobs, ssh_hosts):
         seen = {int(m[1]): m[2] for m in re.finditer(rf"rank (\d+) .*\b{name}=(\S+)", out)}
         assert seen == {r: value for r in range(4)}, out
     assert nothing_left(hosts)
+
+
+def test_two_jobs_on_the_same_hosts_at_once_both_run(jobs, ssh_hosts, tmp_path):
+    """Node 0 is a remote host and nobody chose a port: its agent picks one
+    free there and every other agent is told it, so a second job beside the
+    first gets its own store (mpirun users never choose ports)."""
+    hosts = ssh_hosts(2)
+    gate = tmp_path / "gate"
+    # Job A's ranks wait until job B has run: the two overlap.
+    first = launch(jobs, hosts, ["--nproc-per-node", 1, "--", "sh", "-c",
+                                 f"while [ ! -e {gate} ]; do sleep 0.05; done; echo A done"])
+    second = launch(jobs, hosts, ["--nproc-per-node", 1, "--", "sh", "-c", "echo B done"])
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert out.count("B done") == 2, out
+    gate.touch()
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert out.count("A done") == 2, out
+    assert "refused" not in err and "Address already in use" not in err, err
+    assert nothing_left(hosts)

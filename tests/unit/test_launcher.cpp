@@ -16,6 +16,7 @@ TEST(Channel, HeaderRoundTripsAnyBytesButNul) {
   ChannelHeader h;
   h.token = "t0k3n";
   h.env = {{"A", "1"}, {"B", "x=y\nz \xff"}, {"EMPTY", ""}};
+  h.store_port = 40123;  // node 0's, which its agent picked
   const std::string bytes = encode_channel_header(h) + "\x02\x0f";
   for (size_t cut = 0; cut < bytes.size() - 2; ++cut) {
     size_t consumed = 99;
@@ -35,6 +36,9 @@ TEST(Channel, NotAHeaderIsAnError) {
   EXPECT_THROW(
       decode_channel_header(std::string(k_channel_magic) + std::string("novalue\0\0", 9), consumed),
       std::runtime_error);
+  EXPECT_THROW(decode_channel_header(
+                   std::string(k_channel_magic) + std::string("store_port=0\0\0", 14), consumed),
+               std::runtime_error);
   const std::string huge = std::string(k_channel_magic) + "env=A=" + std::string(2 << 20, 'x');
   EXPECT_THROW(decode_channel_header(huge, consumed), std::runtime_error);
 }
@@ -83,10 +87,12 @@ CommandLine parse(std::vector<std::string> args) {
   return parse_command_line(args);
 }
 
-HostsPlan plan_of(const std::vector<std::string>& args, std::vector<bool> local = {}) {
+HostsPlan plan_of(const std::vector<std::string>& args, std::vector<bool> local = {},
+                  bool node0_picks = false) {
   const CommandLine cl = parse(args);
   const Config config = resolve(cl, {});
   PlanContext ctx;
+  ctx.node0_picks_store_port = node0_picks;
   ctx.hosts = order_hosts(config, config.hosts);
   ctx.is_local = local.empty() ? std::vector<bool>(ctx.hosts.size(), false) : local;
   ctx.self_path = "/opt/ddp/bin/ddplaunch";
@@ -112,6 +118,13 @@ TEST(Plan, EachHostGetsItsRankSlotsAndTheSameMaster) {
     EXPECT_NE(cmd.find(part), std::string::npos) << part << " in " << cmd;
   }
   EXPECT_EQ(cmd.find("--hosts"), std::string::npos) << cmd;
+}
+
+TEST(Plan, ARemoteNodeZeroPicksItsStorePortWhereNobodyChoseOne) {
+  const auto plan = plan_of({"--hosts", "a,b", "--", "t"}, {}, true);
+  ASSERT_EQ(plan.starts.size(), 2U);
+  EXPECT_NE(plan.starts[0].argv.back().find("--pick-store-port"), std::string::npos);
+  EXPECT_EQ(plan.starts[1].argv.back().find("--pick-store-port"), std::string::npos);
 }
 
 TEST(Plan, MasterAddrPicksNodeZeroAndLocalHostsRunWithoutSsh) {

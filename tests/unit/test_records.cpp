@@ -374,10 +374,10 @@ TEST(Records, NumbersOutOfRangeAreMalformedNotUndefined) {
 namespace ddplaunch {
 namespace {
 
-TEST(Records, OnlyNodeZeroWritesASharedSummaryPathAndEachNodeItsOwnField) {
+TEST(Records, ASummaryPathsNodeRankFieldIsEachNodesOwn) {
   EXPECT_EQ(summary_path("/shared/s.json", 0), "/shared/s.json");
-  EXPECT_EQ(summary_path("/shared/s.json", 1), std::nullopt) << "node 0's summary speaks";
-  EXPECT_EQ(summary_path("/shared/s.json", std::nullopt), "/shared/s.json");
+  EXPECT_EQ(summary_path("/shared/s.json", 1), "/shared/s.json");
+  EXPECT_EQ(summary_path("/s/n{node_rank}.json", std::nullopt), "/s/n0.json");
   EXPECT_EQ(summary_path("/s/{node_rank}/n{node_rank}.json", 3), "/s/3/n3.json");
   EXPECT_EQ(summary_path("", 0), std::nullopt);
 }
