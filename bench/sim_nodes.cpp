@@ -92,6 +92,9 @@ struct AgentNode : JobLink::Listener {
     state.failed = true;
     state.error = std::to_string(code) + ": " + message;
   }
+  void on_not_needed(int code, const std::string& message) override {
+    on_join_failed(code, message);  // a simulated node never waits as a spare
+  }
   void on_verdict(const JobVerdict& v) override {
     state.verdict = true;
     state.verdict_code = v.exit_code;

@@ -436,6 +436,13 @@ void Agent::on_joined(const Topology& topology, int node_rank, const RoundStart&
   advance();
 }
 
+void Agent::on_not_needed(int exit_code, const std::string& message) {
+  if (m_phase == Phase::k_joining) {
+    log::info("{}", message);
+    end_early(exit_code, StopReason::k_none, message, false);
+  }
+}
+
 void Agent::on_join_failed(int exit_code, const std::string& message) {
   if (m_phase == Phase::k_joining && !m_join_signal) {
     // This node's own failed health check is what refused it (or the job).

@@ -107,6 +107,7 @@ class Agent : public JobLink::Listener {
   // JobLink::Listener
   void on_joined(const Topology& topology, int node_rank, const RoundStart& round) override;
   void on_join_failed(int exit_code, const std::string& message) override;
+  void on_not_needed(int exit_code, const std::string& message) override;
   void on_verdict(const JobVerdict& verdict) override;
   void on_finished(std::vector<RankOutcome> ranks) override;
 

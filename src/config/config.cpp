@@ -93,6 +93,20 @@ namespace {
 
 }  // namespace
 
+void check_host_count(const Config& c, int hosts) {
+  // MIN:MAX: at least MIN hosts; those beyond MAX start as hot spares.
+  const bool fits = c.elastic() ? hosts >= c.nnodes_min : hosts == c.nnodes;
+  if (!fits) {
+    const std::string nnodes = c.elastic()
+                                   ? std::to_string(c.nnodes_min) + ":" + std::to_string(c.nnodes)
+                                   : std::to_string(c.nnodes);
+    throw UsageError("--nnodes " + nnodes + " does not match the " + std::to_string(hosts) +
+                     " hosts listed; leave --nnodes out (the list sets it), list " +
+                     (c.elastic() ? "at least MIN" : "that many") +
+                     " hosts, or give MIN:MAX (hosts beyond MAX wait as hot spares)");
+  }
+}
+
 void validate(const Config& c) {
   if ((!c.hosts.empty() || !c.hostfile.empty()) && c.subtree < 0) {
     if (!c.hosts.empty() && !c.hostfile.empty()) {
@@ -103,12 +117,8 @@ void validate(const Config& c) {
           "--node-rank cannot be given with --hosts/--hostfile: each host's place in the list is "
           "its node rank");
     }
-    if (!c.hosts.empty() && c.source_of("nnodes") == "flag" &&
-        c.nnodes != static_cast<int>(c.hosts.size())) {
-      throw UsageError("--nnodes " + std::to_string(c.nnodes) + " does not match the " +
-                       std::to_string(c.hosts.size()) +
-                       " hosts listed; leave --nnodes out (the list sets it) or list that many "
-                       "hosts");
+    if (!c.hosts.empty() && c.source_of("nnodes") == "flag") {
+      check_host_count(c, static_cast<int>(c.hosts.size()));
     }
   }
   if (c.np) {

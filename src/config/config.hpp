@@ -215,7 +215,8 @@ struct Config {
   std::string log_level = "info";  // Default: "info" (trace|debug|info|warn|error|off)
 
   // --nnodes MIN:MAX with MIN < MAX: nodes may leave and join between rounds.
-  bool elastic() const { return nnodes_min > 0 && nnodes_min < nnodes; }
+  // MIN:MAX given (N:N too: a fixed size whose extra agents wait as spares).
+  bool elastic() const { return nnodes_min > 0 && nnodes_min <= nnodes && nnodes > 1; }
   int min_nodes() const { return elastic() ? nnodes_min : nnodes; }
   // This command starts the job's agents (on hosts, or through srun) rather
   // than being one.
@@ -254,5 +255,8 @@ std::chrono::milliseconds millis(double seconds);
 // one line that names the options and, where a value came from a variable,
 // the variable.
 void validate(const Config& config);
+// --nnodes against the hosts listed (--hosts, --hostfile): as many, or with
+// MIN:MAX at least MIN (those beyond MAX start as hot spares). Throws UsageError.
+void check_host_count(const Config& config, int hosts);
 
 }  // namespace ddplaunch

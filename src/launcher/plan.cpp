@@ -95,11 +95,8 @@ std::vector<HostSlots> order_hosts(const Config& config, std::vector<HostSlots> 
         "--node-rank cannot be given with --hosts/--hostfile: each host's place in the list is "
         "its node rank");
   }
-  if (config.source_of("nnodes") == "flag" && config.nnodes != static_cast<int>(hosts.size())) {
-    throw UsageError(
-        "--nnodes " + std::to_string(config.nnodes) + " does not match the " +
-        std::to_string(hosts.size()) +
-        " hosts listed; leave --nnodes out (the list sets it) or list that many hosts");
+  if (config.source_of("nnodes") == "flag") {
+    check_host_count(config, static_cast<int>(hosts.size()));
   }
   if (config.source_of("master_addr") == "flag") {
     auto it = std::find_if(hosts.begin(), hosts.end(),
@@ -205,7 +202,10 @@ HostsPlan plan_hosts(const Config& config, const CommandLine& command_line,
     if (context.first_node_rank + static_cast<int>(i) == 0 && !summary_json.empty()) {
       args.push_back("--summary-json=" + summary_json);
     }
-    args.push_back("--node-rank=" + std::to_string(context.first_node_rank + static_cast<int>(i)));
+    const int node_rank = context.first_node_rank + static_cast<int>(i);
+    if (!config.elastic() || node_rank < config.nnodes) {
+      args.push_back("--node-rank=" + std::to_string(node_rank));
+    }  // else a host beyond MAX: a hot spare, ranked when it takes a node's place
     if (context.first_node_rank + static_cast<int>(i) == 0 && context.node0_picks_store_port &&
         !context.is_local[i]) {
       args.push_back("--pick-store-port");

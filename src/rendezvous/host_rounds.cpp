@@ -232,17 +232,28 @@ void HostLink::missing_at_restart(int ended,
 // Every remaining node's workers of the last round have ended: the next
 // round is formed of them and of the nodes that waited (but those that left).
 void HostLink::form_next_round() {
-  const int remain = m_planner->remaining(m_gone);
-  if (remain < m_planner->min_nodes()) {
+  // Fewer than MIN nodes, counting the spares that take lost nodes' places
+  // (a fixed-size N:N job goes on only with them), end the job.
+  auto too_few = [this](int nodes) {
     publish_stop(JobVerdict{k_exit_node_lost,
-                            "only " + std::to_string(remain) + " node" + (remain == 1 ? "" : "s") +
+                            "only " + std::to_string(nodes) + " node" + (nodes == 1 ? "" : "s") +
                                 " remain, fewer than --nnodes " + nnodes_text(m_config) +
                                 " allows: the job cannot go on",
                             std::nullopt, m_node_rank});
+  };
+  const int remain = m_planner->remaining(m_gone);
+  const int could = remain + static_cast<int>(m_planner->waiting().size());
+  if (std::min(could, m_planner->max_nodes()) < m_planner->min_nodes()) {
+    too_few(remain);
     return;
   }
-  auto publish = [this](const std::set<int>& left) {
-    publish_round(m_planner->next_round(m_gone, left, m_address.host, worker_port()));
+  auto publish = [this, too_few](const std::set<int>& left) {
+    RoundAssignment plan = m_planner->next_round(m_gone, left, m_address.host, worker_port());
+    if (plan.topology.nnodes() < m_planner->min_nodes()) {
+      too_few(plan.topology.nnodes());  // the spares counted on had gone
+      return;
+    }
+    publish_round(std::move(plan));
   };
   std::vector<int> waiting;
   std::vector<std::string> left_keys;
@@ -322,7 +333,8 @@ void HostLink::tell_waiting(std::function<void()> then) {
                     0,
                     "the job ended before this node could be admitted (a node that joins a "
                     "running elastic job waits for its next round, which starts at once only "
-                    "while --max-restarts remain and fewer than MAX nodes run)"}),
+                    "while --max-restarts remain and fewer than MAX nodes run)",
+                    m_verdict_exit}),
                 [then, last] {
                   if (last) {
                     then();

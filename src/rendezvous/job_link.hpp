@@ -39,6 +39,9 @@ class JobLink {
     virtual void on_joined(const Topology& topology, int node_rank, const RoundStart& round) = 0;
     // Rendezvous failed (exit 3: timeout, disagreement; 4: store lost).
     virtual void on_join_failed(int exit_code, const std::string& message) = 0;
+    // A hot spare the job never needed: the job ended with `exit_code`
+    // without admitting this node, which ends with it (`message` says so).
+    virtual void on_not_needed(int exit_code, const std::string& message) = 0;
     // The job's verdict is known: the first stop any node published (this
     // node's own publish_stop() is answered here too), every node's success,
     // or exit 4 when the store was lost. Called at most once per round.

@@ -207,6 +207,7 @@ void MemberLink::round_ended(int, const std::set<int>&) {
 
 void MemberLink::wait_for_admission(bool spare) {
   m_waiting = true;
+  m_spare = spare;
   m_deferred.reset();  // a round this node is not part of
   if (spare) {
     log::info(
@@ -249,6 +250,13 @@ void MemberLink::take_admission(const std::optional<std::string>& text) {
     return;
   }
   if (!admission.error.empty()) {
+    if (m_spare && admission.job_exit >= 0) {
+      // A hot spare the job never needed: the job's outcome is its own.
+      m_listener->on_not_needed(
+          admission.job_exit, "the job ended with exit code " + std::to_string(admission.job_exit) +
+                                  " without needing this node (it waited as a hot spare)");
+      return;
+    }
     join_failed(k_exit_rendezvous, admission.error);
     return;
   }

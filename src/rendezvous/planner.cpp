@@ -51,7 +51,8 @@ std::string describe_node(const JoinRecord& r) {
 }
 
 bool RendezvousPlanner::elastic() const {
-  return m_expected.nnodes_min > 0 && m_expected.nnodes_min < m_expected.nnodes;
+  return m_expected.nnodes_min > 0 && m_expected.nnodes_min <= m_expected.nnodes &&
+         m_expected.nnodes > 1;
 }
 
 int RendezvousPlanner::min_nodes() const {
@@ -61,7 +62,7 @@ int RendezvousPlanner::min_nodes() const {
 namespace {
 
 std::string nnodes_text(const JoinRecord& r) {
-  const bool elastic = r.nnodes_min > 0 && r.nnodes_min < r.nnodes;
+  const bool elastic = r.nnodes_min > 0 && r.nnodes_min <= r.nnodes && r.nnodes > 1;
   return elastic ? std::to_string(r.nnodes_min) + ":" + std::to_string(r.nnodes)
                  : std::to_string(r.nnodes);
 }

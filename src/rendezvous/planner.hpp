@@ -19,8 +19,9 @@
 namespace ddplaunch {
 
 // 6: the command as a list (argv). 7: the network preflight (probe_port,
-// the plan's preflight, rdzv/probe*).
-inline constexpr int k_rendezvous_version = 7;
+// the plan's preflight, rdzv/probe*). 8: the plan's job id (the PMIx
+// namespace), an admission's job exit code.
+inline constexpr int k_rendezvous_version = 8;
 
 // What one agent says about itself when it joins (docs/PROTOCOL.md).
 struct JoinRecord {

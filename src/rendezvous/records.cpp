@@ -315,6 +315,9 @@ std::vector<std::string> decode_probe_report(std::string_view text) {
 
 std::string encode_admission(const Admission& a) {
   if (!a.error.empty()) {
+    if (a.job_exit >= 0) {
+      return text_of({{"error", a.error}, {"exit", a.job_exit}});
+    }
     return text_of({{"error", a.error}});
   }
   return text_of({{"round", a.round}});
@@ -327,6 +330,12 @@ Admission decode_admission(std::string_view text) {
       a.error = j.at("error").get<std::string>();
       if (a.error.empty()) {
         throw RecordError("malformed admission record: an empty error");
+      }
+      if (j.contains("exit")) {
+        a.job_exit = int_of(j.at("exit"));
+        if (a.job_exit < 0 || a.job_exit > 255) {
+          throw RecordError("malformed admission record: exit code " + std::to_string(a.job_exit));
+        }
       }
       return a;
     }

@@ -77,6 +77,9 @@ int decode_assignment(std::string_view text);
 struct Admission {
   int round = 0;
   std::string error;  // set when round is not
+  // With error: the job ended with this exit code without admitting the
+  // node (a hot spare it never needed ends with it); -1: not said.
+  int job_exit = -1;
 };
 std::string encode_admission(const Admission& admission);
 Admission decode_admission(std::string_view text);

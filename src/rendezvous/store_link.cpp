@@ -228,6 +228,7 @@ void StoreLink::deliver(const JobVerdict& verdict) {
     return;
   }
   m_verdict_delivered = true;
+  m_verdict_exit = verdict.exit_code;
   if (m_phase == Phase::k_running) {
     verdict_arrived();
   }
@@ -347,6 +348,7 @@ void StoreLink::next_round(const std::vector<RankOutcome>& local, const RoundSta
   std::set<int> lost = std::exchange(m_lost, {});
   m_phase = Phase::k_joining;
   m_verdict_delivered = false;
+  m_verdict_exit = 0;
   m_deferred.reset();
   m_stop_confirmed = false;
   m_beat_outstanding = false;

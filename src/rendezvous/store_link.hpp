@@ -129,10 +129,12 @@ class StoreLink : public JobLink {
   TimePoint m_next_progress{};
   RoundStart m_round;  // as the Agent said, or as node 0 admitted this node
   bool m_verdict_delivered = false;
+  int m_verdict_exit = 0;                // this round's verdict's exit code (0: none came)
   std::optional<JobVerdict> m_deferred;  // the round's verdict, heard before it started here
   bool m_stop_confirmed = false;
   bool m_abandoned = false;
   bool m_waiting = false;        // joined a running elastic job: not admitted yet
+  bool m_spare = false;          // it waits as a hot spare (the job runs at MAX)
   std::set<int> m_lost;          // nodes the round's verdict says are lost
   TimePoint m_round_deadline{};  // by when the next round must start
   int m_node_rank = -1;

@@ -226,3 +226,33 @@ def test_pytorch_goes_on_without_a_lost_node(jobs, tmp_path):
         out, err = p.communicate(timeout=180)
         assert p.returncode == 0, err
         assert "round=1 ws=2 sum=2" in out, (out, err)
+
+
+def test_a_fixed_size_job_keeps_extra_agents_as_spares_and_an_unused_one_ends_with_the_job(
+        jobs, tmp_path):
+    """--nnodes 2:2 (a fixed size) with a third agent: it waits as a hot
+    spare, takes the place of a node the job loses, and a spare the job never
+    needed ends with the job's exit code, saying so (it exited 3 before)."""
+    port = free_port()
+    hold = ["sh", "-c", 'echo "start rank=$RANK restarts=$TORCHELASTIC_RESTART_COUNT '
+                        'group=$GROUP_RANK"; [ "$TORCHELASTIC_RESTART_COUNT" != 0 ] || exec sleep 600']
+    extra = ["--max-restarts", 1]
+    running = [elastic(jobs, port, "2:2", hold, extra + ["--node-rank", n]) for n in range(2)]
+    for p in running:
+        read_until(p.stdout, "start")
+    spares = [elastic(jobs, port, "2:2", hold, extra) for _ in range(2)]
+    for p in spares:
+        seen = read_until(p.stderr, "waits to be admitted as a hot spare")
+        assert seen and "hot spare" in seen[-1], (seen, p.poll())
+    running[1].send_signal(signal.SIGKILL)
+    running[1].wait()
+    out0, err0 = running[0].communicate(timeout=120)
+    assert running[0].returncode == 0, err0
+    assert "round 1: spare" in err0 and "takes the place of node 1" in err0, err0
+    ends = [p.communicate(timeout=120) + (p.returncode,) for p in spares]
+    took = [e for e in ends if "restarts=1 group=1" in e[0]]
+    unused = [e for e in ends if "restarts=1" not in e[0]]
+    assert len(took) == 1 and took[0][2] == 0, ends
+    assert len(unused) == 1 and unused[0][2] == 0, ends
+    assert "the job ended with exit code 0 without needing this node" in unused[0][1], unused
+    assert "error" not in unused[0][1], unused

@@ -139,3 +139,18 @@ def test_a_slow_console_loses_no_line_of_any_host(jobs):
     assert p.wait(timeout=120) == 0, err
     assert "did not keep up" not in err, err
     assert total >= 4 * 30_000_000, total
+
+
+def test_hosts_beyond_max_start_as_hot_spares_that_end_with_the_job(jobs):
+    """--nnodes MIN:MAX with more hosts than MAX (it was refused): the extra
+    host waits as a spare; the job never needs it, and it ends with the
+    job's code, not 3."""
+    r = jobs.run(["--hosts", "a,b,c", "--nnodes", "2:2", "--launcher", "local", "--prefix",
+                  "[rank {rank}]: ", "--", *worker("env")])
+    assert r.returncode == 0, r.stderr
+    # Node 0 speaks for the job (the others say warnings only): one node waited.
+    assert "it waits as a spare, for a lost node's place" in r.stderr, r.stderr
+    envs = env_lines(r.stdout)
+    assert sorted(envs) == [0, 1] and {e["WORLD_SIZE"] for e in envs.values()} == {"2"}, r.stdout
+    r = jobs.run(["--hosts", "a,b,c", "--nnodes", "4:5", "--launcher", "local", "--", "true"])
+    assert r.returncode == 2 and "--nnodes 4:5 does not match the 3 hosts" in r.stderr, r.stderr

@@ -63,7 +63,8 @@ TEST(Config, GoodCommandLines) {
       {{"--nnodes", "3:3", "p"},
        [](const Config& c) {
          EXPECT_EQ(c.nnodes, 3);
-         EXPECT_FALSE(c.elastic()) << "MIN equal to MAX is a fixed-size job";
+         EXPECT_EQ(c.min_nodes(), 3) << "a fixed size...";
+         EXPECT_TRUE(c.elastic()) << "...whose extra agents wait as hot spares";
        }},
       {{"--nnodes", "1:4", "p"},
        [](const Config& c) {

@@ -39,6 +39,10 @@ struct Heard : JobLink::Listener {
   void on_join_failed(int code, const std::string& message) override {
     failed = std::pair(code, message);
   }
+  void on_not_needed(int code, const std::string& message) override {
+    not_needed = std::pair(code, message);
+  }
+  std::optional<std::pair<int, std::string>> not_needed;
   void on_verdict(const JobVerdict& v) override { verdicts.push_back(v); }
   void on_finished(std::vector<RankOutcome> ranks) override { finished = std::move(ranks); }
   bool joined() const { return topology.has_value(); }
