@@ -18,7 +18,7 @@ say() { printf 'quickstart: [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60))
 
 packages=(build-essential cmake pkg-config libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
           libgtest-dev libssl-dev openmpi-bin libopenmpi-dev libpmix-dev libhwloc-dev python3 python3-pytest python3-pytest-timeout python3-torch
-          python3-mpi4py
+          python3-mpi4py python3-h5py-mpi
           clang-format clang libclang-rt-14-dev git iproute2 slurmctld slurmd slurm-client munge elfutils help2man
           strace openssh-server openssh-client nftables)
 missing=()
