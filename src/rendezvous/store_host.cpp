@@ -39,7 +39,11 @@ std::string store_bind_address(const Config& c, const std::string& master_addr) 
 
 std::unique_ptr<StoreServer> host_store(const Config& config, const StoreAddress& address) {
   const bool explicit_host = config.node_rank == 0;
-  if (!explicit_host && (config.node_rank || !posix::is_local_address(address.host))) {
+  // Under a launching command only node 0 hosts it: an agent started there
+  // without a rank is a hot spare (a host beyond MAX), which must not take
+  // the port the launching command holds for node 0 beside its hold.
+  if (!explicit_host &&
+      (config.node_rank || config.launcher_channel || !posix::is_local_address(address.host))) {
     return nullptr;
   }
   try {
