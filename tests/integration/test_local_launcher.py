@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from conftest import env_lines, wait_until, worker
+from conftest import WORKER, env_lines, read_until, wait_until, worker
 
 PREFIX = ["--prefix", "[rank {rank}]: "]
 # ssh would fail at once: proof that a local host is never reached through it.
@@ -141,16 +141,21 @@ def test_a_slow_console_loses_no_line_of_any_host(jobs):
     assert total >= 4 * 30_000_000, total
 
 
-def test_hosts_beyond_max_start_as_hot_spares_that_end_with_the_job(jobs):
+def test_hosts_beyond_max_start_as_hot_spares_that_end_with_the_job(jobs, tmp_path):
     """--nnodes MIN:MAX with more hosts than MAX (it was refused): the extra
     host waits as a spare; the job never needs it, and it ends with the
     job's code, not 3."""
-    r = jobs.run(["--hosts", "a,b,c", "--nnodes", "2:2", "--launcher", "local", "--prefix",
-                  "[rank {rank}]: ", "--", *worker("env")])
-    assert r.returncode == 0, r.stderr
-    # Node 0 speaks for the job (the others say warnings only): one node waited.
-    assert "it waits as a spare, for a lost node's place" in r.stderr, r.stderr
-    envs = env_lines(r.stdout)
-    assert sorted(envs) == [0, 1] and {e["WORLD_SIZE"] for e in envs.values()} == {"2"}, r.stdout
+    gate = tmp_path / "gate"
+    p = jobs.start(["--hosts", "a,b,c", "--nnodes", "2:2", "--launcher", "local", "--prefix",
+                    "[rank {rank}]: ", "--", "sh", "-c",
+                    f"while [ ! -e {gate} ]; do sleep 0.05; done; exec {WORKER} env"])
+    # The job runs until the third host's agent waits as a spare (node 0 says so).
+    seen = read_until(p.stderr, "it waits as a spare, for a lost node's place")
+    assert seen and "waits as a spare" in seen[-1], seen
+    gate.touch()
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    envs = env_lines(out)
+    assert sorted(envs) == [0, 1] and {e["WORLD_SIZE"] for e in envs.values()} == {"2"}, out
     r = jobs.run(["--hosts", "a,b,c", "--nnodes", "4:5", "--launcher", "local", "--", "true"])
     assert r.returncode == 2 and "--nnodes 4:5 does not match the 3 hosts" in r.stderr, r.stderr
