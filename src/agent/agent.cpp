@@ -11,6 +11,7 @@
 #include "log.hpp"
 #include "output/report_json.hpp"
 #include "proc/spawn.hpp"
+#include "supervise/hang_stacks.hpp"
 #include "supervise/signal_policy.hpp"
 
 namespace ddplaunch {
@@ -256,8 +257,13 @@ RankOutcome Agent::outcome(int local_rank) const {
   o.stopped_by_launcher = m_supervisor->stopped_by_launcher(local_rank);
   o.start_time = m_start_time;
   o.end_time = m_end_times.at(i);
-  if (m_hung && m_hung->local_rank == local_rank) {
-    o.hung_for_s = m_hung->seconds;
+  if (m_hung) {
+    for (const auto& [lr, seconds] : m_hung->ranks) {
+      if (lr == local_rank) {
+        o.hung_for_s = seconds;
+        o.stack = main_thread_stack(m_router.stderr_tail(local_rank));
+      }
+    }
   }
   o.preempted = m_supervisor->reason() == StopReason::k_preempted && o.exit && o.exit->success();
   return o;
@@ -266,6 +272,9 @@ RankOutcome Agent::outcome(int local_rank) const {
 RankOutcome Agent::root_outcome(int local_rank) const {
   RankOutcome o = outcome(local_rank);
   o.last_stderr = m_router.stderr_tail(local_rank);
+  if (o.last_stderr.size() > k_report_lines) {  // a hung rank's stacks: the end has its main thread
+    o.last_stderr.erase(o.last_stderr.begin(), o.last_stderr.end() - k_report_lines);
+  }
   if (auto text = m_error_files.read(local_rank)) {
     o.error = decode_error_file(*text);
     if (!o.error) {
@@ -510,6 +519,15 @@ void Agent::on_verdict(const JobVerdict& verdict) {
       // a restart goes on only to stop the next round on every node, and it
       // still decides this node's exit code.
       m_late_signal = m_supervisor->stop_signal();
+    }
+    if (verdict.root_cause && verdict.root_cause->hung_for_s > 0 && !m_supervisor->stopping() &&
+        !m_hung && m_config.hang_timeout_s > 0) {
+      // The job hung: this node's stacks may hold the rank to blame.
+      take_hung_stacks(
+          m_clock.now(),
+          fmt::format("node {} found the job hung (rank {} without progress for "
+                      "{:.1f} s)",
+                      verdict.node, verdict.root_cause->rank, verdict.root_cause->hung_for_s));
     }
     apply(m_supervisor->on_remote_stop(verdict.exit_code, m_clock.now()));
   }

@@ -39,6 +39,10 @@ namespace ddplaunch {
 inline constexpr auto k_publish_wait = std::chrono::milliseconds(500);
 // How long a debugger may take to print a hung worker's native stacks.
 inline constexpr auto k_stack_dump_wait = std::chrono::seconds(10);
+// The stderr lines kept of a hung rank: room for every thread's stack; the
+// report and the summary show the last k_report_lines of them.
+inline constexpr size_t k_stack_lines = 200;
+inline constexpr size_t k_report_lines = 30;
 // How long to wait for output pipes to close after every worker has ended.
 inline constexpr auto k_drain_timeout = std::chrono::seconds(2);
 // When the workers' pipes are still open this long after the last worker
@@ -158,7 +162,14 @@ class Agent : public JobLink::Listener {
   ExitInfo mpi_exit(int local_rank, const ExitInfo& info);
   // Why an MPI worker failed, for the report (nullopt: nothing MPI-specific).
   std::optional<WorkerError> mpi_error(int local_rank) const;
-  void abort_hung(TimePoint now);  // SIGABRT: Python prints its stacks and it ends
+  // The job is hung: every rank here without progress for half the
+  // --hang-timeout has its stacks taken (a debugger's for a native program),
+  // then SIGABRT (Python's faulthandler prints its own) ends them all at once.
+  void take_hung_stacks(TimePoint now, const std::string& why);
+  void abort_hung(TimePoint now);
+  bool is_hung(int local_rank) const;
+  // The hung rank to blame, of this node's (hang_stacks.hpp's rule).
+  std::optional<int> local_hang_culprit() const;
   // This node's own view of how the round ended (its Supervisor's).
   LocalEnd local_end() const;
   // Once the round's workers ended: the next round if the round failed and
@@ -225,10 +236,9 @@ class Agent : public JobLink::Listener {
   std::vector<int> m_streams_paused;
   std::vector<TimePoint> m_paused_since;
   struct Hung {
-    int local_rank;
-    double seconds;
-    TimePoint kill_at;     // SIGABRT when dumping, then SIGKILL
-    bool dumping = false;  // a debugger prints its native stacks first
+    std::vector<std::pair<int, double>> ranks;  // local rank, seconds without progress
+    TimePoint kill_at;  // SIGABRT when debuggers are still printing, then SIGKILL
+    int dumping = 0;    // debuggers still printing native stacks
   };
   std::optional<Hung> m_hung;
 

@@ -1,9 +1,12 @@
 // The Agent's hang watch (--hang-timeout): each rank's progress, the deadline
 // it sets, and what a hung rank gets. Part of agent.hpp's Agent.
+#include <algorithm>
 #include <csignal>
+#include <filesystem>
 
 #include "agent/agent.hpp"
 #include "log.hpp"
+#include "supervise/hang_stacks.hpp"
 
 namespace ddplaunch {
 
@@ -75,68 +78,117 @@ std::optional<Agent::TimePoint> Agent::hang_deadline() const {
   return first;
 }
 
-// A rank without progress for --hang-timeout is hung: SIGABRT makes Python's
-// faulthandler (PYTHONFAULTHANDLER, set for the workers) print every thread's
-// stack to its stderr, which lands in its log and the report, and ends it; it
-// then fails as any rank does (and is restarted, if restarts remain). One
-// that survives SIGABRT is killed after --term-timeout.
+// A rank without progress for --hang-timeout makes the job hung. The one
+// found first is seldom the one to blame (in a collective every rank waits
+// on the one that stopped elsewhere), so every rank here without progress
+// for half the timeout has its stacks taken before anything is stopped.
 void Agent::check_hangs(TimePoint now) {
   auto due = hang_deadline();
   if (!due || now < *due) {
     return;
   }
-  if (m_hung && m_hung->dumping) {
-    log::warn("the debugger did not print rank {}'s stacks within {} s: going on",
-              m_plan->workers.at(static_cast<size_t>(m_hung->local_rank)).rank,
+  if (m_hung && m_hung->dumping > 0) {
+    log::warn("the debugger did not print every hung rank's stacks within {} s: going on",
               k_stack_dump_wait.count());
     abort_hung(now);
     return;
   }
   if (m_hung) {
-    if (!m_supervisor->exit_of(m_hung->local_rank)) {
-      log::warn("rank {} is still running {} s after SIGABRT: sending SIGKILL",
-                m_plan->workers.at(static_cast<size_t>(m_hung->local_rank)).rank,
-                m_config.term_timeout_s);
-      m_spawner.signal(m_hung->local_rank, SIGKILL);
+    for (const auto& [lr, seconds] : m_hung->ranks) {
+      if (!m_supervisor->exit_of(lr)) {
+        log::warn("rank {} is still running {} s after SIGABRT: sending SIGKILL",
+                  m_plan->workers.at(static_cast<size_t>(lr)).rank, m_config.term_timeout_s);
+        m_spawner.signal(lr, SIGKILL);
+      }
     }
     m_hung->kill_at = TimePoint::max();
     return;
   }
   for (size_t i = 0; i < m_last_progress.size(); ++i) {
-    const int lr = static_cast<int>(i);
-    if (!hang_clock_runs(i) || now - m_last_progress[i] < millis(m_config.hang_timeout_s)) {
+    if (hang_clock_runs(i) && now - m_last_progress[i] >= millis(m_config.hang_timeout_s)) {
+      const double seconds = std::chrono::duration<double>(now - m_last_progress[i]).count();
+      take_hung_stacks(now, fmt::format("rank {} on {} shows no progress for {:.1f} s: the job is "
+                                        "hung",
+                                        m_plan->workers.at(i).rank, node_name(), seconds));
+      return;
+    }
+  }
+}
+
+void Agent::take_hung_stacks(TimePoint now, const std::string& why) {
+  Hung hung{{}, now + k_stack_dump_wait, 0};
+  std::vector<int> ranks;
+  bool native = false;
+  for (size_t i = 0; i < m_last_progress.size(); ++i) {
+    const auto quiet = now - m_last_progress[i];
+    if (!hang_clock_runs(i) || quiet < millis(m_config.hang_timeout_s) / 2) {
       continue;
     }
-    const double seconds = std::chrono::duration<double>(now - m_last_progress[i]).count();
-    m_hung = Hung{lr, seconds, now + k_stack_dump_wait};
-    const auto& w = m_plan->workers.at(i);
+    const int lr = static_cast<int>(i);
+    hung.ranks.emplace_back(lr, std::chrono::duration<double>(quiet).count());
+    ranks.push_back(m_plan->workers.at(i).rank);
+    m_supervisor->taking_stacks(lr);
+    m_router.keep_stderr_lines(lr, k_stack_lines);
     // A native program's stacks come from a debugger, where one is
     // installed; Python prints its own on SIGABRT (faulthandler).
-    const std::string program = std::filesystem::path(w.argv.at(0)).filename().string();
-    m_hung->dumping = !program.starts_with("python") && m_spawner.dump_stacks(lr);
-    log::error("rank {} on {} shows no progress for {:.1f} s: hung; {} and stopping the job",
-               w.rank, node_name(), seconds,
-               m_hung->dumping ? "printing its threads' native stacks, then SIGABRT"
-                               : "asking it for its stacks (SIGABRT)");
-    if (!m_hung->dumping) {
-      abort_hung(now);
+    const auto& argv = m_plan->workers.at(i).argv;
+    if (!std::filesystem::path(argv.at(0)).filename().string().starts_with("python") &&
+        m_spawner.dump_stacks(lr)) {
+      ++hung.dumping;
+      native = true;
     }
-    return;
+  }
+  if (hung.ranks.empty()) {
+    return;  // nothing here is without progress (another node's verdict)
+  }
+  std::string list;
+  for (const int r : ranks) {
+    list += (list.empty() ? "" : ",") + std::to_string(r);
+  }
+  log::error(
+      "{}; taking the stacks of every rank here without progress for {:.1f} s or more "
+      "(rank{} {}){}, then stopping the job",
+      why, m_config.hang_timeout_s / 2, ranks.size() == 1 ? "" : "s", list,
+      native ? ": a debugger prints native stacks, then SIGABRT" : " with SIGABRT");
+  m_hung = std::move(hung);
+  if (m_hung->dumping == 0) {
+    abort_hung(now);
   }
 }
 
 void Agent::abort_hung(TimePoint now) {
-  m_hung->dumping = false;
+  m_hung->dumping = 0;
   m_hung->kill_at = now + millis(m_config.term_timeout_s);
-  m_spawner.signal(m_hung->local_rank, SIGABRT);
+  for (const auto& [lr, seconds] : m_hung->ranks) {
+    if (!m_supervisor->exit_of(lr)) {
+      m_spawner.signal(lr, SIGABRT);
+    }
+  }
 }
 
 void Agent::on_stacks_dumped(int local_rank) {
-  if (m_phase == Phase::k_running && m_hung && m_hung->local_rank == local_rank &&
-      m_hung->dumping) {
+  if (m_phase == Phase::k_running && m_hung && m_hung->dumping > 0 && is_hung(local_rank) &&
+      --m_hung->dumping == 0) {
     abort_hung(m_clock.now());
     advance();
   }
+}
+
+bool Agent::is_hung(int local_rank) const {
+  return m_hung && std::any_of(m_hung->ranks.begin(), m_hung->ranks.end(),
+                               [&](const auto& r) { return r.first == local_rank; });
+}
+
+std::optional<int> Agent::local_hang_culprit() const {
+  if (!m_hung) {
+    return std::nullopt;
+  }
+  std::vector<RankOutcome> hung;
+  for (const auto& [lr, seconds] : m_hung->ranks) {
+    hung.push_back(outcome(lr));
+  }
+  const auto i = hang_culprit(hung);
+  return i ? std::optional<int>(hung[*i].local_rank) : std::nullopt;
 }
 
 }  // namespace ddplaunch

@@ -7,6 +7,7 @@
 #include "agent/agent.hpp"
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
+#include "supervise/hang_stacks.hpp"
 
 namespace ddplaunch {
 
@@ -53,6 +54,18 @@ void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
       m_summary.ranks.push_back(outcome(lr));
     }
   }
+  // A hung job: every node's hung ranks and their stacks are known now, and
+  // the rank to blame may be another node's than the verdict's first one.
+  if (m_summary.root_cause && m_summary.root_cause->hung_for_s > 0) {
+    if (auto i = hang_culprit(m_summary.ranks);
+        i && m_summary.ranks[*i].rank != m_summary.root_cause->rank) {
+      const RankOutcome& c = m_summary.ranks[*i];
+      m_summary.root_cause = c.node_rank == node_rank ? root_outcome(c.local_rank) : c;
+      if (!m_summary.rounds.empty()) {
+        m_summary.rounds.back().root_cause = m_summary.root_cause;
+      }
+    }
+  }
   m_phase = Phase::k_done;
 }
 
@@ -63,7 +76,8 @@ LocalEnd Agent::local_end() const {
   local.stop_signal = m_supervisor->stop_signal();
   local.late_signal = m_late_signal;
   if (auto root = m_supervisor->root_cause()) {
-    local.root_cause = root_outcome(*root);
+    // A hang's first rank to end is not the one to blame: the stacks say.
+    local.root_cause = root_outcome(is_hung(*root) ? local_hang_culprit().value_or(*root) : *root);
   }
   return local;
 }

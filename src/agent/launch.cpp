@@ -201,12 +201,9 @@ int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleW
   JobSummary summary = agent.summary();
   summary.health_check = health;
   if (auto path = summary_path(config.summary_json, agent.node_rank())) {
-    const bool node_0 = agent.node_rank().value_or(0) == 0;
-    if (node_0 || *path != config.summary_json ||
-        !summary_written_since(*path, summary.start_time)) {
-      summary.launcher_max_rss_kib = peak_rss_kib();  // /proc/self/status: read only for the file
-      write_summary_json(*path, summary);
-    }
+    const bool shared = agent.node_rank().value_or(0) != 0 && *path == config.summary_json;
+    summary.launcher_max_rss_kib = peak_rss_kib();  // /proc/self/status: read only for the file
+    write_summary_json(*path, summary, shared, summary.start_time);
   }
   write_inherited_error_file(env, summary);
   if (agent.error()) {

@@ -4,11 +4,6 @@ namespace ddplaunch {
 
 namespace {
 
-const std::string* get(const EnvMap& env, const char* name) {
-  auto it = env.find(name);
-  return it == env.end() || it->second.empty() ? nullptr : &it->second;
-}
-
 bool has_prefix(const EnvMap& env, std::string_view prefix) {
   auto it = env.lower_bound(std::string(prefix));
   return it != env.end() && it->first.starts_with(prefix);
@@ -20,11 +15,11 @@ bool has_prefix(const EnvMap& env, std::string_view prefix) {
 // defaults to the JobSet's name; an Indexed Job's pods are <job>-<index>,
 // and their subdomain (the headless service) is not in the environment.
 void detect_indexed_job(const EnvMap& env, Detection& d) {
-  const std::string* index = get(env, "JOB_COMPLETION_INDEX");
+  const std::string* index = env_value(env, "JOB_COMPLETION_INDEX");
   d.detector = "Kubernetes Indexed Job";
-  const std::string* jobset = get(env, "JOBSET_NAME");
-  const std::string* replicated = get(env, "REPLICATED_JOB_NAME");
-  if (const std::string* job_index = get(env, "JOB_INDEX");
+  const std::string* jobset = env_value(env, "JOBSET_NAME");
+  const std::string* replicated = env_value(env, "REPLICATED_JOB_NAME");
+  if (const std::string* job_index = env_value(env, "JOB_INDEX");
       job_index != nullptr && *job_index != "0") {
     d.error = "this pod is in Job " + *job_index +
               " of a JobSet's replicated job: number its nodes "
@@ -39,7 +34,7 @@ void detect_indexed_job(const EnvMap& env, Detection& d) {
         Setting{*jobset + "-" + *replicated + "-0-0." + *jobset, "JOBSET_NAME"};
     d.values["rdzv_id"] = Setting{*jobset, "JOBSET_NAME"};
   } else {
-    const std::string* host = get(env, "HOSTNAME");
+    const std::string* host = env_value(env, "HOSTNAME");
     std::string job = host != nullptr ? *host : "JOB";
     if (const auto dash = job.rfind('-');
         dash != std::string::npos && job.substr(dash + 1) == *index) {
@@ -61,14 +56,14 @@ void detect_indexed_job(const EnvMap& env, Detection& d) {
 
 Detection detect_platform(const EnvMap& env) {
   Detection d;
-  const bool azure = get(env, "AZUREML_RUN_ID") != nullptr || has_prefix(env, "AZ_BATCH_");
-  const bool kubernetes = get(env, "KUBERNETES_SERVICE_HOST") != nullptr;
+  const bool azure = env_value(env, "AZUREML_RUN_ID") != nullptr || has_prefix(env, "AZ_BATCH_");
+  const bool kubernetes = env_value(env, "KUBERNETES_SERVICE_HOST") != nullptr;
   if ((!azure && !kubernetes) || has_prefix(env, "PET_")) {
     return d;  // an operator that sets torchrun's PET_* says it all there
   }
   d.detector = azure ? "Azure ML" : "Kubernetes operator";
-  const std::string* master = get(env, "MASTER_ADDR");
-  if (master == nullptr && kubernetes && get(env, "JOB_COMPLETION_INDEX") != nullptr) {
+  const std::string* master = env_value(env, "MASTER_ADDR");
+  if (master == nullptr && kubernetes && env_value(env, "JOB_COMPLETION_INDEX") != nullptr) {
     detect_indexed_job(env, d);
     return d;
   }
@@ -76,15 +71,15 @@ Detection detect_platform(const EnvMap& env) {
     return d;  // not a distributed job's pod, or the operator sets PET_* only
   }
   d.values["master_addr"] = Setting{*master, "MASTER_ADDR"};
-  if (const std::string* port = get(env, "MASTER_PORT")) {
+  if (const std::string* port = env_value(env, "MASTER_PORT")) {
     d.values["master_port"] = Setting{*port, "MASTER_PORT"};
   }
-  if (const std::string* size = get(env, "WORLD_SIZE")) {
+  if (const std::string* size = env_value(env, "WORLD_SIZE")) {
     d.values["nnodes"] = Setting{*size, "WORLD_SIZE"};
   }
-  if (const std::string* node = get(env, "NODE_RANK")) {
+  if (const std::string* node = env_value(env, "NODE_RANK")) {
     d.values["node_rank"] = Setting{*node, "NODE_RANK"};
-  } else if (const std::string* rank = get(env, "RANK"); rank != nullptr && kubernetes) {
+  } else if (const std::string* rank = env_value(env, "RANK"); rank != nullptr && kubernetes) {
     // PyTorchJob's pods: the master is RANK 0, worker i is RANK i + 1.
     d.values["node_rank"] = Setting{*rank, "RANK"};
   }

@@ -216,6 +216,10 @@ struct Config {
 
   // --nnodes MIN:MAX with MIN < MAX: nodes may leave and join between rounds.
   // MIN:MAX given (N:N too: a fixed size whose extra agents wait as spares).
+  // --nnodes as the nodes agree on it: "MIN:MAX".
+  std::string nnodes_range() const {
+    return std::to_string(nnodes_min) + ":" + std::to_string(nnodes);
+  }
   bool elastic() const { return nnodes_min > 0 && nnodes_min <= nnodes && nnodes > 1; }
   int min_nodes() const { return elastic() ? nnodes_min : nnodes; }
   // This command starts the job's agents (on hosts, or through srun) rather

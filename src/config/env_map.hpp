@@ -12,6 +12,12 @@ namespace ddplaunch {
 
 using EnvMap = std::map<std::string, std::string>;
 
+// The value of `name` in `env`, or nullptr when it is unset or empty.
+inline const std::string* env_value(const EnvMap& env, const char* name) {
+  auto it = env.find(name);
+  return it == env.end() || it->second.empty() ? nullptr : &it->second;
+}
+
 // Copies a NULL-terminated "NAME=value" array (such as environ).
 EnvMap capture_environment(char** envp);
 

@@ -737,7 +737,8 @@ const OptionSpec k_options[] = {
    DDPLAUNCH_SECONDS(term_timeout_s, true)},
   {"hang_timeout", "--hang-timeout,--hang_timeout", k_supervision,
    "Seconds without progress (an output line, or a write to DDPLAUNCH_PROGRESS_FD) after "
-   "which a rank is hung: its stacks are shown, then it is stopped as a failure; 0: off",
+   "which the job is hung: every rank without progress gives its stacks, then the job "
+   "fails; 0: off",
    false, nullptr, nullptr, DDPLAUNCH_SECONDS(hang_timeout_s, true)},
   {"preempt_signal", "--preempt-signal,--preempt_signal", k_supervision,
    "A signal (USR1, USR2, TERM, INT, HUP, QUIT) that preempts the job: any node receiving it "

@@ -37,7 +37,7 @@ namespace ddplaunch {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 
 constexpr uint64_t k_tag_signals = 1ULL << 62;
 constexpr uint64_t k_tag_console = 1ULL << 61;
@@ -205,7 +205,7 @@ class HostsLauncher {
     for (const auto& s : m_plan) {
       m_total_nodes += s.hosts;
     }
-    m_started_at = Clock::now();
+    m_started_at = Steady::now();
     m_next_progress = m_started_at + k_progress_after;
     m_next_start = m_started_at + connect_cost;
     if (m_upstream != nullptr) {
@@ -224,24 +224,24 @@ class HostsLauncher {
     while (!done()) {
       // A subtree's progress is its root's to tell.
       const bool telling = m_ready_nodes < m_total_nodes && !m_failed && m_upstream == nullptr;
-      std::optional<Clock::time_point> deadline;
+      std::optional<Steady::time_point> deadline;
       if (telling) {
         deadline = m_next_progress;
       }
       if (starting()) {
         deadline = std::min(deadline.value_or(m_next_start), m_next_start);
       }
-      if (m_stop_at && *m_stop_at != Clock::time_point::max()) {
+      if (m_stop_at && *m_stop_at != Steady::time_point::max()) {
         deadline = std::min(deadline.value_or(*m_stop_at), *m_stop_at);
       }
       for (const auto& ready : m_loop.wait(deadline)) {
         dispatch(ready);
       }
-      const auto now = Clock::now();
+      const auto now = Steady::now();
       if (m_stop_at && now >= *m_stop_at && !done()) {
         log::warn("{} and the other nodes still run: stopping them", m_stop_reason);
         send_to_all(std::string(1, static_cast<char>(SIGTERM)));
-        m_stop_at = Clock::time_point::max();
+        m_stop_at = Steady::time_point::max();
       }
       start_due(now);
       if (telling && m_ready_nodes < m_total_nodes && !m_failed && now >= m_next_progress) {
@@ -280,7 +280,7 @@ class HostsLauncher {
 
   // Starts what is due by `now`: each connection of a simulation one
   // connect_cost after the one before.
-  void start_due(Clock::time_point now) {
+  void start_due(Steady::time_point now) {
     while (starting()) {
       const AgentStart& s = m_plan[m_started.size()];
       if (s.connection && m_connect_cost.count() > 0) {
@@ -511,7 +511,7 @@ class HostsLauncher {
         m_console.write(1, std::string(text) + "\n");  // the launching command above counts it
       }
       if (m_ready_nodes == m_total_nodes && m_upstream == nullptr) {
-        const auto took = Clock::now() - m_started_at;
+        const auto took = Steady::now() - m_started_at;
         const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
         if (took >= k_progress_after) {
           log::info("all {} nodes started, after {} ms", m_total_nodes, ms);
@@ -607,7 +607,7 @@ class HostsLauncher {
       m_first_failure = s.exit->shell_code();
     }
     if (!m_elastic && !m_stop_at) {
-      m_stop_at = Clock::now() + k_stop_grace;
+      m_stop_at = Steady::now() + k_stop_grace;
       m_stop_reason = describe_start(s.start) + " ended with " + s.exit->describe();
     }
   }
@@ -633,7 +633,7 @@ class HostsLauncher {
       waiting += " and " + std::to_string(more) + " more";
     }
     log::info("{}: {}/{} connected, waiting for {}", m_via, m_ready_nodes, m_total_nodes, waiting);
-    m_next_progress = Clock::now() + k_progress_every;
+    m_next_progress = Steady::now() + k_progress_every;
   }
 
   posix::SignalFd& m_signals;
@@ -647,19 +647,19 @@ class HostsLauncher {
   std::optional<ChannelHeader> m_held_header;  // hold_headers_for_store_port()'s, until released
   std::string m_sent;  // the signal bytes sent so far, for what starts later
   std::chrono::milliseconds m_connect_cost{0};
-  Clock::time_point m_next_start;  // when the next simulated connection may begin
-  std::vector<Started> m_started;  // m_plan's first ones, in order
-  std::vector<int> m_paused;       // stdout/stderr pipes not read while the console is behind
+  Steady::time_point m_next_start;  // when the next simulated connection may begin
+  std::vector<Started> m_started;   // m_plan's first ones, in order
+  std::vector<int> m_paused;        // stdout/stderr pipes not read while the console is behind
   int m_total_nodes = 0;
   int m_ready_nodes = 0;
   bool m_failed = false;
   bool m_failed_start = false;
   std::optional<int> m_stop_signal;
-  std::optional<int> m_first_failure;          // the first agent's failing exit code
-  std::optional<Clock::time_point> m_stop_at;  // when to stop agents a failure left running
+  std::optional<int> m_first_failure;           // the first agent's failing exit code
+  std::optional<Steady::time_point> m_stop_at;  // when to stop agents a failure left running
   std::string m_stop_reason;
-  Clock::time_point m_started_at;
-  Clock::time_point m_next_progress;
+  Steady::time_point m_started_at;
+  Steady::time_point m_next_progress;
   char m_buffer[65536];
 };
 

@@ -14,8 +14,8 @@ namespace ddplaunch {
 
 namespace {
 
-constexpr std::string_view k_magic = "ddplaunch-pmix-env 1 ";
-constexpr size_t k_max_cache_bytes = 64u << 10;
+constexpr std::string_view k_env_cache_magic = "ddplaunch-pmix-env 1 ";
+constexpr size_t k_max_env_cache_bytes = 64u << 10;
 constexpr std::string_view k_uri = "@@URI@@";
 constexpr std::string_view k_nspace = "@@NSPACE@@";
 constexpr std::string_view k_tmpdir = "@@TMPDIR@@";
@@ -130,8 +130,8 @@ std::string pmix_env_cache_path() {
 
 std::optional<EnvVars> read_pmix_env_cache(const std::string& path,
                                            const std::string& fingerprint) {
-  const auto body =
-      posix::read_cache_file(path, std::string(k_magic) + fingerprint, k_max_cache_bytes);
+  const auto body = posix::read_cache_file(path, std::string(k_env_cache_magic) + fingerprint,
+                                           k_max_env_cache_bytes);
   if (!body) {
     return std::nullopt;
   }
@@ -176,7 +176,7 @@ bool write_pmix_env_cache(const std::string& path, const std::string& fingerprin
   for (const auto& [name, value] : tmpl) {
     body += name + "=" + value + "\n";
   }
-  return posix::write_cache_file(path, std::string(k_magic) + fingerprint, body);
+  return posix::write_cache_file(path, std::string(k_env_cache_magic) + fingerprint, body);
 }
 
 bool pmix_lazy_enabled(const EnvMap& env) {

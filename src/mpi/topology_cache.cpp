@@ -15,8 +15,8 @@ namespace ddplaunch {
 
 namespace {
 
-constexpr std::string_view k_magic = "ddplaunch-topology 1 ";
-constexpr size_t k_max_cache_bytes = 64u << 20;  // hwloc's XML of a large machine: ~1 MiB
+constexpr std::string_view k_topology_magic = "ddplaunch-topology 1 ";
+constexpr size_t k_max_topology_bytes = 64u << 20;  // hwloc's XML of a large machine: ~1 MiB
 
 // The entries of a directory, sorted, space-separated ("" when it is absent);
 // with `only_with`, only the entries that hold that name.
@@ -108,12 +108,13 @@ bool topology_cache_enabled(const EnvMap& env) {
 
 std::optional<std::string> read_cached_topology(const std::string& path,
                                                 const std::string& fingerprint) {
-  return posix::read_cache_file(path, std::string(k_magic) + fingerprint, k_max_cache_bytes);
+  return posix::read_cache_file(path, std::string(k_topology_magic) + fingerprint,
+                                k_max_topology_bytes);
 }
 
 bool write_cached_topology(const std::string& path, const std::string& fingerprint,
                            std::string_view xml) {
-  return posix::write_cache_file(path, std::string(k_magic) + fingerprint, xml);
+  return posix::write_cache_file(path, std::string(k_topology_magic) + fingerprint, xml);
 }
 
 }  // namespace ddplaunch

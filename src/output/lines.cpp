@@ -236,6 +236,15 @@ void TailBuffer::push(std::string_view line) {
   m_next = (m_next + 1) % m_max_lines;
 }
 
+void TailBuffer::grow(size_t max_lines) {
+  if (max_lines <= m_max_lines) {
+    return;
+  }
+  m_ring = lines();  // oldest first: the ring starts over at index 0
+  m_next = 0;
+  m_max_lines = max_lines;
+}
+
 std::vector<std::string> TailBuffer::lines() const {
   std::vector<std::string> out;
   out.reserve(m_ring.size());

@@ -148,6 +148,8 @@ class TailBuffer {
   void push(std::string_view line);
   // Oldest first.
   std::vector<std::string> lines() const;
+  // Keeps up to `max_lines` from now on, the lines held so far included.
+  void grow(size_t max_lines);
 
  private:
   size_t m_max_lines;

@@ -50,6 +50,9 @@ json outcome_json(const RankOutcome& o) {
     j["exit_code"] = o.exit->code();
     j["signal"] = nullptr;
   }
+  if (!o.stack.empty()) {
+    j["stack"] = o.stack;
+  }
   if (o.hung_for_s > 0) {
     j["hung_for_s"] = o.hung_for_s;
   }
@@ -82,6 +85,9 @@ RankOutcome outcome_from(const json& j) {
     o.preempted = state == "preempted";
   } else if (state != "unknown") {
     throw RecordError("unknown rank state '" + state + "'");
+  }
+  if (j.contains("stack")) {
+    o.stack = j.at("stack").get<std::string>();
   }
   if (j.contains("hung_for_s")) {
     o.hung_for_s = j.at("hung_for_s").get<double>();

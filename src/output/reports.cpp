@@ -11,6 +11,7 @@
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
 #include "output/report_json.hpp"
+#include "posix/fd.hpp"
 
 namespace ddplaunch {
 
@@ -75,7 +76,9 @@ std::optional<std::string> summary_path(const std::string& path, std::optional<i
   return out;
 }
 
-bool summary_written_since(const std::string& path, double job_start) {
+namespace {
+
+bool written_since(const std::string& path, double job_start) {
   struct stat st = {};
   if (::stat(path.c_str(), &st) != 0) {
     return false;
@@ -85,11 +88,34 @@ bool summary_written_since(const std::string& path, double job_start) {
   return written >= job_start;
 }
 
-void write_summary_json(const std::string& path, const JobSummary& summary) {
-  std::ofstream out(path, std::ios::trunc);
-  out << encode_summary(summary);
-  out.close();
-  if (!out) {
+}  // namespace
+
+void write_summary_json(const std::string& path, const JobSummary& summary, bool keep_this_jobs,
+                        double job_start) {
+  if (keep_this_jobs && written_since(path, job_start)) {
+    return;
+  }
+  std::string tmp = path + ".XXXXXX";
+  const posix::Fd fd(::mkostemp(tmp.data(), O_CLOEXEC));
+  const mode_t umask_now = ::umask(0);
+  ::umask(umask_now);
+  bool ok = fd && ::fchmod(fd.get(), 0666 & ~umask_now) == 0 &&
+            posix::write_all(fd.get(), encode_summary(summary));
+  if (ok && keep_this_jobs) {
+    // Put in place only where nothing is; a file that is there is an
+    // earlier job's (replaced) unless node 0 wrote it meanwhile (kept).
+    // (A file system without hard links takes the rename.)
+    if (::link(tmp.c_str(), path.c_str()) != 0) {
+      ok = (errno == EEXIST && written_since(path, job_start)) ||
+           ::rename(tmp.c_str(), path.c_str()) == 0;
+    }
+  } else if (ok) {
+    ok = ::rename(tmp.c_str(), path.c_str()) == 0;
+  }
+  if (fd) {
+    ::unlink(tmp.c_str());  // gone already when renamed
+  }
+  if (!ok) {
     log::error("--summary-json: cannot write {}; check the directory exists and is writable", path);
   }
 }

@@ -22,16 +22,17 @@ void check_summary_path(const std::string& path);
 // never had one); nullopt without a path.
 std::optional<std::string> summary_path(const std::string& path, std::optional<int> node_rank);
 
-// Whether another node's summary of this job is there already: `path` was
-// written since `job_start` (seconds since the epoch). Every node of a job
-// started by srun, or typed on a shared file system, may be given one path:
-// node 0's summary (every rank) wins, and a node other than 0 does not
-// write over a summary of the same job (a per-node path of the user's,
-// `summary.$SLURM_NODEID.json`, is each node's own).
-bool summary_written_since(const std::string& path, double job_start);
-
-// Writes the job's summary as JSON (docs/PROTOCOL.md's summary document).
-void write_summary_json(const std::string& path, const JobSummary& summary);
+// Writes the job's summary as JSON (docs/PROTOCOL.md's summary document)
+// whole, through a temporary file renamed over `path`: a reader never sees
+// half of it, nor two nodes' writes mixed. Every node of a job started by
+// srun, or typed on a shared file system, may be given one path: node 0's
+// summary (every rank) wins. With `keep_this_jobs` (another node than 0) a
+// file at `path` written since `job_start` (seconds since the epoch), node
+// 0's, is kept, and one that appears meanwhile is never replaced (link(2),
+// not rename, puts it in place); a per-node path of the user's
+// (`summary.{node_rank}.json`) is each node's own.
+void write_summary_json(const std::string& path, const JobSummary& summary,
+                        bool keep_this_jobs = false, double job_start = 0);
 
 // An inherited TORCHELASTIC_ERROR_FILE (in `env`) receives the root cause's
 // error, as torchrun's own @record writes it; with no error file from that

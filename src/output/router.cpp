@@ -128,6 +128,12 @@ std::vector<std::string> OutputRouter::stderr_tail(int local_rank) const {
   return w.stderr_tail.lines();
 }
 
+void OutputRouter::keep_stderr_lines(int local_rank, size_t lines) {
+  RankStreams& w = rank_streams(local_rank);
+  std::lock_guard lock(w.channels[1].mutex);
+  w.stderr_tail.grow(lines);
+}
+
 OutputRouter::StreamRef OutputRouter::stream_ref(int local_rank, Stream stream) const {
   return StreamRef{m_workers.at(static_cast<size_t>(local_rank)), stream};
 }

@@ -96,6 +96,9 @@ class OutputRouter {
 
   // The last lines of a worker's stderr, oldest first.
   std::vector<std::string> stderr_tail(int local_rank) const;
+  // From now on the tail keeps up to `lines` lines: room for the stacks a
+  // hung rank is about to print (a traceback of every thread).
+  void keep_stderr_lines(int local_rank, size_t lines);
   // The directory the log files go to ("" when none).
   const std::string& log_dir() const { return m_log_dir; }
 

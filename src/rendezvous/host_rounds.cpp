@@ -16,10 +16,6 @@ namespace {
 
 using Ms = std::chrono::milliseconds;
 
-std::string nnodes_text(const Config& c) {
-  return std::to_string(c.nnodes_min) + ":" + std::to_string(c.nnodes);
-}
-
 }  // namespace
 
 // Node 0 watches every node, and it knows them all.
@@ -237,7 +233,7 @@ void HostLink::form_next_round() {
   auto too_few = [this](int nodes) {
     publish_stop(JobVerdict{k_exit_node_lost,
                             "only " + std::to_string(nodes) + " node" + (nodes == 1 ? "" : "s") +
-                                " remain, fewer than --nnodes " + nnodes_text(m_config) +
+                                " remain, fewer than --nnodes " + m_config.nnodes_range() +
                                 " allows: the job cannot go on",
                             std::nullopt, m_node_rank});
   };

@@ -15,10 +15,6 @@ using Ms = std::chrono::milliseconds;
 // How long an admitted node waits for the round it was admitted at.
 constexpr auto k_admitted_wait = Ms(5000);
 
-std::string nnodes_text(const Config& c) {
-  return std::to_string(c.nnodes_min) + ":" + std::to_string(c.nnodes);
-}
-
 }  // namespace
 
 void MemberLink::joined_as(int arrival) {
@@ -213,12 +209,12 @@ void MemberLink::wait_for_admission(bool spare) {
     log::info(
         "the job runs at --nnodes {}'s MAX: this node waits to be admitted as a hot spare, "
         "taking the place of a node the job loses",
-        nnodes_text(m_config));
+        m_config.nnodes_range());
   } else {
     log::info(
         "the job started without this node: it waits to be admitted at the job's next round "
         "(--nnodes {})",
-        nnodes_text(m_config));
+        m_config.nnodes_range());
   }
   // If this agent goes before it is admitted, the store says so.
   m_store.on_close(keys::left(m_self.arrival), "1");
@@ -236,7 +232,7 @@ void MemberLink::take_admission(const std::optional<std::string>& text) {
     join_failed(k_exit_rendezvous,
                 "not admitted to the running job within --rdzv-timeout " +
                     seconds_text(m_config.rdzv_timeout_s) + " s (it runs with --nnodes " +
-                    nnodes_text(m_config) +
+                    m_config.nnodes_range() +
                     "'s MAX, or has no restarts left to admit a node at once); raise "
                     "--rdzv-timeout to keep a spare node waiting longer");
     return;

@@ -33,7 +33,7 @@ namespace ddplaunch {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 constexpr size_t k_out_high_water = 4 * 1024 * 1024;  // stop reading a client past this
 
 struct Conn {
@@ -54,9 +54,9 @@ struct Conn {
   // The authenticated session, from AUTH on (a store with a token).
   std::optional<auth::FrameMac> mac_in;
   std::optional<auth::FrameMac> mac_out;
-  Clock::time_point opened;
-  Clock::time_point last_input;   // the last bytes received
-  Clock::time_point last_output;  // the last bytes sent (or when `out` last was empty)
+  Steady::time_point opened;
+  Steady::time_point last_input;   // the last bytes received
+  Steady::time_point last_output;  // the last bytes sent (or when `out` last was empty)
 };
 
 std::string peer_of(int fd) {
@@ -88,7 +88,7 @@ bool has_frame(const Conn& c) {
 // queue stops being empty.
 void queue(Conn& c, const std::string& reply) {
   if (c.out.empty()) {
-    c.last_output = Clock::now();
+    c.last_output = Steady::now();
   }
   if (c.mac_out) {
     c.mac_out->seal(reply, c.out);
@@ -135,10 +135,10 @@ struct StoreServer::Impl {
   // Connections with new replies: flushed by the loop, never from inside a
   // write (a write that answers others does not recurse).
   std::set<int> touched;
-  std::optional<Clock::time_point>
+  std::optional<Steady::time_point>
       accept_resume;                    // accept() paused (EMFILE, a full pool) until then
   bool accept_paused_for_pool = false;  // resumed as soon as a handshake ends
-  Clock::time_point next_sweep;
+  Steady::time_point next_sweep;
   // Connections past the handshake (at most options.max_clients), and those
   // still in it (at most options.max_handshakes: a newer one replaces the
   // oldest), in accept order; entries of connections gone since are skipped.
@@ -153,7 +153,7 @@ struct StoreServer::Impl {
     size_t unnamed = 0;
     std::set<std::string> unnamed_hosts;  // bounded
     size_t evicted = 0;
-    Clock::time_point summary_due;
+    Steady::time_point summary_due;
   } refusals;
 
   void loop();
@@ -169,11 +169,11 @@ struct StoreServer::Impl {
   void close_conn(int fd);
   void update_events(int fd);
   void error(Conn& c, uint32_t id, const std::string& message);
-  void sweep(Clock::time_point now);
+  void sweep(Steady::time_point now);
   void warn_peer(const Conn& c, const std::string& what);
-  void summarise_refusals(Clock::time_point now, bool now_or_never = false);
-  std::optional<Clock::time_point> evict_oldest_handshake(Clock::time_point cutoff);
-  void pause_accept(Clock::time_point until, bool for_pool);
+  void summarise_refusals(Steady::time_point now, bool now_or_never = false);
+  std::optional<Steady::time_point> evict_oldest_handshake(Steady::time_point cutoff);
+  void pause_accept(Steady::time_point until, bool for_pool);
   bool admit(Conn& c, uint32_t id);
   void reset_conn(int fd);
 };
@@ -189,7 +189,7 @@ void StoreServer::Impl::update_events(int fd) {
 
 // The pending connections stay queued in the listen backlog: stop watching
 // the listener until `until` instead of spinning.
-void StoreServer::Impl::pause_accept(Clock::time_point until, bool for_pool) {
+void StoreServer::Impl::pause_accept(Steady::time_point until, bool for_pool) {
   epoll_event ev = {};
   ev.data.fd = listener.get();
   epoll_ctl(epoll.get(), EPOLL_CTL_MOD, listener.get(), &ev);
@@ -204,7 +204,7 @@ void StoreServer::Impl::accept_all() {
       // grace (a real client finishes in a few round trips), makes room: a
       // flood of connections that never authenticate delays a node at
       // worst, and never holds a slot. Before that, new ones wait queued.
-      const auto now = Clock::now();
+      const auto now = Steady::now();
       if (auto oldest = evict_oldest_handshake(now - options.handshake_grace)) {
         pause_accept(
             std::max(*oldest + options.handshake_grace, now + std::chrono::milliseconds(1)), true);
@@ -214,7 +214,7 @@ void StoreServer::Impl::accept_all() {
     int fd = accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        pause_accept(Clock::now() + std::chrono::milliseconds(100), false);
+        pause_accept(Steady::now() + std::chrono::milliseconds(100), false);
       }
       return;  // EAGAIN (or a connection that went away): nothing more now
     }
@@ -225,7 +225,7 @@ void StoreServer::Impl::accept_all() {
     count_connections();
     c.fd = std::move(owned);
     c.peer = peer_of(fd);
-    c.opened = c.last_input = c.last_output = Clock::now();
+    c.opened = c.last_input = c.last_output = Steady::now();
     c.serial = ++next_serial;
     ++handshaking;
     handshake_order.emplace_back(fd, c.serial);
@@ -245,8 +245,8 @@ void StoreServer::Impl::accept_all() {
 // Closes the oldest connection still in its handshake if it opened before
 // `cutoff` (it is told BUSY, and tries again); else returns when that one
 // opened (nullopt: none is left to close).
-std::optional<Clock::time_point> StoreServer::Impl::evict_oldest_handshake(
-    Clock::time_point cutoff) {
+std::optional<Steady::time_point> StoreServer::Impl::evict_oldest_handshake(
+    Steady::time_point cutoff) {
   while (!handshake_order.empty()) {
     const auto [fd, serial] = handshake_order.front();
     auto it = conns.find(fd);
@@ -261,8 +261,8 @@ std::optional<Clock::time_point> StoreServer::Impl::evict_oldest_handshake(
     handshake_order.pop_front();
     c.evicted = true;
     ++refusals.evicted;
-    if (refusals.summary_due == Clock::time_point{}) {
-      refusals.summary_due = Clock::now() + std::chrono::seconds(10);
+    if (refusals.summary_due == Steady::time_point{}) {
+      refusals.summary_due = Steady::now() + std::chrono::seconds(10);
     }
     // The client reads a reply with an id only once it has HELLO's answer:
     // one still queued goes first (a small frame into an empty socket).
@@ -314,8 +314,8 @@ void StoreServer::Impl::warn_peer(const Conn& c, const std::string& what) {
     log::warn("the store refused {}: {} (the job goes on; said once per host)", c.peer, what);
     return;
   }
-  if (refusals.unnamed++ == 0 && refusals.summary_due == Clock::time_point{}) {
-    refusals.summary_due = Clock::now() + std::chrono::seconds(10);
+  if (refusals.unnamed++ == 0 && refusals.summary_due == Steady::time_point{}) {
+    refusals.summary_due = Steady::now() + std::chrono::seconds(10);
   }
   if (refusals.unnamed_hosts.size() < 65536) {
     refusals.unnamed_hosts.insert(host);
@@ -323,8 +323,8 @@ void StoreServer::Impl::warn_peer(const Conn& c, const std::string& what) {
 }
 
 // One line for what warn_peer() did not name, and the handshakes replaced.
-void StoreServer::Impl::summarise_refusals(Clock::time_point now, bool now_or_never) {
-  if (refusals.summary_due == Clock::time_point{} ||
+void StoreServer::Impl::summarise_refusals(Steady::time_point now, bool now_or_never) {
+  if (refusals.summary_due == Steady::time_point{} ||
       (now < refusals.summary_due && !now_or_never)) {
     return;
   }
@@ -366,7 +366,7 @@ void StoreServer::Impl::flush_touched() {
   }
 }
 
-void StoreServer::Impl::sweep(Clock::time_point now) {
+void StoreServer::Impl::sweep(Steady::time_point now) {
   std::vector<int> doomed;
   for (auto& [fd, c] : conns) {
     const bool slow_handshake = !c.authed && now - c.opened > options.handshake_timeout;
@@ -430,7 +430,7 @@ void StoreServer::Impl::flush(int fd) {
       return;
     }
     c.out.erase(0, static_cast<size_t>(n));
-    c.last_output = Clock::now();
+    c.last_output = Steady::now();
   }
   if (c.out.empty() && c.closing) {
     close_conn(fd);
@@ -526,7 +526,7 @@ void StoreServer::Impl::handle(int fd, Conn& c, protocol::Request r) {
       throw protocol::ProtocolError(why);
     }
   }
-  deliver(core.apply(fd, std::move(r), Clock::now()));
+  deliver(core.apply(fd, std::move(r), Steady::now()));
 }
 
 void StoreServer::Impl::process(int fd) {
@@ -593,7 +593,7 @@ void StoreServer::Impl::on_readable(int fd) {
       break;
     }
     c.in.append(buf.data(), static_cast<size_t>(n));
-    c.last_input = Clock::now();
+    c.last_input = Steady::now();
     if (c.in.size() >= input_limit(c)) {
       break;
     }
@@ -605,15 +605,15 @@ void StoreServer::Impl::loop() {
   std::array<epoll_event, 256> events;
   while (true) {
     // The nearest of: the sweep, a parked request's deadline, accept()'s resumption.
-    Clock::time_point next = Clock::time_point::max();
+    Steady::time_point next = Steady::time_point::max();
     if (!conns.empty()) {
       next = next_sweep;
     }
-    next = std::min(next, core.next_deadline().value_or(Clock::time_point::max()));
-    next = std::min(next, accept_resume.value_or(Clock::time_point::max()));
+    next = std::min(next, core.next_deadline().value_or(Steady::time_point::max()));
+    next = std::min(next, accept_resume.value_or(Steady::time_point::max()));
     int timeout_ms = -1;
-    if (next != Clock::time_point::max()) {
-      auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count();
+    if (next != Steady::time_point::max()) {
+      auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - Steady::now()).count();
       timeout_ms = static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
     }
     int n = epoll_wait(epoll.get(), events.data(), static_cast<int>(events.size()), timeout_ms);
@@ -640,7 +640,7 @@ void StoreServer::Impl::loop() {
       }
     }
     flush_touched();
-    const auto now = Clock::now();
+    const auto now = Steady::now();
     deliver(core.expire(now));
     flush_touched();
     const bool pool_room =
@@ -720,7 +720,7 @@ void StoreServer::stop() {
   if (m_impl->thread.joinable()) {
     m_impl->thread.join();
   }
-  m_impl->summarise_refusals(Clock::now(), true);  // what was not said yet
+  m_impl->summarise_refusals(Steady::now(), true);  // what was not said yet
   m_impl->conns.clear();
   m_impl->listener.close();
 }

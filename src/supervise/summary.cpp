@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "supervise/hang_stacks.hpp"
+
 namespace ddplaunch {
 
 namespace {
@@ -173,6 +175,12 @@ std::string format_failure_report(const JobSummary& s) {
     }
     if (!s.message.empty()) {
       out += "ddplaunch: " + s.message + "\n";
+    }
+    if (const std::string stacks = format_hung_stacks(s.ranks); !stacks.empty()) {
+      out +=
+          "ddplaunch: the stacks of the ranks without progress (innermost call first; a stack "
+          "no other rank shares comes first):\n" +
+          stacks;
     }
   } else if (s.reason == StopReason::k_preempted) {
     out += "ddplaunch: job preempted: " +

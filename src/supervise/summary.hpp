@@ -36,7 +36,8 @@ struct RankOutcome {
   double end_time = 0;
   std::vector<std::string> last_stderr;  // root cause only
   std::optional<WorkerError> error;      // root cause only, when it wrote its error file
-  double hung_for_s = 0;  // --hang-timeout found it hung after this long without progress
+  double hung_for_s = 0;   // --hang-timeout found it hung after this long without progress
+  std::string stack = {};  // a hung rank's main thread's stack (supervise/hang_stacks.hpp)
   // It exited 0 after the job was preempted (--preempt-signal): a clean
   // preemption, neither a success nor a failure.
   bool preempted = false;

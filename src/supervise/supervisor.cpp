@@ -10,7 +10,7 @@ Supervisor::Supervisor(int nworkers, std::chrono::milliseconds grace)
 Supervisor::Actions Supervisor::signal_running(int sig) {
   Actions actions;
   for (size_t i = 0; i < m_workers.size(); ++i) {
-    if (!m_workers[i].exit) {
+    if (!m_workers[i].exit && (sig == SIGKILL || !m_workers[i].taking_stacks)) {
       actions.signals.push_back({static_cast<int>(i), sig});
     }
   }

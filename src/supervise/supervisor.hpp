@@ -58,6 +58,11 @@ class Supervisor {
   // (local_failure), or SIGKILL for whoever ignored SIGTERM.
   Actions on_deadline(TimePoint now);
 
+  // --hang-timeout: the launcher takes this worker's stacks and then ends it
+  // with SIGABRT itself; a stop spares it its SIGTERM, which would cut the
+  // stacks short (only the grace period's SIGKILL still reaches it).
+  void taking_stacks(int local_rank) { m_workers.at(local_rank).taking_stacks = true; }
+
   // When on_deadline() must be called; nullopt when nothing is pending.
   std::optional<TimePoint> deadline() const;
   // Every worker ended and none is held.
@@ -77,6 +82,7 @@ class Supervisor {
   struct WorkerState {
     std::optional<ExitInfo> exit;
     bool signalled = false;
+    bool taking_stacks = false;
   };
   Actions begin_stop(StopReason reason, int exit_code, int sig, TimePoint now);
   Actions fail_first(int local_rank, int exit_code, TimePoint now);

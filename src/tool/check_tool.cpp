@@ -13,7 +13,7 @@ namespace ddplaunch {
 
 namespace {
 
-constexpr const char* k_usage =
+constexpr const char* k_check_usage =
     "usage: ddplaunch check [disk] [gpu] [strays] [--dir DIR]... [--port PORT]...\n"
     "  Runs this node's built-in health checks (all three when none is named), one\n"
     "  line each, failures last; exits 0 when none failed, 5 when one did.\n"
@@ -44,7 +44,7 @@ int run_check_command(const std::vector<std::string>& args, const EnvMap& env) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
-      std::fputs(k_usage, stdout);
+      std::fputs(k_check_usage, stdout);
       return k_exit_ok;
     }
     if ((a == "--dir" || a == "--port") && i + 1 < args.size()) {

@@ -10,7 +10,7 @@ namespace ddplaunch {
 
 namespace {
 
-constexpr const char* k_usage =
+constexpr const char* k_token_usage =
     "usage: ddplaunch token init [--force] | ddplaunch token path\n"
     "  init    create the job token file every multi-node job of yours uses when no\n"
     "          --rdzv-token-file or DDPLAUNCH_RDZV_TOKEN is given (mode 0600; on a\n"
@@ -21,7 +21,7 @@ constexpr const char* k_usage =
 
 int run_token_command(const std::vector<std::string>& args, const EnvMap& env) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::fputs(k_usage, args.empty() ? stderr : stdout);
+    std::fputs(k_token_usage, args.empty() ? stderr : stdout);
     return args.empty() ? k_exit_usage : k_exit_ok;
   }
   const std::string path = user_token_file(env);

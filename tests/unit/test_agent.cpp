@@ -768,9 +768,9 @@ TEST_F(AgentTest, AHungNativeRanksStacksArePrintedBeforeItIsAborted) {
   config.hang_timeout_s = 5;
   spawner.debugger = true;
   make(2, false);
-  pass(2s);
-  agent->on_progress(0);
-  pass(3s);
+  pass(4s);
+  agent->on_progress(0);  // 1 s before the hang: less than half the timeout
+  pass(1s);
   EXPECT_EQ(spawner.dumps, (std::vector<int>{1}));
   EXPECT_EQ(spawner.count(SIGABRT), 0) << "not while the debugger prints its stacks";
   agent->on_output(1, Stream::k_err, "#0  0x00007f clock_nanosleep\n");
@@ -784,6 +784,40 @@ TEST_F(AgentTest, AHungNativeRanksStacksArePrintedBeforeItIsAborted) {
   ASSERT_FALSE(s.root_cause->last_stderr.empty());
   EXPECT_EQ(s.root_cause->last_stderr.back(), "#0  0x00007f clock_nanosleep")
       << "the stacks are in the report";
+}
+
+// Every rank without progress for half the timeout gives its stacks before
+// any is stopped; SIGABRT follows once every debugger is done, and the rank
+// blamed is the one whose stack differs, not the first to end.
+TEST_F(AgentTest, EveryRankWithoutProgressGivesItsStacksAndTheOddOneIsBlamed) {
+  config.hang_timeout_s = 5;
+  spawner.debugger = true;
+  make(3, false);
+  pass(2s);
+  agent->on_progress(2);  // 3 s before the hang: without progress for long enough too
+  pass(3s);
+  EXPECT_EQ(spawner.dumps, (std::vector<int>{0, 1, 2}));
+  agent->on_output(0, Stream::k_err, "TID 10:\n#0  0x1 MPI_Allreduce\n#1  0x2 main\n");
+  agent->on_stacks_dumped(0);
+  agent->on_output(1, Stream::k_err, "TID 11:\n#0  0x1 read_input\n#1  0x2 main\n");
+  agent->on_stacks_dumped(1);
+  EXPECT_EQ(spawner.count(SIGABRT), 0) << "not while a debugger still prints";
+  agent->on_output(2, Stream::k_err, "TID 12:\n#0  0x1 MPI_Allreduce\n#1  0x2 main\n");
+  agent->on_stacks_dumped(2);
+  EXPECT_EQ(spawner.signals,
+            (std::vector<std::pair<int, int>>{{0, SIGABRT}, {1, SIGABRT}, {2, SIGABRT}}));
+  ends(0, ExitInfo::signaled(SIGABRT));  // the first to end is a victim
+  EXPECT_EQ(spawner.count(SIGTERM), 0) << "the others are giving their stacks";
+  ends(1, ExitInfo::signaled(SIGABRT));
+  ends(2, ExitInfo::signaled(SIGABRT));
+  ASSERT_TRUE(agent->done());
+  const auto& s = agent->summary();
+  ASSERT_TRUE(s.root_cause);
+  EXPECT_EQ(s.root_cause->rank, 1);
+  EXPECT_EQ(s.root_cause->stack, "read_input ← main");
+  for (const auto& o : s.ranks) {
+    EXPECT_GT(o.hung_for_s, 0) << o.rank;
+  }
 }
 
 TEST_F(AgentTest, ASlowDebuggerDoesNotDelayTheAbortPastItsWait) {

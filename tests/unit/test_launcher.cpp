@@ -83,13 +83,13 @@ TEST(Forward, TheUsersOpenMpiSettingsTravelAnOuterMpirunsIdentityNever) {
                                                       {"OMPI_MCA_orte_base_help_aggregate", "0"}}));
 }
 
-CommandLine parse(std::vector<std::string> args) {
+CommandLine parse_command(std::vector<std::string> args) {
   return parse_command_line(args);
 }
 
 HostsPlan plan_of(const std::vector<std::string>& args, std::vector<bool> local = {},
                   bool node0_picks = false) {
-  const CommandLine cl = parse(args);
+  const CommandLine cl = parse_command(args);
   const Config config = resolve(cl, {});
   PlanContext ctx;
   ctx.node0_picks_store_port = node0_picks;

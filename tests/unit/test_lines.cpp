@@ -189,6 +189,7 @@ std::vector<LineBatch::Simd> simds_here() {
 // be read, and stops where a '\r' is. The text lies in a heap block of its
 // exact size, so a load past its end is an error under the sanitizers' build.
 TEST(LineBatch, TheManyLinesFormAddsWhatAddWould) {
+  LineBatch batch;
   for (const auto simd : simds_here()) {
     for (const std::string prefix : {"", "[rank 3]: ", "exactly 16 bytes", "seventeen bytes: "}) {
       for (size_t len = 0; len < 150; ++len) {
@@ -205,7 +206,7 @@ TEST(LineBatch, TheManyLinesFormAddsWhatAddWould) {
           std::memcpy(exact.get(), text.data(), text.size());
           size_t quick_lines = 0;
           const std::string quick =
-              batch_quickly(simd, prefix, exact.get(), text.size(), 64, quick_lines);
+              batch_quickly(batch, simd, prefix, exact.get(), text.size(), 64, quick_lines);
           EXPECT_EQ(quick, batch_slowly(prefix, text, 64))
               << static_cast<int>(simd) << " " << prefix << " " << len << " " << after;
           if (simd == LineBatch::Simd::k_none || prefix.size() > 16) {

@@ -13,7 +13,7 @@
 namespace ddplaunch {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 
 // A blocking loopback connection to `port`.
 posix::Fd dial(int port) {
@@ -30,9 +30,9 @@ posix::Fd dial(int port) {
 bool pump_until(
     PmixRelay& relay, const std::function<bool()>& done,
     const std::function<void()>& step = [] {}) {
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  const auto deadline = Steady::now() + std::chrono::seconds(10);
   while (!done()) {
-    if (Clock::now() > deadline) {
+    if (Steady::now() > deadline) {
       return false;
     }
     pollfd p{relay.fd(), POLLIN, 0};

@@ -134,6 +134,21 @@ struct HoldCase {
   bool rank_blamed;
 };
 
+// --hang-timeout: ranks whose stacks are being taken get no SIGTERM from the
+// stop that the first of them to end starts (it would cut their stacks
+// short); the grace period's SIGKILL still reaches them.
+TEST(Supervisor, RanksGivingTheirStacksAreSparedTheStopsSigterm) {
+  Supervisor s(3, 5s);
+  s.taking_stacks(0);
+  s.taking_stacks(1);
+  auto a = s.on_worker_exit(0, ExitInfo::signaled(SIGABRT), t0);
+  EXPECT_TRUE(a.local_failure);
+  EXPECT_EQ(s.root_cause(), 0);
+  EXPECT_EQ(a.signals, (std::vector<Supervisor::SignalAction>{{2, SIGTERM}}));
+  a = s.on_deadline(t0 + 5s);
+  EXPECT_EQ(a.signals, (std::vector<Supervisor::SignalAction>{{1, SIGKILL}, {2, SIGKILL}}));
+}
+
 TEST(Supervisor, AStopSignalWinsOverTheDeathsItCauses) {
   const HoldCase cases[] = {
       {"nothing follows: the rank is the root cause", 0, StopReason::k_worker_failed, 143, true},
