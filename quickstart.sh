@@ -61,8 +61,12 @@ case "$mode" in
       for sanitizer in address thread; do
         dir="$BUILD_DIR-$sanitizer"
         say "building under -DDDPLAUNCH_SANITIZE=$sanitizer ($dir)"
+        # A unity build (a few sources per compiler run): these trees are
+        # built once, from scratch, and it takes 2 min instead of 5 on 2
+        # cores. The main build above compiles each file alone, so a file
+        # that misses an include still fails there.
         cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPLAUNCH_SANITIZE="$sanitizer" \
-          -DDDPLAUNCH_BUILD_BENCH=OFF >/dev/null
+          -DDDPLAUNCH_BUILD_BENCH=OFF -DCMAKE_UNITY_BUILD=ON >/dev/null
         cmake --build "$dir" -j "$JOBS"
         say "the suite under -DDDPLAUNCH_SANITIZE=$sanitizer ($dir)"
         (cd "$dir" && ctest --output-on-failure -j "$TEST_JOBS" --timeout 600 -E '^format$')

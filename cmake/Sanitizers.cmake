@@ -3,8 +3,9 @@
 # DDPLAUNCH_SANITIZE=fuzzer   -> libFuzzer targets (tests/fuzz) with ASan+UBSan; clang only
 # Every sanitizer build is compiled -O1 with line tables only (-g1), after
 # the build type's flags: reports keep their file:line frames, and the build
-# takes 5.3 min instead of 7.6 (-O2 -g1) or more (-O2 -g) on 2 cores, which
-# is most of what keeps the CI run (./quickstart.sh test) in its budget.
+# takes 5.3 min instead of 7.6 (-O2 -g1) or more (-O2 -g) on 2 cores;
+# quickstart.sh also makes them unity builds (2.1 min), which is most of
+# what keeps the CI run (./quickstart.sh test) in its budget.
 if(NOT DDPLAUNCH_SANITIZE STREQUAL "")
   add_compile_options(-O1 -g1)
 endif()

@@ -287,9 +287,9 @@ RankOutcome Agent::root_outcome(int local_rank) const {
   return o;
 }
 
-void Agent::on_signal(int sig) {
+void Agent::on_signal(int sig, bool workers_have_it) {
   if (m_config.preempt_signal == sig) {
-    preempt(sig);
+    preempt(sig, workers_have_it);
     return;
   }
   const auto now = m_clock.now();
@@ -318,6 +318,13 @@ void Agent::on_signal(int sig) {
         break;  // ending with an error already
       }
       const bool was_stopping = m_supervisor->stopping();
+      if (is_forwarded_signal(sig) && workers_have_it) {
+        log::info(
+            "received {} from Slurm, which sent it to every worker of the step too: not "
+            "sending it again",
+            signal_name(sig));
+        break;
+      }
       log::info("received {}: {}", signal_name(sig),
                 is_forwarded_signal(sig) ? "forwarding it to the workers"
                 : was_stopping           ? "killing the workers now"
@@ -464,8 +471,9 @@ void Agent::on_join_failed(int exit_code, const std::string& message) {
 
 // --preempt-signal received here: every rank of every node gets it and has
 // --term-timeout to checkpoint and exit; the job exits 75 on every node.
-void Agent::preempt(int sig) {
-  const std::string what = node_name() + " received " + signal_name(sig) + " (--preempt-signal)";
+void Agent::preempt(int sig, bool workers_have_it) {
+  const std::string what = node_name() + " received " + signal_name(sig) +
+                           (workers_have_it ? " from Slurm" : "") + " (--preempt-signal)";
   if (m_phase == Phase::k_joining) {
     if (m_link == nullptr || !m_link->admitted()) {
       end_early(k_exit_preempted, StopReason::k_preempted, what + " before the workers started",
@@ -475,6 +483,7 @@ void Agent::preempt(int sig) {
     log::info("{}: the job is preempted on every node before its workers start", what);
     JobVerdict verdict{k_exit_preempted, what + " before the workers started", std::nullopt, -1};
     verdict.preempt = sig;
+    verdict.preempt_delivered = workers_have_it;
     publish(verdict);
     return;
   }
@@ -483,12 +492,22 @@ void Agent::preempt(int sig) {
     return;
   }
   m_preempted_by = what;
-  log::info("{}: sending it to every rank{}; they have {} s to checkpoint and exit", what,
-            m_link != nullptr ? " of every node" : "", m_config.term_timeout_s);
-  apply(m_supervisor->on_preempt(sig, m_clock.now()));
+  if (workers_have_it) {
+    // Slurm signalled every process of the step, on every node it runs on:
+    // sent again, a rank's checkpoint handler would run twice (nested).
+    log::info(
+        "{}, which sent it to every rank of the step too; they have {} s to checkpoint and "
+        "exit",
+        what, m_config.term_timeout_s);
+  } else {
+    log::info("{}: sending it to every rank{}; they have {} s to checkpoint and exit", what,
+              m_link != nullptr ? " of every node" : "", m_config.term_timeout_s);
+  }
+  apply(m_supervisor->on_preempt(sig, m_clock.now(), workers_have_it));
   if (m_link != nullptr && !m_verdict) {
     JobVerdict verdict{k_exit_preempted, what, std::nullopt, m_plan->layout.node_rank};
     verdict.preempt = sig;
+    verdict.preempt_delivered = workers_have_it;
     publish(verdict);
   }
   advance();
@@ -507,10 +526,13 @@ void Agent::on_verdict(const JobVerdict& verdict) {
   }
   if (m_phase == Phase::k_running && m_supervisor && verdict.preempt > 0) {
     if (!m_supervisor->stopping()) {
-      log::info("{}: sending {} to every rank here; they have {} s to checkpoint and exit",
-                verdict.message, signal_name(verdict.preempt), m_config.term_timeout_s);
+      log::info("{}: {} to every rank here; they have {} s to checkpoint and exit", verdict.message,
+                verdict.preempt_delivered
+                    ? "Slurm sent " + std::string(signal_name(verdict.preempt))
+                    : "sending " + std::string(signal_name(verdict.preempt)),
+                m_config.term_timeout_s);
     }
-    apply(m_supervisor->on_preempt(verdict.preempt, m_clock.now()));
+    apply(m_supervisor->on_preempt(verdict.preempt, m_clock.now(), verdict.preempt_delivered));
   } else if (m_phase == Phase::k_running && m_supervisor && !verdict.success()) {
     if (m_supervisor->reason() == StopReason::k_signal && m_supervisor->stop_signal() &&
         !m_late_signal && verdict.exit_code != 128 + *m_supervisor->stop_signal()) {

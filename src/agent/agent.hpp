@@ -75,8 +75,11 @@ class Agent : public JobLink::Listener {
   void start();
 
   // --- events -------------------------------------------------------------------
-  void on_signal(int sig);
-  void preempt(int sig);
+  // `workers_have_it`: the sender signalled the workers too (Slurm signals
+  // every process of a job step): a forwarded or preemption signal is not
+  // sent to them again, here or, for a preemption, on the other nodes.
+  void on_signal(int sig, bool workers_have_it = false);
+  void preempt(int sig, bool workers_have_it = false);
   // Worker `local_rank` ended; its pipes were read up to now first.
   void on_worker_exit(int local_rank, const ExitInfo& info);
   void on_output(int local_rank, Stream stream, std::string_view data);

@@ -268,11 +268,14 @@ void Driver::sync_worker_fds() {
 
 void Driver::dispatch(const posix::EventLoop::Ready& ready) {
   if (ready.tag == k_tag_signals) {
-    while (auto sig = m_signals.read_one()) {
-      if (*sig == SIGCHLD) {
+    while (auto got = m_signals.read_info()) {
+      if (got->signo == SIGCHLD) {
         reap();
       } else {
-        m_agent->on_signal(*sig);
+        // Slurm's slurmstepd signals every process of the job step, the
+        // workers too (scancel --signal, sbatch --signal, a preemption).
+        m_agent->on_signal(got->signo,
+                           got->sender > 0 && posix::process_name(got->sender) == "slurmstepd");
       }
     }
   } else if (ready.tag == k_tag_console) {

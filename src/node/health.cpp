@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "node/nvml.hpp"
+#include "posix/signals.hpp"
 
 namespace ddplaunch {
 
@@ -72,13 +73,6 @@ std::vector<int> pids() {
     ::closedir(d);
   }
   return out;
-}
-
-std::string comm_of(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
-  std::string name;
-  std::getline(in, name);
-  return name;
 }
 
 int parent_of(int pid) {
@@ -199,13 +193,14 @@ CheckResult check_strays(const std::vector<int>& ports) {
   each_fd([&](int pid, const std::string& target) {
     const bool gpu = target.rfind("/dev/nvidia", 0) == 0 && all_digits(target.substr(11));
     if (gpu && mine.count(pid) == 0) {
-      found.push_back("pid " + std::to_string(pid) + " (" + comm_of(pid) + ") holds " + target);
+      found.push_back("pid " + std::to_string(pid) + " (" + posix::process_name(pid) + ") holds " +
+                      target);
     }
     for (size_t i = 0; i < ports.size(); ++i) {
       if (target.rfind("socket:[", 0) == 0 &&
           inodes[i].count(target.substr(8, target.size() - 9)) > 0) {
-        found.push_back("pid " + std::to_string(pid) + " (" + comm_of(pid) + ") listens on port " +
-                        std::to_string(ports[i]));
+        found.push_back("pid " + std::to_string(pid) + " (" + posix::process_name(pid) +
+                        ") listens on port " + std::to_string(ports[i]));
         inodes[i].clear();  // named once
       }
     }

@@ -3,29 +3,13 @@
 #include <nlohmann/json.hpp>
 
 #include "config/options.hpp"
+#include "output/json_fields.hpp"
 
 namespace ddplaunch {
 
 namespace {
 
 using json = nlohmann::json;
-
-std::string text_of(const json& j, int indent = -1) {
-  return j.dump(indent, ' ', false, json::error_handler_t::replace);
-}
-
-// An integer field within int's range; anything else (4e19, "3", 2^40) is a
-// malformed document.
-int int_of(const json& j) {
-  if (j.is_number_integer() && !j.is_number_unsigned() && j.get<int64_t>() >= INT32_MIN &&
-      j.get<int64_t>() <= INT32_MAX) {
-    return static_cast<int>(j.get<int64_t>());
-  }
-  if (j.is_number_unsigned() && j.get<uint64_t>() <= INT32_MAX) {
-    return static_cast<int>(j.get<uint64_t>());
-  }
-  throw RecordError("malformed record: " + j.dump().substr(0, 40) + " is not an integer in range");
-}
 
 json outcome_json(const RankOutcome& o) {
   json j = {{"rank", o.rank},
@@ -69,19 +53,19 @@ json outcome_json(const RankOutcome& o) {
 
 RankOutcome outcome_from(const json& j) {
   RankOutcome o;
-  o.rank = int_of(j.at("rank"));
-  o.local_rank = int_of(j.at("local_rank"));
-  o.node_rank = int_of(j.at("node_rank"));
+  o.rank = json_int(j.at("rank"));
+  o.local_rank = json_int(j.at("local_rank"));
+  o.node_rank = json_int(j.at("node_rank"));
   o.host = j.at("host").get<std::string>();
-  o.pid = int_of(j.at("pid"));
+  o.pid = json_int(j.at("pid"));
   o.stopped_by_launcher = j.at("stopped_by_launcher").get<bool>();
   o.start_time = j.at("start_time").get<double>();
   o.end_time = j.at("end_time").get<double>();
   const auto state = j.at("state").get<std::string>();
   if (state == "signaled") {
-    o.exit = ExitInfo::signaled(int_of(j.at("signal")));
+    o.exit = ExitInfo::signaled(json_int(j.at("signal")));
   } else if (state == "succeeded" || state == "failed" || state == "preempted") {
-    o.exit = ExitInfo::exited(int_of(j.at("exit_code")));
+    o.exit = ExitInfo::exited(json_int(j.at("exit_code")));
     o.preempted = state == "preempted";
   } else if (state != "unknown") {
     throw RecordError("unknown rank state '" + state + "'");
@@ -147,7 +131,7 @@ json topology_json(const Topology& t) {
 }  // namespace
 
 std::string encode_outcome(const RankOutcome& outcome) {
-  return text_of(outcome_json(outcome));
+  return json_text(outcome_json(outcome));
 }
 
 RankOutcome decode_outcome(std::string_view text) {
@@ -163,7 +147,7 @@ std::string encode_outcomes(const std::vector<RankOutcome>& outcomes) {
   for (const auto& o : outcomes) {
     list.push_back(outcome_json(o));
   }
-  return text_of(list);
+  return json_text(list);
 }
 
 std::vector<RankOutcome> decode_outcomes(std::string_view text) {
@@ -215,7 +199,7 @@ std::string encode_error_file(const WorkerError& e, int error_code) {
                {{"message", e.message},
                 {"extraInfo", {{"py_callstack", e.traceback}, {"timestamp", e.timestamp}}},
                 {"errorCode", error_code}}}};
-  return text_of(doc);
+  return json_text(doc);
 }
 
 std::string encode_summary(const JobSummary& s) {
@@ -269,7 +253,7 @@ std::string encode_summary(const JobSummary& s) {
     ranks.push_back(outcome_json(o));
   }
   doc["ranks"] = std::move(ranks);
-  return text_of(doc, 2) + "\n";
+  return json_text(doc, 2) + "\n";
 }
 
 std::string encode_dry_run(const Config& c, const LaunchSpec& plan, const Topology& topology) {
@@ -336,7 +320,7 @@ std::string encode_dry_run(const Config& c, const LaunchSpec& plan, const Topolo
               {"topology", topology_json(topology)},
               {"workers", workers},
               {"notices", notices}};
-  return text_of(doc, 2) + "\n";
+  return json_text(doc, 2) + "\n";
 }
 
 }  // namespace ddplaunch

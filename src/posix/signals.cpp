@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
+#include <string>
 
 #include "posix/error.hpp"
 
@@ -45,17 +47,31 @@ SignalFd::~SignalFd() {
 }
 
 std::optional<int> SignalFd::read_one() {
+  const auto got = read_info();
+  return got ? std::optional<int>(got->signo) : std::nullopt;
+}
+
+std::optional<SignalFd::Received> SignalFd::read_info() {
   signalfd_siginfo info;
   while (true) {
     ssize_t n = ::read(m_fd.get(), &info, sizeof(info));
     if (n == static_cast<ssize_t>(sizeof(info))) {
-      return static_cast<int>(info.ssi_signo);
+      const bool user = info.ssi_code == SI_USER || info.ssi_code == SI_QUEUE;
+      return Received{static_cast<int>(info.ssi_signo),
+                      user ? static_cast<pid_t>(info.ssi_pid) : 0};
     }
     if (n < 0 && errno == EINTR) {
       continue;
     }
     return std::nullopt;
   }
+}
+
+std::string process_name(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name;
 }
 
 SignalReset signals_to_reset() {

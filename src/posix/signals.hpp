@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "posix/fd.hpp"
@@ -27,12 +28,21 @@ class SignalFd {
   int fd() const { return m_fd.get(); }
   // The next pending signal, or nullopt when none is pending.
   std::optional<int> read_one();
+  // The same, with the pid of the process that sent it (0: the kernel).
+  struct Received {
+    int signo;
+    pid_t sender;
+  };
+  std::optional<Received> read_info();
 
  private:
   Fd m_fd;
   sigset_t m_mask;
   sigset_t m_old_mask;
 };
+
+// A process's name (/proc/PID/comm); "" once it is gone.
+std::string process_name(pid_t pid);
 
 // Whether `sig` is ignored (SIG_IGN) now: at start, what the launcher inherited.
 bool inherited_ignore(int sig);

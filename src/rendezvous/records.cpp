@@ -6,16 +6,13 @@
 
 #include "cluster/nodelist.hpp"
 #include "ddplaunch/error.hpp"
+#include "output/json_fields.hpp"
 
 namespace ddplaunch {
 
 namespace {
 
 using json = nlohmann::json;
-
-std::string text_of(const json& j, int indent = -1) {
-  return j.dump(indent, ' ', false, json::error_handler_t::replace);
-}
 
 // Parses `text` and runs `read` over it; any JSON error is a RecordError.
 template <typename F>
@@ -27,26 +24,13 @@ auto parse_record(std::string_view text, const char* what, F&& read) {
   }
 }
 
-// An integer field: a JSON integer within int's range. Anything else (a
-// float such as 4e19, which nlohmann would convert with undefined behaviour,
-// a string, 2^40) is a malformed record.
-int int_of(const json& j) {
-  if (j.is_number_integer()) {
-    if (j.is_number_unsigned() ? j.get<uint64_t>() <= static_cast<uint64_t>(INT_MAX)
-                               : (j.get<int64_t>() >= INT_MIN && j.get<int64_t>() <= INT_MAX)) {
-      return static_cast<int>(j.get<int64_t>());
-    }
-  }
-  throw RecordError("malformed record: " + j.dump().substr(0, 40) + " is not an integer in range");
-}
-
 std::vector<int> ints_of(const json& j) {
   if (!j.is_array()) {
     throw RecordError("malformed record: " + j.dump().substr(0, 40) + " is not a list of integers");
   }
   std::vector<int> out;
   for (const auto& v : j) {
-    out.push_back(int_of(v));
+    out.push_back(json_int(v));
   }
   return out;
 }
@@ -107,9 +91,9 @@ json plan_topology_json(const Topology& t) {
 
 Topology plan_topology_from(const json& j) {
   Topology t;
-  t.world_size = int_of(j.at("world_size"));
+  t.world_size = json_int(j.at("world_size"));
   t.master_addr = j.at("master_addr").get<std::string>();
-  t.master_port = int_of(j.at("master_port"));
+  t.master_port = json_int(j.at("master_port"));
   if (j.contains("job")) {
     t.job_id = j.at("job").get<std::string>();
     if (t.job_id.size() > 64) {
@@ -121,7 +105,7 @@ Topology plan_topology_from(const json& j) {
     if (!run.is_array() || run.size() != 2) {
       throw RecordError("malformed plan record: a size is not [nproc, count]");
     }
-    SizeRun r{int_of(run.at(0)), int_of(run.at(1))};
+    SizeRun r{json_int(run.at(0)), json_int(run.at(1))};
     if (r.nproc < 1 || r.count < 1) {
       throw RecordError("malformed plan record: a size is not positive");
     }
@@ -159,7 +143,8 @@ Topology plan_topology_from(const json& j) {
     }
     const int rank = static_cast<int>(t.nodes.size());
     NodeEntry e = entry_from_sizes(t.sizes, rank);
-    if (int_of(n.at(0)) != rank || int_of(n.at(3)) != e.nproc || int_of(n.at(4)) != e.first_rank) {
+    if (json_int(n.at(0)) != rank || json_int(n.at(3)) != e.nproc ||
+        json_int(n.at(4)) != e.first_rank) {
       throw RecordError("malformed plan record: node " + std::to_string(rank) +
                         "'s entry does not match the node sizes");
     }
@@ -181,47 +166,47 @@ Topology plan_topology_from(const json& j) {
 }  // namespace
 
 std::string encode_join(const JoinRecord& r) {
-  return text_of({{"version", r.version},
-                  {"run_id", r.run_id},
-                  {"argv", r.argv},
-                  {"nnodes", r.nnodes},
-                  {"nnodes_min", r.nnodes_min},
-                  {"nproc", r.nproc},
-                  {"node_rank", r.node_rank},
-                  {"host", r.host},
-                  {"addr", r.addr},
-                  {"ports", r.ports},
-                  {"store_host", r.store_host},
-                  {"arrival", r.arrival},
-                  {"max_restarts", r.max_restarts},
-                  {"health", r.health},
-                  {"restart_min_progress", r.restart_min_progress},
-                  {"max_no_progress_restarts", r.max_no_progress_restarts},
-                  {"probe_port", r.probe_port}});
+  return json_text({{"version", r.version},
+                    {"run_id", r.run_id},
+                    {"argv", r.argv},
+                    {"nnodes", r.nnodes},
+                    {"nnodes_min", r.nnodes_min},
+                    {"nproc", r.nproc},
+                    {"node_rank", r.node_rank},
+                    {"host", r.host},
+                    {"addr", r.addr},
+                    {"ports", r.ports},
+                    {"store_host", r.store_host},
+                    {"arrival", r.arrival},
+                    {"max_restarts", r.max_restarts},
+                    {"health", r.health},
+                    {"restart_min_progress", r.restart_min_progress},
+                    {"max_no_progress_restarts", r.max_no_progress_restarts},
+                    {"probe_port", r.probe_port}});
 }
 
 JoinRecord decode_join(std::string_view text) {
   return parse_record(text, "join", [](const json& j) {
     JoinRecord r;
-    r.version = int_of(j.at("version"));
+    r.version = json_int(j.at("version"));
     r.run_id = j.at("run_id").get<std::string>();
     r.argv = j.at("argv").get<std::vector<std::string>>();
-    r.nnodes = int_of(j.at("nnodes"));
-    r.nnodes_min = j.contains("nnodes_min") ? int_of(j.at("nnodes_min")) : 0;
-    r.nproc = int_of(j.at("nproc"));
-    r.node_rank = int_of(j.at("node_rank"));
+    r.nnodes = json_int(j.at("nnodes"));
+    r.nnodes_min = j.contains("nnodes_min") ? json_int(j.at("nnodes_min")) : 0;
+    r.nproc = json_int(j.at("nproc"));
+    r.node_rank = json_int(j.at("node_rank"));
     r.host = j.at("host").get<std::string>();
     r.addr = j.at("addr").get<std::string>();
     r.ports = ints_of(j.at("ports"));
     r.store_host = j.at("store_host").get<bool>();
-    r.arrival = int_of(j.at("arrival"));
-    r.max_restarts = int_of(j.at("max_restarts"));
+    r.arrival = json_int(j.at("arrival"));
+    r.max_restarts = json_int(j.at("max_restarts"));
     r.health = j.value("health", std::string());
     r.restart_min_progress =
-        j.contains("restart_min_progress") ? int_of(j.at("restart_min_progress")) : 0;
+        j.contains("restart_min_progress") ? json_int(j.at("restart_min_progress")) : 0;
     r.max_no_progress_restarts =
-        j.contains("max_no_progress_restarts") ? int_of(j.at("max_no_progress_restarts")) : 3;
-    r.probe_port = j.contains("probe_port") ? int_of(j.at("probe_port")) : 0;
+        j.contains("max_no_progress_restarts") ? json_int(j.at("max_no_progress_restarts")) : 3;
+    r.probe_port = j.contains("probe_port") ? json_int(j.at("probe_port")) : 0;
     if (r.probe_port < 0 || r.probe_port > 65535) {
       throw RecordError("malformed join record: a probe port outside 0-65535");
     }
@@ -231,7 +216,7 @@ JoinRecord decode_join(std::string_view text) {
 
 std::string encode_plan(const TopologyRecord& r) {
   if (!r.topology) {
-    return text_of({{"ok", false}, {"error", r.error}});
+    return json_text({{"ok", false}, {"error", r.error}});
   }
   json j = {{"ok", true}, {"topology", plan_topology_json(*r.topology)}};
   if (r.restarts > 0) {
@@ -253,7 +238,7 @@ std::string encode_plan(const TopologyRecord& r) {
     }
     j["replaced"] = std::move(replaced);
   }
-  return text_of(j);
+  return json_text(j);
 }
 
 TopologyRecord decode_plan(std::string_view text) {
@@ -264,8 +249,8 @@ TopologyRecord decode_plan(std::string_view text) {
       return r;
     }
     r.topology = plan_topology_from(j.at("topology"));
-    r.restarts = j.contains("restarts") ? int_of(j.at("restarts")) : 0;
-    r.no_progress = j.contains("no_progress") ? int_of(j.at("no_progress")) : 0;
+    r.restarts = j.contains("restarts") ? json_int(j.at("restarts")) : 0;
+    r.no_progress = j.contains("no_progress") ? json_int(j.at("no_progress")) : 0;
     r.preflight = j.contains("preflight") && j.at("preflight").get<bool>();
     r.stop_cleared = j.contains("stop_cleared") && j.at("stop_cleared").get<bool>();
     if (j.contains("replaced")) {
@@ -273,7 +258,7 @@ TopologyRecord decode_plan(std::string_view text) {
         if (!x.is_array() || x.size() != 3) {
           throw RecordError("malformed plan record: a replacement is not [rank, lost, spare]");
         }
-        r.replaced.push_back(NodeReplacement{int_of(x.at(0)), x.at(1).get<std::string>(),
+        r.replaced.push_back(NodeReplacement{json_int(x.at(0)), x.at(1).get<std::string>(),
                                              x.at(2).get<std::string>()});
       }
     }
@@ -285,7 +270,7 @@ TopologyRecord decode_plan(std::string_view text) {
 }
 
 std::string encode_probe_endpoint(const ProbeEndpoint& e) {
-  return text_of(
+  return json_text(
       {{"host", e.host}, {"addr", e.addr}, {"port", e.port}, {"master_port", e.master_port}});
 }
 
@@ -294,8 +279,8 @@ ProbeEndpoint decode_probe_endpoint(std::string_view text) {
     ProbeEndpoint e;
     e.host = j.at("host").get<std::string>();
     e.addr = j.at("addr").get<std::string>();
-    e.port = int_of(j.at("port"));
-    e.master_port = int_of(j.at("master_port"));
+    e.port = json_int(j.at("port"));
+    e.master_port = json_int(j.at("master_port"));
     if (e.port < 0 || e.port > 65535 || e.master_port < 0 || e.master_port > 65535) {
       throw RecordError("malformed probe record: a port outside 0-65535");
     }
@@ -304,7 +289,7 @@ ProbeEndpoint decode_probe_endpoint(std::string_view text) {
 }
 
 std::string encode_probe_report(const std::vector<std::string>& blocked) {
-  return text_of({{"blocked", blocked}});
+  return json_text({{"blocked", blocked}});
 }
 
 std::vector<std::string> decode_probe_report(std::string_view text) {
@@ -316,11 +301,11 @@ std::vector<std::string> decode_probe_report(std::string_view text) {
 std::string encode_admission(const Admission& a) {
   if (!a.error.empty()) {
     if (a.job_exit >= 0) {
-      return text_of({{"error", a.error}, {"exit", a.job_exit}});
+      return json_text({{"error", a.error}, {"exit", a.job_exit}});
     }
-    return text_of({{"error", a.error}});
+    return json_text({{"error", a.error}});
   }
-  return text_of({{"round", a.round}});
+  return json_text({{"round", a.round}});
 }
 
 Admission decode_admission(std::string_view text) {
@@ -332,14 +317,14 @@ Admission decode_admission(std::string_view text) {
         throw RecordError("malformed admission record: an empty error");
       }
       if (j.contains("exit")) {
-        a.job_exit = int_of(j.at("exit"));
+        a.job_exit = json_int(j.at("exit"));
         if (a.job_exit < 0 || a.job_exit > 255) {
           throw RecordError("malformed admission record: exit code " + std::to_string(a.job_exit));
         }
       }
       return a;
     }
-    a.round = int_of(j.at("round"));
+    a.round = json_int(j.at("round"));
     if (a.round < 1) {
       throw RecordError("malformed admission record: round " + std::to_string(a.round));
     }
@@ -349,10 +334,10 @@ Admission decode_admission(std::string_view text) {
 
 std::string encode_answer(const JoinAnswer& a) {
   if (!a.error.empty()) {
-    return text_of({{"error", a.error}});
+    return json_text({{"error", a.error}});
   }
   if (a.wait) {
-    return a.spare ? text_of({{"wait", true}, {"spare", true}}) : text_of({{"wait", true}});
+    return a.spare ? json_text({{"wait", true}, {"spare", true}}) : json_text({{"wait", true}});
   }
   return encode_assignment(a.node_rank);
 }
@@ -372,7 +357,7 @@ JoinAnswer decode_answer(std::string_view text) {
       }
       a.spare = j.contains("spare") && j.at("spare").get<bool>();
     } else {
-      a.node_rank = int_of(j.at("node_rank"));
+      a.node_rank = json_int(j.at("node_rank"));
       if (a.node_rank < 0) {
         throw RecordError("malformed node plan record: node rank " + std::to_string(a.node_rank));
       }
@@ -382,11 +367,11 @@ JoinAnswer decode_answer(std::string_view text) {
 }
 
 std::string encode_assignment(int node_rank) {
-  return text_of({{"node_rank", node_rank}});
+  return json_text({{"node_rank", node_rank}});
 }
 
 int decode_assignment(std::string_view text) {
-  return parse_record(text, "node plan", [](const json& j) { return int_of(j.at("node_rank")); });
+  return parse_record(text, "node plan", [](const json& j) { return json_int(j.at("node_rank")); });
 }
 
 std::string encode_verdict(const JobVerdict& v) {
@@ -400,20 +385,26 @@ std::string encode_verdict(const JobVerdict& v) {
   if (v.preempt > 0) {
     j["preempt"] = v.preempt;
   }
+  if (v.preempt_delivered) {
+    j["preempt_delivered"] = true;
+  }
   j["root_cause"] = v.root_cause ? json::parse(encode_outcome(*v.root_cause)) : json(nullptr);
-  return text_of(j);
+  return json_text(j);
 }
 
 JobVerdict decode_verdict(std::string_view text) {
   return parse_record(text, "verdict", [](const json& j) {
     JobVerdict v;
-    v.exit_code = int_of(j.at("exit_code"));
+    v.exit_code = json_int(j.at("exit_code"));
     v.message = j.at("message").get<std::string>();
-    v.node = int_of(j.at("node"));
-    v.lost = int_of(j.at("lost"));
+    v.node = json_int(j.at("node"));
+    v.lost = json_int(j.at("lost"));
     v.regroup = j.contains("regroup") && j.at("regroup").get<bool>();
-    v.progress = j.contains("progress") ? int_of(j.at("progress")) : -1;
-    v.preempt = j.contains("preempt") ? int_of(j.at("preempt")) : 0;
+    v.progress = j.contains("progress") ? json_int(j.at("progress")) : -1;
+    v.preempt = j.contains("preempt") ? json_int(j.at("preempt")) : 0;
+    v.preempt_delivered = j.contains("preempt_delivered") &&
+                          j.at("preempt_delivered").is_boolean() &&
+                          j.at("preempt_delivered").get<bool>();
     if (v.preempt < 0 || v.preempt >= 65) {
       throw RecordError("malformed verdict record: preempt is not a signal number");
     }

@@ -94,12 +94,16 @@ Supervisor::Actions Supervisor::on_remote_stop(int exit_code, TimePoint now) {
   return begin_stop(StopReason::k_remote, exit_code, SIGTERM, now);
 }
 
-Supervisor::Actions Supervisor::on_preempt(int sig, TimePoint now) {
+Supervisor::Actions Supervisor::on_preempt(int sig, TimePoint now, bool workers_have_it) {
   if (stopping()) {
     return {};
   }
   m_held.reset();  // the scheduler may have signalled a worker too
-  return begin_stop(StopReason::k_preempted, k_exit_preempted, sig, now);
+  Actions actions = begin_stop(StopReason::k_preempted, k_exit_preempted, sig, now);
+  if (workers_have_it) {
+    actions.signals.clear();
+  }
+  return actions;
 }
 
 Supervisor::Actions Supervisor::on_deadline(TimePoint now) {

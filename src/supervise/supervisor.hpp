@@ -53,7 +53,9 @@ class Supervisor {
   // `sig` to every running worker, which then has the grace period to
   // checkpoint and exit before SIGKILL; the exit code is k_exit_preempted
   // whatever the workers' (an exit 0 is a clean preemption, not a success).
-  Actions on_preempt(int sig, TimePoint now);
+  // `workers_have_it`: the scheduler sent `sig` to the workers itself; only
+  // the grace period's SIGKILL is sent.
+  Actions on_preempt(int sig, TimePoint now, bool workers_have_it = false);
   // Call when now >= deadline(): a held worker becomes the root cause
   // (local_failure), or SIGKILL for whoever ignored SIGTERM.
   Actions on_deadline(TimePoint now);

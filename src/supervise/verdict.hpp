@@ -28,6 +28,9 @@ struct JobVerdict {
   // --preempt-signal: the signal that preempted the job (every node sends
   // it to its ranks); 0: not a preemption.
   int preempt = 0;
+  // The scheduler sent `preempt` to every rank itself (Slurm signals every
+  // process of a job step): the nodes do not send it again.
+  bool preempt_delivered = false;
   bool success() const { return exit_code == 0 && message.empty() && !root_cause && !regroup; }
   bool operator==(const JobVerdict&) const = default;
 };

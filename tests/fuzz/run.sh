@@ -13,7 +13,8 @@ dir="${2:-build-fuzz}"
 targets=(fuzz_protocol fuzz_records fuzz_argv fuzz_nodelist fuzz_store_server fuzz_lines)
 
 cmake -S . -B "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DDDPLAUNCH_SANITIZE=fuzzer -DDDPLAUNCH_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  -DDDPLAUNCH_SANITIZE=fuzzer -DDDPLAUNCH_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_UNITY_BUILD=ON >/dev/null
 cmake --build "$dir" -j "${JOBS:-$(nproc)}" --target ddplaunch_fuzzers
 
 mkdir -p "$dir/artifacts"

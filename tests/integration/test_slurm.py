@@ -193,12 +193,14 @@ echo "advised=$?"
     assert {e["SLURMD_NODENAME"] for e in envs.values()} == {"node0", "node1"}
 
 
-def running_step(cluster, jobs, shared, options="", steps=""):
+def running_step(cluster, jobs, shared, options="", steps="", program=None):
     """An srun step of one ddplaunch per host (2 ranks each), each writing its
-    summary, every rank ready and sleeping: (srun's Popen, the job id)."""
+    summary, every rank ready and sleeping: (srun's Popen, the job id).
+    `program` replaces the helper worker; it creates {shared}/ready.$RANK."""
+    program = program or f"{worker()[0]} {steps} ready={shared} pidfile={shared} sleep=300"
     cmd = ["srun", "-N2", "--ntasks-per-node=1", "sh", "-c",
            f'exec {BIN} --nproc-per-node 2 {options} --summary-json {shared}/summary.$SLURM_NODEID.json '
-           f'-- {worker()[0]} {steps} ready={shared} pidfile={shared} sleep=300']
+           f'-- {program}']
     p = cluster.popen(cmd, env=jobs.env())
     jobs.procs.append(p)
     def ready_or_ended():
@@ -286,3 +288,26 @@ def test_scancel_signal_usr1_preempts_every_rank_on_both_hosts(cluster, jobs, sh
     for n in (0, 1):
         summary = json.loads((shared / f"summary.{n}.json").read_text())
         assert summary["exit_code"] == 75 and summary["stop_reason"] == "preempted", summary
+
+
+def test_a_preemption_signal_reaches_each_rank_once(cluster, jobs, shared):
+    """Slurm signals every process of the step, the ranks too: ddplaunch does
+    not send the preemption signal again (a checkpoint handler run twice,
+    nested, corrupts the checkpoint), on the node that received it nor on
+    the other. Each rank counts what it receives for a second after the
+    first, then exits 0."""
+    script = shared / "usr1.sh"
+    script.write_text(
+        'n=0\n'
+        'trap \'n=$((n + 1)); echo "rank $RANK got USR1 ($n)"\' USR1\n'
+        f'touch {shared}/ready.$RANK\n'
+        'while [ "$n" = 0 ]; do sleep 0.1; done\n'
+        'sleep 1\n')
+    p, job_id = running_step(cluster, jobs, shared, "--preempt-signal USR1", program=f"sh {script}")
+    r = cluster.run(["scancel", "--signal=USR1", job_id])
+    assert r.returncode == 0, r.stderr
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 75, err
+    got = sorted(l.split("]: ", 1)[-1] for l in out.splitlines() if "got USR1" in l)
+    assert got == [f"rank {r} got USR1 (1)" for r in range(4)], out + err
+    assert "from Slurm" in err, err

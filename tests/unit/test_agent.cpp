@@ -51,7 +51,7 @@ struct FakeSpawner : Spawner {
   }
 };
 
-struct FakeClock : Clock {
+struct AgentClock : Clock {
   TimePoint t{std::chrono::seconds(1000)};
   TimePoint now() const override { return t; }
   double wall_now() const override {
@@ -116,7 +116,7 @@ class AgentTest : public ::testing::Test {
   Config config;
   EnvMap env{{"PATH", "/bin"}};
   FakeSpawner spawner;
-  FakeClock clock;
+  AgentClock clock;
   FakeLink link;
   FakeConsole console;
   MpiHost* mpi = nullptr;
@@ -287,6 +287,30 @@ TEST_F(AgentTest, UserSignalsAreForwardedAndTheJobGoesOn) {
   ends(0, ExitInfo::exited(0));
   ends(1, ExitInfo::exited(0));
   EXPECT_EQ(agent->summary().exit_code, 0);
+}
+
+// Slurm's slurmstepd signals every process of the step, the workers too: a
+// second copy from ddplaunch would run a rank's handler twice.
+TEST_F(AgentTest, ASignalSlurmSentToTheWorkersToIsNotSentAgain) {
+  make(2, false);
+  agent->on_signal(SIGUSR1, true);
+  EXPECT_EQ(spawner.count(SIGUSR1), 0);
+  ends(0, ExitInfo::exited(0));
+  ends(1, ExitInfo::exited(0));
+  EXPECT_EQ(agent->summary().exit_code, 0);
+}
+
+TEST_F(AgentTest, APreemptionSlurmSentToTheWorkersIsNotSentAgainButItsGraceHolds) {
+  config.preempt_signal = SIGUSR1;
+  make(2, false);
+  agent->on_signal(SIGUSR1, true);
+  EXPECT_EQ(spawner.count(SIGUSR1), 0);
+  ends(0, ExitInfo::exited(0));  // checkpointed on Slurm's own signal
+  pass(30s);  // --term-timeout
+  EXPECT_EQ(spawner.signals, (std::vector<std::pair<int, int>>{{1, SIGKILL}}));
+  ends(1, ExitInfo::signaled(SIGKILL));
+  ASSERT_TRUE(agent->done());
+  EXPECT_EQ(agent->summary().exit_code, k_exit_preempted);
 }
 
 TEST_F(AgentTest, SpawnErrorIsAnErrorOfItsOwn) {

@@ -164,6 +164,10 @@ TEST(Records, EveryStoreRecordRoundTrips) {
   JobVerdict regroup{0, "node 3 joined", std::nullopt, 0, -1, true};
   EXPECT_EQ(decode_verdict(encode_verdict(regroup)), regroup);
   EXPECT_FALSE(regroup.success());
+  JobVerdict preempted{75, "node 1 received SIGUSR1 from Slurm", std::nullopt, 1};
+  preempted.preempt = SIGUSR1;
+  preempted.preempt_delivered = true;
+  EXPECT_EQ(decode_verdict(encode_verdict(preempted)), preempted);
   EXPECT_THROW(decode_assignment(R"({"node_rank":"1"})"), RecordError);
   // rdzv/plan/<arrival>: a rank, a refusal, or wait; a member's answer is the
   // same text as encode_assignment, and a negative rank is malformed.

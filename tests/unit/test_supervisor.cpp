@@ -209,6 +209,11 @@ TEST(Supervisor, APreemptionSendsItsSignalGivesTheGracePeriodAndExits75) {
   Supervisor s(3, std::chrono::seconds(30));
   const Supervisor::TimePoint t{};
   EXPECT_EQ(s.on_preempt(SIGUSR1, t).signals, all(3, SIGUSR1));
+  Supervisor scheduled(2, 5s);
+  EXPECT_TRUE(scheduled.on_preempt(SIGUSR1, t, true).signals.empty())
+      << "the scheduler sent it to the workers itself";
+  EXPECT_EQ(scheduled.reason(), StopReason::k_preempted);
+  EXPECT_EQ(scheduled.on_deadline(t + 5s).signals, all(2, SIGKILL));
   EXPECT_EQ(s.reason(), StopReason::k_preempted);
   EXPECT_EQ(s.deadline(), t + std::chrono::seconds(30));
   // Ranks that checkpoint and exit 0 are no failure; the job's code stays 75.
