@@ -287,7 +287,14 @@ RankOutcome Agent::root_outcome(int local_rank) const {
   return o;
 }
 
-void Agent::on_signal(int sig, bool workers_have_it) {
+std::string Agent::received(int sig, SignalFrom from) const {
+  return (from == SignalFrom::k_launching_command ? std::string("the launching command")
+                                                  : node_name()) +
+         " received " + signal_name(sig);
+}
+
+void Agent::on_signal(int sig, SignalFrom from) {
+  const bool workers_have_it = from == SignalFrom::k_slurm;
   if (m_config.preempt_signal == sig) {
     preempt(sig, workers_have_it);
     return;
@@ -301,24 +308,25 @@ void Agent::on_signal(int sig, bool workers_have_it) {
       }
       if (m_join_signal || m_link == nullptr) {
         m_join_signal = m_join_signal.value_or(sig);
-        end_early(128 + *m_join_signal, StopReason::k_signal, "", false);
+        end_early(128 + *m_join_signal, StopReason::k_signal,
+                  from == SignalFrom::k_launching_command ? received(sig, from) : "", false);
         return;
       }
       m_join_signal = sig;
-      log::info("received {}: {}", signal_name(sig),
+      log::info("{}: {}",
+                from == SignalFrom::k_launching_command ? received(sig, from)
+                                                        : "received " + signal_name(sig),
                 m_link->admitted() ? "leaving rendezvous and stopping the job on every node"
                                    : "leaving; the running job goes on without this node");
-      publish(JobVerdict{
-          128 + sig,
-          node_name() + " received " + signal_name(sig) + " while waiting for the other nodes",
-          std::nullopt, -1});
+      publish(JobVerdict{128 + sig, received(sig, from) + " while waiting for the other nodes",
+                         std::nullopt, -1});
       break;
     case Phase::k_running: {
       if (!m_supervisor) {
         break;  // ending with an error already
       }
       const bool was_stopping = m_supervisor->stopping();
-      if (is_forwarded_signal(sig) && workers_have_it) {
+      if (is_forwarded_signal(sig) && from == SignalFrom::k_slurm) {
         log::info(
             "received {} from Slurm, which sent it to every worker of the step too: not "
             "sending it again",
@@ -335,8 +343,7 @@ void Agent::on_signal(int sig, bool workers_have_it) {
       }
       apply(m_supervisor->on_launcher_signal(sig, now));
       if (!was_stopping && m_supervisor->stopping() && m_link != nullptr && !m_verdict) {
-        publish(JobVerdict{128 + sig, node_name() + " received " + signal_name(sig), std::nullopt,
-                           m_plan->layout.node_rank});
+        publish(JobVerdict{128 + sig, received(sig, from), std::nullopt, m_plan->layout.node_rank});
       }
       break;
     }
@@ -462,8 +469,14 @@ void Agent::on_not_needed(int exit_code, const std::string& message) {
 void Agent::on_join_failed(int exit_code, const std::string& message) {
   if (m_phase == Phase::k_joining && !m_join_signal) {
     // This node's own failed health check is what refused it (or the job).
+    // Under a launching command node 0 says why the job did not start; the
+    // others keep to their exit code (one line, not one per node).
+    const bool nodes_0s_word = m_config.launcher_channel && m_config.node_rank.value_or(0) != 0;
+    if (nodes_0s_word) {
+      log::debug("{}", message);
+    }
     end_early(m_self.health.empty() ? exit_code : k_exit_unhealthy, StopReason::k_none, message,
-              true);
+              !nodes_0s_word);
   } else if (m_phase == Phase::k_joining) {
     advance();
   }

@@ -75,10 +75,18 @@ class Agent : public JobLink::Listener {
   void start();
 
   // --- events -------------------------------------------------------------------
-  // `workers_have_it`: the sender signalled the workers too (Slurm signals
-  // every process of a job step): a forwarded or preemption signal is not
-  // sent to them again, here or, for a preemption, on the other nodes.
-  void on_signal(int sig, bool workers_have_it = false);
+  // Who sent a signal the launcher received, where it can tell.
+  enum class SignalFrom {
+    k_anyone,
+    // Slurm's slurmstepd, which signals every process of a job step: the
+    // workers have it too, and a forwarded or preemption signal is not sent
+    // to them again, here or, for a preemption, on the other nodes.
+    k_slurm,
+    // The launching command (--hosts) relayed it, or went away: the reports
+    // say it was the command's, not this node's.
+    k_launching_command,
+  };
+  void on_signal(int sig, SignalFrom from = SignalFrom::k_anyone);
   void preempt(int sig, bool workers_have_it = false);
   // Worker `local_rank` ended; its pipes were read up to now first.
   void on_worker_exit(int local_rank, const ExitInfo& info);
@@ -171,6 +179,8 @@ class Agent : public JobLink::Listener {
   void take_hung_stacks(TimePoint now, const std::string& why);
   void abort_hung(TimePoint now);
   bool is_hung(int local_rank) const;
+  // "node 1 (b) received SIGINT", or "the launching command received SIGINT".
+  std::string received(int sig, SignalFrom from) const;
   // The hung rank to blame, of this node's (hang_stacks.hpp's rule).
   std::optional<int> local_hang_culprit() const;
   // This node's own view of how the round ended (its Supervisor's).

@@ -269,8 +269,10 @@ void Agent::end_early(int exit_code, StopReason reason, const std::string& messa
   m_summary.message = message;
   if (reason == StopReason::k_signal && m_join_signal) {
     m_summary.stop_signal = m_join_signal;
-    m_summary.message =
-        "ddplaunch received " + signal_name(*m_join_signal) + " while waiting for the other nodes";
+    if (message.empty()) {
+      m_summary.message = "ddplaunch received " + signal_name(*m_join_signal) +
+                          " while waiting for the other nodes";
+    }
   }
   m_summary.start_time = m_start_time;
   m_summary.end_time = m_clock.wall_now();

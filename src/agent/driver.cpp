@@ -273,9 +273,15 @@ void Driver::dispatch(const posix::EventLoop::Ready& ready) {
         reap();
       } else {
         // Slurm's slurmstepd signals every process of the job step, the
-        // workers too (scancel --signal, sbatch --signal, a preemption).
-        m_agent->on_signal(got->signo,
-                           got->sender > 0 && posix::process_name(got->sender) == "slurmstepd");
+        // workers too (scancel --signal, sbatch --signal, a preemption); the
+        // launching command's signals are raised by this process's own
+        // channel thread (launcher/agent_channel.hpp).
+        using From = Agent::SignalFrom;
+        const From from = got->sender == ::getpid() ? From::k_launching_command
+                          : got->sender > 0 && posix::process_name(got->sender) == "slurmstepd"
+                              ? From::k_slurm
+                              : From::k_anyone;
+        m_agent->on_signal(got->signo, from);
       }
     }
   } else if (ready.tag == k_tag_console) {

@@ -254,11 +254,17 @@ HealthCheckResult run_and_show_health_check(const Config& config, const EnvMap& 
   if (result.ok) {
     log::debug("health check '{}' passed in {:.3f} s", result.command, result.seconds);
   }
+  // On several nodes each line names its node (a launching command shows
+  // every node's lines together).
+  const std::string where =
+      config.nnodes > 1 && config.node_rank
+          ? fmt::format(" on node {} ({})", *config.node_rank, local_hostname())
+          : std::string();
   for (const auto& line : result.output) {
     if (result.ok) {
-      log::debug("health check: {}", line);
+      log::debug("health check{}: {}", where, line);
     } else {
-      log::warn("health check: {}", line);
+      log::warn("health check{}: {}", where, line);
     }
   }
   return result;
@@ -278,7 +284,13 @@ HealthCheckResult check_health(const Config& config, const EnvMap& env, Driver& 
                       "this node failed its health check: " + self.health +
                           "; fix the node (or the check) and start the job again");
   }
-  log::error("this node failed its health check: {}; it does not join the job", self.health);
+  // Under a launching command node 0's error names this node and the
+  // check's last line for the job (once, with every node's lines together).
+  if (config.launcher_channel) {
+    log::debug("this node failed its health check: {}; it does not join the job", self.health);
+  } else {
+    log::error("this node failed its health check: {}; it does not join the job", self.health);
+  }
   return result;
 }
 

@@ -252,11 +252,19 @@ class HostsLauncher {
 
   // The job's exit code: the first agent to end with a failure says it
   // (they agree on the job's verdict, and one that failed alone ended
-  // first); this command's own 3 when a node could not be started; 4 when
-  // only ssh connections failed (each agent ended by its dropped channel).
+  // first), but a node that failed its health check makes it 5, however
+  // soon the others ended with 3 for it; this command's own 3 when a node
+  // could not be started; 4 when only ssh connections failed (each agent
+  // ended by its dropped channel).
   int exit_code() const {
     if (m_failed_start) {
       return k_exit_rendezvous;
+    }
+    const bool unhealthy = std::any_of(m_started.begin(), m_started.end(), [](const Started& s) {
+      return s.exit && !s.exit->by_signal() && s.exit->code() == k_exit_unhealthy;
+    });
+    if (m_first_failure && *m_first_failure == k_exit_rendezvous && unhealthy) {
+      return k_exit_unhealthy;
     }
     if (m_first_failure) {
       return *m_first_failure;

@@ -16,6 +16,9 @@ namespace {
 
 using Ms = std::chrono::milliseconds;
 constexpr auto k_ack_wait = Ms(5000);  // how long node 0 keeps the store up for a failed rendezvous
+// How long node 0, having failed its own health check, waits for the other
+// nodes to join and hear it.
+constexpr auto k_refused_host_wait = Ms(5000);
 
 }  // namespace
 
@@ -25,11 +28,17 @@ HostLink::HostLink(const Config& config, StoreAddress address, StoreConnection& 
 
 // The store host is part of the job whenever it came: its own record first,
 // then the others' in arrival order. Its own record is refused only when it
-// failed its health check: without it there is no job, elastic or not.
+// failed its health check: without it there is no job, elastic or not. The
+// nodes started with it (a launching command starts them all at once) are
+// told so as they join, for a few seconds, rather than finding the store
+// gone.
 void HostLink::joined_as(int) {
   m_planner.emplace(m_self);
   if (auto refusal = m_planner->add(m_self)) {
-    fail(refusal->message);
+    const int last = std::max(m_config.nnodes - 1, m_self.arrival);
+    const auto wait = std::min<Ms>(k_refused_host_wait, millis(m_config.rdzv_timeout_s));
+    m_store.get(keys::node(last), wait,
+                [this, why = refusal->message](const std::optional<std::string>&) { fail(why); });
     return;
   }
   wait_for(0);

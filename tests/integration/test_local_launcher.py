@@ -5,6 +5,7 @@ ssh: the channel, the relayed lines, the signals, the job's code, the tree
 of --fanout."""
 import errno
 import os
+import re
 import signal
 import socket
 
@@ -74,6 +75,35 @@ def test_ctrl_c_during_a_slow_start_stops_what_started_and_starts_no_more(jobs, 
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert len(list(tmp_path.glob("ready.*"))) < 4
+
+
+def test_ctrl_c_on_the_launching_command_is_reported_as_the_commands(jobs, tmp_path):
+    """The command relays Ctrl-C to every agent; the report says the command
+    received it, not one of the nodes (which used to differ run to run)."""
+    p = jobs.start(["--hosts", "a,b,c", "--launcher", "local", "--",
+                    *worker(f"ready={tmp_path}", "sleep=300")])
+    assert wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 3, timeout=60)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert "job stopped: the launching command received SIGINT" in err, err
+    assert not re.search(r"node \d \([^)]*\) received SIGINT", err), err
+
+
+def test_a_node_failing_its_health_check_is_named_once_and_the_command_exits_5(jobs, tmp_path):
+    """The first node to run the check fails it (whichever that is): one
+    error line names it, its check's output names it, and the command exits
+    5 as README documents, not 3 (the other nodes' code)."""
+    check = f"mkdir {tmp_path}/first 2>/dev/null && echo disk failing && exit 1; exit 0"
+    r = jobs.run(["--hosts", "a,b,c", "--launcher", "local", "--health-check", check, "--",
+                  "true"], timeout=60)
+    assert r.returncode == 5, r.stderr
+    errors = [l for l in r.stderr.splitlines() if "failed its health check" in l]
+    assert len(errors) == 1, r.stderr
+    m = re.match(r"ddplaunch: error: node (\d) \([^)]*\) failed its health check: .*disk failing$",
+                 errors[0])
+    assert m, r.stderr
+    assert f"ddplaunch: warning: health check on node {m.group(1)} (" in r.stderr, r.stderr
 
 
 def test_node_0s_store_port_is_held_from_the_pick_until_the_job_ends(jobs):

@@ -293,7 +293,7 @@ TEST_F(AgentTest, UserSignalsAreForwardedAndTheJobGoesOn) {
 // second copy from ddplaunch would run a rank's handler twice.
 TEST_F(AgentTest, ASignalSlurmSentToTheWorkersToIsNotSentAgain) {
   make(2, false);
-  agent->on_signal(SIGUSR1, true);
+  agent->on_signal(SIGUSR1, Agent::SignalFrom::k_slurm);
   EXPECT_EQ(spawner.count(SIGUSR1), 0);
   ends(0, ExitInfo::exited(0));
   ends(1, ExitInfo::exited(0));
@@ -303,10 +303,10 @@ TEST_F(AgentTest, ASignalSlurmSentToTheWorkersToIsNotSentAgain) {
 TEST_F(AgentTest, APreemptionSlurmSentToTheWorkersIsNotSentAgainButItsGraceHolds) {
   config.preempt_signal = SIGUSR1;
   make(2, false);
-  agent->on_signal(SIGUSR1, true);
+  agent->on_signal(SIGUSR1, Agent::SignalFrom::k_slurm);
   EXPECT_EQ(spawner.count(SIGUSR1), 0);
   ends(0, ExitInfo::exited(0));  // checkpointed on Slurm's own signal
-  pass(30s);  // --term-timeout
+  pass(30s);                     // --term-timeout
   EXPECT_EQ(spawner.signals, (std::vector<std::pair<int, int>>{{1, SIGKILL}}));
   ends(1, ExitInfo::signaled(SIGKILL));
   ASSERT_TRUE(agent->done());
