@@ -288,6 +288,11 @@ RankOutcome Agent::root_outcome(int local_rank) const {
 }
 
 std::string Agent::received(int sig, SignalFrom from) const {
+  if (from == SignalFrom::k_cut_off) {
+    return node_name() +
+           " lost its connection to the launching command (its ssh dropped, or the command was "
+           "killed)";
+  }
   return (from == SignalFrom::k_launching_command ? std::string("the launching command")
                                                   : node_name()) +
          " received " + signal_name(sig);
@@ -308,14 +313,17 @@ void Agent::on_signal(int sig, SignalFrom from) {
       }
       if (m_join_signal || m_link == nullptr) {
         m_join_signal = m_join_signal.value_or(sig);
-        end_early(128 + *m_join_signal, StopReason::k_signal,
-                  from == SignalFrom::k_launching_command ? received(sig, from) : "", false);
+        end_early(
+            128 + *m_join_signal, StopReason::k_signal,
+            from != SignalFrom::k_anyone && from != SignalFrom::k_slurm ? received(sig, from) : "",
+            false);
         return;
       }
       m_join_signal = sig;
       log::info("{}: {}",
-                from == SignalFrom::k_launching_command ? received(sig, from)
-                                                        : "received " + signal_name(sig),
+                from == SignalFrom::k_launching_command || from == SignalFrom::k_cut_off
+                    ? received(sig, from)
+                    : "received " + signal_name(sig),
                 m_link->admitted() ? "leaving rendezvous and stopping the job on every node"
                                    : "leaving; the running job goes on without this node");
       publish(JobVerdict{128 + sig, received(sig, from) + " while waiting for the other nodes",

@@ -20,6 +20,7 @@
 
 #include "config/config.hpp"
 #include "config/env_map.hpp"
+#include "ddplaunch/error.hpp"
 #include "env/launch_spec.hpp"
 #include "env/mpi_env.hpp"
 #include "mpi/mpi_host.hpp"
@@ -82,9 +83,12 @@ class Agent : public JobLink::Listener {
     // workers have it too, and a forwarded or preemption signal is not sent
     // to them again, here or, for a preemption, on the other nodes.
     k_slurm,
-    // The launching command (--hosts) relayed it, or went away: the reports
-    // say it was the command's, not this node's.
+    // The launching command (--hosts) relayed it: the reports say it was
+    // the command's, not this node's.
     k_launching_command,
+    // This node lost its connection to the launching command (its ssh
+    // dropped, or the command was killed): SIGTERM, and the reports say so.
+    k_cut_off,
   };
   void on_signal(int sig, SignalFrom from = SignalFrom::k_anyone);
   void preempt(int sig, bool workers_have_it = false);
@@ -139,6 +143,12 @@ class Agent : public JobLink::Listener {
   // Set when the run ended with an error rather than a job verdict (exit 2,
   // 3, 4, 127): the one line main() prints.
   const std::optional<std::string>& error() const { return m_error; }
+  // The job ended because node 0 (the store) was lost: node 0 cannot say
+  // so itself, the other nodes must.
+  bool node_0_lost() const {
+    return m_summary.exit_code == k_exit_node_lost &&
+           (!m_verdict || m_verdict->node < 0 || m_verdict->lost == 0);
+  }
 
  private:
   enum class Phase { k_joining, k_running, k_finishing, k_gathering, k_done };

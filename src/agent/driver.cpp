@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "ddplaunch/error.hpp"
+#include "launcher/agent_channel.hpp"
 #include "log.hpp"
 #include "proc/reap.hpp"
 #include "supervise/signal_policy.hpp"
@@ -277,10 +278,11 @@ void Driver::dispatch(const posix::EventLoop::Ready& ready) {
         // launching command's signals are raised by this process's own
         // channel thread (launcher/agent_channel.hpp).
         using From = Agent::SignalFrom;
-        const From from = got->sender == ::getpid() ? From::k_launching_command
-                          : got->sender > 0 && posix::process_name(got->sender) == "slurmstepd"
-                              ? From::k_slurm
-                              : From::k_anyone;
+        const From from =
+            got->sender == ::getpid()
+                ? (agent_channel_ended() ? From::k_cut_off : From::k_launching_command)
+            : got->sender > 0 && posix::process_name(got->sender) == "slurmstepd" ? From::k_slurm
+                                                                                  : From::k_anyone;
         m_agent->on_signal(got->signo, from);
       }
     }

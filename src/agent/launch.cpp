@@ -210,9 +210,10 @@ int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleW
     throw LaunchError(summary.exit_code, *agent.error());
   }
   // Under a launching command (--hosts) node 0's report speaks for the job;
-  // another node's adds only what node 0 could not say (node 0 lost).
-  const bool quiet = config.launcher_channel && config.node_rank.value_or(0) != 0 &&
-                     summary.exit_code != k_exit_node_lost;
+  // another node's adds only what node 0 could not say (node 0 lost; not
+  // another node, which node 0 names).
+  const bool quiet =
+      config.launcher_channel && config.node_rank.value_or(0) != 0 && !agent.node_0_lost();
   std::string text = quiet ? std::string() : format_failure_report(summary);
   if (!text.empty()) {
     // Before the last line, which says the exit code.

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -16,6 +17,8 @@
 namespace ddplaunch {
 
 namespace {
+
+std::atomic<bool> g_channel_ended{false};
 
 // Acts on one signal byte: the launching command's Ctrl-C, SIGTERM, ...
 void raise_byte(unsigned char b) {
@@ -79,6 +82,10 @@ void announce_ready(int node_rank) {
   posix::write_all(STDOUT_FILENO, line);
 }
 
+bool agent_channel_ended() {
+  return g_channel_ended;
+}
+
 void announce_store_port(int port) {
   const std::string line = std::string(k_agent_store_port) + std::to_string(port) + "\n";
   posix::write_all(STDOUT_FILENO, line);
@@ -104,6 +111,7 @@ void watch_agent_channel(AgentChannel& channel) {
       }
     }
     log::warn("the launching command is gone (its connection to this node closed): stopping");
+    g_channel_ended = true;
     ::kill(::getpid(), SIGTERM);
     ::close(fd);
   }).detach();

@@ -37,4 +37,8 @@ void announce_store_port(int port);
 // inherits the blocked mask and lives until the process exits.
 void watch_agent_channel(AgentChannel& channel);
 
+// Whether the channel has ended (the launching command or its ssh is gone):
+// the SIGTERM this process raised then was not a signal the command relayed.
+bool agent_channel_ended();
+
 }  // namespace ddplaunch

@@ -63,6 +63,7 @@ struct Started {
   int ready = 0;  // nodes of it that said they started
   std::optional<ExitInfo> exit;
   std::string last_error;  // its last stderr line
+  std::string ssh_said;    // the last line ssh itself wrote (ssh_line())
 };
 
 std::vector<HostSlots> hosts_of(const Config& config) {
@@ -477,6 +478,13 @@ class HostsLauncher {
           const size_t begin = before == std::string_view::npos ? 0 : before + 1;
           s.last_error = std::string(whole.substr(begin, std::min<size_t>(last - begin, 400)));
         }
+        if (!is_out && !s.start.local) {
+          for (size_t at = 0; at < whole.size();) {
+            const size_t nl = whole.find('\n', at);
+            note_ssh_line(s, whole.substr(at, nl - at));
+            at = nl + 1;
+          }
+        }
         m_console.write(is_out ? 1 : 2, whole);
         chunk.remove_prefix(last + 1);
       }
@@ -531,6 +539,9 @@ class HostsLauncher {
     }
     if (!is_out && !text.empty()) {
       s.last_error = std::string(text.substr(0, 400));
+      if (!s.start.local) {
+        note_ssh_line(s, text);
+      }
     }
     std::string line(text);
     switch (end) {
@@ -545,6 +556,29 @@ class HostsLauncher {
         break;
     }
     m_console.write(is_out ? 1 : 2, line);
+  }
+
+  // What ssh itself says when a connection fails or drops (its lines share
+  // the agent's stderr with the agent's and the workers' own).
+  static void note_ssh_line(Started& s, std::string_view line) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) {
+      line.remove_suffix(1);  // ssh ends its own lines with "\r\n"
+    }
+    static constexpr std::string_view k_ssh_starts[] = {"ssh: ",
+                                                        "client_loop: ",
+                                                        "Connection to ",
+                                                        "Connection closed by ",
+                                                        "Timeout, server ",
+                                                        "packet_write_wait: ",
+                                                        "Read from remote host ",
+                                                        "kex_exchange_identification: ",
+                                                        "Bad owner or permissions"};
+    for (const auto start : k_ssh_starts) {
+      if (line.starts_with(start)) {
+        s.ssh_said = std::string(line.substr(0, 400));
+        return;
+      }
+    }
   }
 
   void reap() {
@@ -567,8 +601,7 @@ class HostsLauncher {
           } else if (!s.start.local && !s.exit->by_signal() &&
                      s.exit->code() == k_ssh_unreachable) {
             log::warn("the ssh connection to {} dropped{}: the agents there stop their workers",
-                      describe_start(s.start),
-                      s.last_error.empty() ? "" : " (" + s.last_error + ")");
+                      describe_start(s.start), s.ssh_said.empty() ? "" : " (" + s.ssh_said + ")");
           } else if (!s.exit->success()) {
             on_agent_failed(s);
           }

@@ -13,7 +13,7 @@ import pytest
 import netns
 import sshd
 from conftest import (BIN, SOURCE_DIR, TORCH_PYTHON, WORKER, env_lines, needs_torch, read_until,
-                      wait_until, worker)
+                      parent_of, wait_until, worker)
 
 why_not = netns.available() or sshd.available()
 pytestmark = pytest.mark.skipif(why_not is not None, reason=str(why_not))
@@ -190,6 +190,41 @@ def test_an_ssh_connection_that_drops_mid_job_ends_the_job_everywhere(jobs, ssh_
     assert p.returncode != 0, err
     assert wait_until(lambda: nothing_left(hosts), timeout=30), \
         {h: hosts.processes(h) for h in hosts.names}
+
+
+def test_a_connection_the_remote_end_drops_is_named_with_ssh_s_own_words(jobs, ssh_hosts, tmp_path):
+    """node1's sshd session dies (a reboot, an OOM kill): ssh says "Connection
+    to node1 closed by remote host."; that line, not the agent's last log
+    line, is the reason given, and one report (node 0's) speaks for the job:
+    node2 hears of node1's loss too, and adds nothing."""
+    hosts = ssh_hosts(3)
+    p = launch(jobs, hosts, ["--", *worker(f"ready={tmp_path}", "sleep=300")])
+    assert wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 3, timeout=60)
+    # The sessions: sshd processes whose parent is sshd (the listener).
+    sessions = [int(pid) for pid in subprocess.run(
+        ["ip", "netns", "pids", hosts.namespaces["node1"]], capture_output=True,
+        text=True).stdout.split()
+        if _comm(int(pid)) == "sshd" and _comm(parent_of(int(pid)) or 0) == "sshd"]
+    assert sessions
+    for pid in sessions:
+        os.kill(pid, signal.SIGKILL)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode != 0, err
+    dropped = [l for l in err.splitlines() if "ssh connection to" in l and "dropped" in l]
+    assert len(dropped) == 1 and "(ddplaunch:" not in dropped[0], err
+    assert "closed by remote host" in dropped[0], err
+    assert err.count("ddplaunch: exit code") == 1, err
+    assert "job stopped: node 1 (node1) lost its connection to the launching command" in err, err
+    assert wait_until(lambda: nothing_left(hosts), timeout=30), \
+        {h: hosts.processes(h) for h in hosts.names}
+
+
+def _comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _children(pid):
