@@ -288,6 +288,9 @@ RankOutcome Agent::root_outcome(int local_rank) const {
 }
 
 std::string Agent::received(int sig, SignalFrom from) const {
+  if (from == SignalFrom::k_stopped_by_command) {
+    return "the launching command stopped the job";
+  }
   if (from == SignalFrom::k_cut_off) {
     return node_name() +
            " lost its connection to the launching command (its ssh dropped, or the command was "
@@ -300,6 +303,7 @@ std::string Agent::received(int sig, SignalFrom from) const {
 
 void Agent::on_signal(int sig, SignalFrom from) {
   const bool workers_have_it = from == SignalFrom::k_slurm;
+  m_stopped_by_command = m_stopped_by_command || from == SignalFrom::k_stopped_by_command;
   if (m_config.preempt_signal == sig) {
     preempt(sig, workers_have_it);
     return;
@@ -320,10 +324,12 @@ void Agent::on_signal(int sig, SignalFrom from) {
         return;
       }
       m_join_signal = sig;
-      log::info("{}: {}",
-                from == SignalFrom::k_launching_command || from == SignalFrom::k_cut_off
-                    ? received(sig, from)
-                    : "received " + signal_name(sig),
+      // The command that stopped the job says why; this node says no more.
+      log::emit(from == SignalFrom::k_stopped_by_command ? log::Level::debug : log::Level::info,
+                "{}: {}",
+                from == SignalFrom::k_anyone || from == SignalFrom::k_slurm
+                    ? "received " + signal_name(sig)
+                    : received(sig, from),
                 m_link->admitted() ? "leaving rendezvous and stopping the job on every node"
                                    : "leaving; the running job goes on without this node");
       publish(JobVerdict{128 + sig, received(sig, from) + " while waiting for the other nodes",
@@ -341,7 +347,8 @@ void Agent::on_signal(int sig, SignalFrom from) {
             signal_name(sig));
         break;
       }
-      log::info("received {}: {}", signal_name(sig),
+      log::emit(from == SignalFrom::k_stopped_by_command ? log::Level::debug : log::Level::info,
+                "received {}: {}", signal_name(sig),
                 is_forwarded_signal(sig) ? "forwarding it to the workers"
                 : was_stopping           ? "killing the workers now"
                                          : "stopping the workers");

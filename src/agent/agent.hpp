@@ -89,6 +89,9 @@ class Agent : public JobLink::Listener {
     // This node lost its connection to the launching command (its ssh
     // dropped, or the command was killed): SIGTERM, and the reports say so.
     k_cut_off,
+    // The launching command stopped the job for its own reason (a host it
+    // could not start), which it says: SIGTERM, and no node reports.
+    k_stopped_by_command,
   };
   void on_signal(int sig, SignalFrom from = SignalFrom::k_anyone);
   void preempt(int sig, bool workers_have_it = false);
@@ -145,6 +148,7 @@ class Agent : public JobLink::Listener {
   const std::optional<std::string>& error() const { return m_error; }
   // The job ended because node 0 (the store) was lost: node 0 cannot say
   // so itself, the other nodes must.
+  bool stopped_by_command() const { return m_stopped_by_command; }
   bool node_0_lost() const {
     return m_summary.exit_code == k_exit_node_lost &&
            (!m_verdict || m_verdict->node < 0 || m_verdict->lost == 0);
@@ -264,6 +268,7 @@ class Agent : public JobLink::Listener {
     int dumping = 0;    // debuggers still printing native stacks
   };
   std::optional<Hung> m_hung;
+  bool m_stopped_by_command = false;  // SignalFrom::k_stopped_by_command
 
   // The PMIx server and what each local rank told it this round.
   MpiHost* m_mpi;

@@ -279,8 +279,9 @@ void Driver::dispatch(const posix::EventLoop::Ready& ready) {
         // channel thread (launcher/agent_channel.hpp).
         using From = Agent::SignalFrom;
         const From from =
-            got->sender == ::getpid()
-                ? (agent_channel_ended() ? From::k_cut_off : From::k_launching_command)
+            got->sender == ::getpid() ? (agent_channel_ended()        ? From::k_cut_off
+                                         : agent_stopped_by_command() ? From::k_stopped_by_command
+                                                                      : From::k_launching_command)
             : got->sender > 0 && posix::process_name(got->sender) == "slurmstepd" ? From::k_slurm
                                                                                   : From::k_anyone;
         m_agent->on_signal(got->signo, from);

@@ -99,13 +99,6 @@ StoreAddress resolve_store_address(const Config& config, const EnvMap& env, Driv
     }
     log::debug("node 0's address, through PMIx: {}", address.host);
   }
-  if (address.token.empty() && !posix::is_loopback(address.host)) {
-    log::info(
-        "the store admits any client that can reach {}:{}; to admit only this job's nodes, run "
-        "`ddplaunch token init` once (a shared home directory gives every node the token), or "
-        "give every node the same secret with --rdzv-token-file FILE or DDPLAUNCH_RDZV_TOKEN",
-        address.host, address.port);
-  }
   if (!config.master_via_pmix && !config.launcher_channel && posix::is_loopback(address.host)) {
     log::info(
         "--master-addr {} is a loopback address: every node of this job must run on this "
@@ -212,8 +205,10 @@ int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleW
   // Under a launching command (--hosts) node 0's report speaks for the job;
   // another node's adds only what node 0 could not say (node 0 lost; not
   // another node, which node 0 names).
+  // When the command stopped the job for its own reason, it says why.
   const bool quiet =
-      config.launcher_channel && config.node_rank.value_or(0) != 0 && !agent.node_0_lost();
+      (config.launcher_channel && config.node_rank.value_or(0) != 0 && !agent.node_0_lost()) ||
+      agent.stopped_by_command();
   std::string text = quiet ? std::string() : format_failure_report(summary);
   if (!text.empty()) {
     // Before the last line, which says the exit code.

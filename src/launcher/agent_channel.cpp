@@ -19,10 +19,15 @@ namespace ddplaunch {
 namespace {
 
 std::atomic<bool> g_channel_ended{false};
+std::atomic<bool> g_stopped_by_command{false};
 
-// Acts on one signal byte: the launching command's Ctrl-C, SIGTERM, ...
+// Acts on one signal byte: the launching command's Ctrl-C, SIGTERM, ...; its
+// own stop is SIGTERM too.
 void raise_byte(unsigned char b) {
-  if (b >= 1 && b < NSIG && b != SIGKILL && b != SIGSTOP) {
+  if (b == static_cast<unsigned char>(k_channel_stop)) {
+    g_stopped_by_command = true;
+    ::kill(::getpid(), SIGTERM);
+  } else if (b >= 1 && b < NSIG && b != SIGKILL && b != SIGSTOP) {
     ::kill(::getpid(), b);
   }
 }
@@ -84,6 +89,10 @@ void announce_ready(int node_rank) {
 
 bool agent_channel_ended() {
   return g_channel_ended;
+}
+
+bool agent_stopped_by_command() {
+  return g_stopped_by_command;
 }
 
 void announce_store_port(int port) {

@@ -41,4 +41,8 @@ void watch_agent_channel(AgentChannel& channel);
 // the SIGTERM this process raised then was not a signal the command relayed.
 bool agent_channel_ended();
 
+// Whether the launching command stopped this agent for a reason of its own
+// (k_channel_stop), which it says itself.
+bool agent_stopped_by_command();
+
 }  // namespace ddplaunch

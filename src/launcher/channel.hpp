@@ -8,8 +8,10 @@
 //   launcher -> agent: "ddplaunch-channel 1\n", then NAME=VALUE entries,
 //     each ended by a NUL byte, then one more NUL. Entries: "token=SECRET"
 //     (at most one), "env=VAR=VALUE" (any number). After that, one byte per
-//     signal to act on (its number: 2 SIGINT, 15 SIGTERM, ...). End of file:
-//     the launching command is gone, and the agent stops its workers.
+//     signal to act on (its number: 2 SIGINT, 15 SIGTERM, ...), or
+//     k_channel_stop: the command stops the job for a reason of its own (a
+//     host could not be started) and says why itself. End of file: the
+//     launching command is gone, and the agent stops its workers.
 //   agent -> launcher: "ddplaunch-agent-ready <host>\n" once the header is
 //     read, then the agent's own output.
 #pragma once
@@ -34,6 +36,9 @@ struct ChannelHeader {
 // The largest header an agent reads (the environment is the bulk of it).
 inline constexpr size_t k_max_channel_header = 1 << 20;
 inline constexpr std::string_view k_channel_magic = "ddplaunch-channel 1\n";
+// The byte that stops an agent for the command's own reason (not a signal
+// number).
+inline constexpr char k_channel_stop = 0x7f;
 inline constexpr std::string_view k_agent_ready = "ddplaunch-agent-ready ";
 // Node 0's agent, with --pick-store-port, once its store listens: "<prefix><port>\n".
 inline constexpr std::string_view k_agent_store_port = "ddplaunch-agent-store-port ";

@@ -241,7 +241,7 @@ class HostsLauncher {
       const auto now = Steady::now();
       if (m_stop_at && now >= *m_stop_at && !done()) {
         log::warn("{} and the other nodes still run: stopping them", m_stop_reason);
-        send_to_all(std::string(1, static_cast<char>(SIGTERM)));
+        send_to_all(std::string(1, k_channel_stop));
         m_stop_at = Steady::time_point::max();
       }
       start_due(now);
@@ -476,7 +476,7 @@ class HostsLauncher {
         if (!is_out && last > 0) {
           const size_t before = whole.rfind('\n', last - 1);
           const size_t begin = before == std::string_view::npos ? 0 : before + 1;
-          s.last_error = std::string(whole.substr(begin, std::min<size_t>(last - begin, 400)));
+          s.last_error = trimmed(whole.substr(begin, std::min<size_t>(last - begin, 400)));
         }
         if (!is_out && !s.start.local) {
           for (size_t at = 0; at < whole.size();) {
@@ -538,7 +538,7 @@ class HostsLauncher {
       return;
     }
     if (!is_out && !text.empty()) {
-      s.last_error = std::string(text.substr(0, 400));
+      s.last_error = trimmed(text.substr(0, 400));
       if (!s.start.local) {
         note_ssh_line(s, text);
       }
@@ -560,10 +560,16 @@ class HostsLauncher {
 
   // What ssh itself says when a connection fails or drops (its lines share
   // the agent's stderr with the agent's and the workers' own).
-  static void note_ssh_line(Started& s, std::string_view line) {
+  // A line without the '\r' ssh ends its own with ("\r\n").
+  static std::string trimmed(std::string_view line) {
     while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) {
-      line.remove_suffix(1);  // ssh ends its own lines with "\r\n"
+      line.remove_suffix(1);
     }
+    return std::string(line);
+  }
+
+  static void note_ssh_line(Started& s, std::string_view line) {
+    line = std::string_view(line).substr(0, line.find_last_not_of("\r\n") + 1);
     static constexpr std::string_view k_ssh_starts[] = {"ssh: ",
                                                         "client_loop: ",
                                                         "Connection to ",
@@ -575,7 +581,7 @@ class HostsLauncher {
                                                         "Bad owner or permissions"};
     for (const auto start : k_ssh_starts) {
       if (line.starts_with(start)) {
-        s.ssh_said = std::string(line.substr(0, 400));
+        s.ssh_said = trimmed(line.substr(0, 400));
         return;
       }
     }
@@ -635,7 +641,7 @@ class HostsLauncher {
     if (!m_failed) {
       m_failed = true;
       m_failed_start = true;
-      send_to_all(std::string(1, static_cast<char>(SIGTERM)));
+      send_to_all(std::string(1, k_channel_stop));
     }
   }
 

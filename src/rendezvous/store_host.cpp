@@ -57,6 +57,16 @@ std::unique_ptr<StoreServer> host_store(const Config& config, const StoreAddress
     auto server = std::make_unique<StoreServer>(store_bind_address(config, address.host),
                                                 address.port, std::move(options));
     log::debug("hosting the store on {}:{}", address.host, address.port);
+    // Said by the node that hosts the store, once it does: a node that
+    // joins it is told nothing of another node's store.
+    if (address.token.empty() && !posix::is_loopback(address.host)) {
+      log::info(
+          "the store admits any client that can reach {}:{}; to admit only this job's nodes, "
+          "run `ddplaunch token init` once (a shared home directory gives every node the "
+          "token), or give every node the same secret with --rdzv-token-file FILE or "
+          "DDPLAUNCH_RDZV_TOKEN",
+          address.host, address.port);
+    }
     return server;
   } catch (const std::system_error& e) {
     if (explicit_host) {

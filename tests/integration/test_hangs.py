@@ -32,15 +32,13 @@ SCRIPT = textwrap.dedent("""\
 # A job stuck in a collective: the last rank stops in its own code (the
 # culprit), and every other rank then waits for it in all_reduce.
 # Until its first step a rank shows progress on DDPLAUNCH_PROGRESS_FD
-# (importing torch takes seconds on a loaded machine).
+# (importing torch takes seconds on a loaded machine, holding the GIL while
+# it loads torch._C: the beat comes from a process of its own).
 COLLECTIVE = textwrap.dedent("""\
-    import os, threading, time
-    stepped = threading.Event()
-    def beat():
-        while not stepped.is_set():
-            os.write(int(os.environ["DDPLAUNCH_PROGRESS_FD"]), b".")
-            time.sleep(0.2)
-    threading.Thread(target=beat, daemon=True).start()
+    import os, subprocess, time
+    fd = int(os.environ["DDPLAUNCH_PROGRESS_FD"])
+    beat = subprocess.Popen(["sh", "-c", f"while :; do printf . >&{fd}; sleep 0.2; done"],
+                            pass_fds=(fd,))
     import torch, torch.distributed as dist
     def fetch_next_batch():
         time.sleep(1000)
@@ -50,7 +48,8 @@ COLLECTIVE = textwrap.dedent("""\
         dist.init_process_group("gloo")
         t = torch.ones(1)
         step(t)
-        stepped.set()
+        beat.kill()
+        beat.wait()
         print(f"rank {dist.get_rank()} stepped", flush=True)
         if dist.get_rank() == dist.get_world_size() - 1:
             fetch_next_batch()

@@ -92,6 +92,10 @@ def test_a_host_that_refuses_ssh_is_named_and_nothing_is_left_elsewhere(jobs, ss
     assert p.returncode == 3, err
     assert "node 2 (node2, over ssh) could not be started: ssh could not reach node2" in err, err
     assert "Connection refused" in err, err
+    # The command's line is the story: no node tells of a SIGTERM the user
+    # did not send, nor of an exit code the command does not exit with.
+    assert "SIGTERM" not in err and "exit code 143" not in err, err
+    assert "could not be started" in err.strip().splitlines()[-1], err
     assert wait_until(lambda: nothing_left(hosts), timeout=30), \
         {h: hosts.processes(h) for h in hosts.names}
 
