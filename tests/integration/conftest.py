@@ -244,6 +244,25 @@ def pytest_runtest_makereport(item, call):
             report.sections.append(("the test's launchers", text))
 
 
+def _netns_hosts(count):
+    import netns  # root and iproute2: the tests that use these skip without them
+    h = netns.Hosts(count)
+    yield h
+    h.remove()
+
+
+@pytest.fixture
+def hosts():
+    """Two hosts, node0 and node1, in network namespaces (netns.py)."""
+    yield from _netns_hosts(2)
+
+
+@pytest.fixture
+def three_hosts():
+    """Three hosts, node0 to node2, in network namespaces (netns.py)."""
+    yield from _netns_hosts(3)
+
+
 @pytest.fixture
 def jobs(tmp_path):
     j = Jobs(tmp_path)

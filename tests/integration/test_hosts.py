@@ -19,13 +19,6 @@ why_not = netns.available()
 pytestmark = pytest.mark.skipif(why_not is not None, reason=str(why_not))
 
 
-@pytest.fixture
-def hosts():
-    h = netns.Hosts(2)
-    yield h
-    h.remove()
-
-
 def start_agents(jobs, hosts, args, env=None, port=None):
     port = port or hosts.free_port("node0")
     procs = []
@@ -188,13 +181,6 @@ def firewall(hosts, host, rule):
               f"policy accept;\n {rule}\n }}\n}}\n")
     subprocess.run(["ip", "netns", "exec", hosts.namespaces[host], "nft", "-f", "-"],
                    input=script, text=True, check=True)
-
-
-@pytest.fixture
-def three_hosts():
-    h = netns.Hosts(3)
-    yield h
-    h.remove()
 
 
 @needs_nft

@@ -48,13 +48,6 @@ def start(jobs, argv, env=None, **kwargs):
     return p
 
 
-@pytest.fixture
-def hosts():
-    h = netns.Hosts(2)
-    yield h
-    h.remove()
-
-
 @needs_netns
 def test_the_two_node_line_on_one_machine_is_one_world(jobs, hosts):
     """docs/MPI.md: `ddplaunch --nnodes 2 --nproc-per-node 2 -- ./mpi_app`

@@ -3,6 +3,7 @@ frame after AUTH is sealed (a man in the middle cannot inject one), nothing
 sent before AUTH costs node 0 more than a handshake's bytes, a flood of
 unauthenticated connections delays a node but never refuses it, and failed
 handshakes from many hosts cost a bounded number of warning lines."""
+import contextlib
 import json
 import os
 import resource
@@ -155,30 +156,38 @@ def _listening(port):
         return False
 
 
-def test_a_flood_of_unauthenticated_connections_delays_a_node_but_never_refuses_it(jobs):
-    """One process opens 4,100 connections that never authenticate (more
-    than --rdzv-max-clients' 4,096). Node 1, started during the flood, is
-    not refused: it joins once the flood ends, and the job runs."""
+@contextlib.contextmanager
+def _flood(port, count):
+    """`count` connections to the store that never say a word, held open
+    (the file limit raised for them) until the block ends."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 16384), hard))
-    port = free_port()
-    host = node(jobs, 0, port, ["--nproc-per-node", 1, "--", *worker()])
-    assert wait_until(lambda: _listening(port), timeout=60)
     flood = []
     try:
-        for _ in range(4100):
+        for _ in range(count):
             s = socket.socket()
             s.setblocking(False)
             s.connect_ex(("127.0.0.1", port))
             flood.append(s)
-        member = node(jobs, 1, port, ["--nproc-per-node", 1, "--", *worker()])
-        # The flood holds on until node 1 has tried for a while (or joined).
-        wait_until(lambda: member.poll() is not None, timeout=2)
-        assert member.poll() is None or member.returncode == 0, member.stderr.read()
+        yield
     finally:
         for s in flood:
             s.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_flood_of_unauthenticated_connections_delays_a_node_but_never_refuses_it(jobs):
+    """One process opens 4,100 connections that never authenticate (more
+    than --rdzv-max-clients' 4,096). Node 1, started during the flood, is
+    not refused: it joins once the flood ends, and the job runs."""
+    port = free_port()
+    host = node(jobs, 0, port, ["--nproc-per-node", 1, "--", *worker()])
+    assert wait_until(lambda: _listening(port), timeout=60)
+    with _flood(port, 4100):
+        member = node(jobs, 1, port, ["--nproc-per-node", 1, "--", *worker()])
+        # The flood holds on until node 1 has tried for a while (or joined).
+        wait_until(lambda: member.poll() is not None, timeout=2)
+        assert member.poll() is None or member.returncode == 0, member.stderr.read()
     for p in (host, member):
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
@@ -190,27 +199,15 @@ def test_a_hello_waiting_past_the_heartbeat_timeout_is_tried_again_not_refused(j
     unanswered longer than --heartbeat-timeout: no answer is no refusal, so
     node 1 tries again until --rdzv-timeout and joins once the flood drains
     (docs/SECURITY.md's promise)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 16384), hard))
     port = free_port()
     short = ["--heartbeat-timeout", 2, "--nproc-per-node", 1, "--", *worker()]
     host = node(jobs, 0, port, short)
     assert wait_until(lambda: _listening(port), timeout=60)
-    flood = []
-    try:
-        for _ in range(4100):
-            s = socket.socket()
-            s.setblocking(False)
-            s.connect_ex(("127.0.0.1", port))
-            flood.append(s)
+    with _flood(port, 4100):
         member = node(jobs, 1, port, short)
         # Twice the heartbeat timeout: node 1 gave up after one before.
         wait_until(lambda: member.poll() is not None, timeout=5)
         assert member.poll() is None, member.stderr.read()
-    finally:
-        for s in flood:
-            s.close()
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     for p in (host, member):
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
