@@ -12,7 +12,10 @@
 #include <deque>
 #include <memory>
 
+#include "ddplaunch/error.hpp"
+#include "launcher/plan.hpp"
 #include "log.hpp"
+#include "node/resources.hpp"
 #include "posix/fd.hpp"
 #include "proc/spawn.hpp"
 #include "supervise/exit_info.hpp"
@@ -154,6 +157,76 @@ HealthCheckResult run_health_check(const std::string& command, const EnvMap& env
   }
   const ExitInfo info = ExitInfo::from_wait_status(status);
   return finish(info.success(), info.success() ? "passed" : "failed with " + info.describe());
+}
+
+// `--health-check builtin`: this binary's `check`, with the job's log
+// directory and the ports this node will bind (its --worker-port; node 0's
+// --master-port when --node-rank 0 is given). Any other command as given.
+std::string builtin_check_command(const Config& config) {
+  if (config.health_check != "builtin") {
+    return config.health_check;
+  }
+  std::string command = shell_quote(posix::self_exe().value_or("ddplaunch")) + " check";
+  if (!config.log_dir.empty()) {
+    command += " --dir " + shell_quote(config.log_dir);
+  }
+  if (config.worker_port) {
+    command += " --port " + std::to_string(*config.worker_port);
+  }
+  if (config.nnodes > 1 && config.node_rank == 0) {
+    command += " --port " + std::to_string(config.master_port);
+  }
+  return command;
+}
+
+// Runs --health-check (before the node joins, and again before each later
+// round); its output is shown as it ends: a warning when it failed.
+HealthCheckResult run_and_show_health_check(const Config& config, const EnvMap& env,
+                                            Driver& driver) {
+  HealthCheckResult result =
+      run_health_check(builtin_check_command(config), env, config.health_check_timeout_s, driver);
+  result.command = config.health_check;
+  if (result.ok) {
+    log::debug("health check '{}' passed in {:.3f} s", result.command, result.seconds);
+  }
+  // On several nodes each line names its node (a launching command shows
+  // every node's lines together).
+  const std::string where =
+      config.nnodes > 1 && config.node_rank
+          ? fmt::format(" on node {} ({})", *config.node_rank, local_hostname())
+          : std::string();
+  for (const auto& line : result.output) {
+    if (result.ok) {
+      log::debug("health check{}: {}", where, line);
+    } else {
+      log::warn("health check{}: {}", where, line);
+    }
+  }
+  return result;
+}
+
+// The check before this node joins. A one-node job that fails it ends here
+// (exit 5); on several nodes the join record says why.
+HealthCheckResult check_health(const Config& config, const EnvMap& env, Driver& driver,
+                               NodeIdentity& self) {
+  HealthCheckResult result = run_and_show_health_check(config, env, driver);
+  if (result.ok) {
+    return result;
+  }
+  self.health = result.describe();
+  if (config.nnodes == 1) {
+    throw LaunchError(k_exit_unhealthy,
+                      "this node failed its health check: " + self.health +
+                          "; fix the node (or the check) and start the job again");
+  }
+  // Under a launching command node 0's error names this node and the
+  // check's last line for the job (once, with every node's lines together).
+  if (config.launcher_channel) {
+    log::debug("this node failed its health check: {}; it does not join the job", self.health);
+  } else {
+    log::error("this node failed its health check: {}; it does not join the job", self.health);
+  }
+  return result;
 }
 
 }  // namespace ddplaunch
