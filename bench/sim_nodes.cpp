@@ -71,7 +71,7 @@ struct AgentNode : JobLink::Listener {
     config.heartbeat_timeout_s = 600;
     store = std::make_unique<AsyncClient>(config.master_addr, port, Ms(600'000), Ms(600'000));
     link =
-        make_store_link(config, StoreAddress{config.master_addr, port, ""}, *store, clock, false);
+        make_store_link(config, StoreAddress{config.master_addr, port, ""}, *store, clock, nullptr);
     link->set_listener(*this);
   }
   std::optional<Steady::time_point> deadline() const {

@@ -372,7 +372,7 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
                                           millis(config.heartbeat_timeout_s), clock.now(),
                                           address.token);
     probe = open_probe(config, self);
-    link = make_store_link(config, address, *store, clock, store_server != nullptr);
+    link = make_store_link(config, address, *store, clock, store_server.get());
     link->set_probe(probe.get());
     driver.watch_probe(probe.get());
   }

@@ -23,8 +23,10 @@ constexpr auto k_refused_host_wait = Ms(5000);
 }  // namespace
 
 HostLink::HostLink(const Config& config, StoreAddress address, StoreConnection& connection,
-                   const Clock& clock, PortPicker pick_port)
-    : StoreLink(config, std::move(address), connection, clock), m_pick_port(std::move(pick_port)) {}
+                   const Clock& clock, PortPicker pick_port, RefusedHosts refused)
+    : StoreLink(config, std::move(address), connection, clock),
+      m_pick_port(std::move(pick_port)),
+      m_refused(std::move(refused)) {}
 
 // The store host is part of the job whenever it came: its own record first,
 // then the others' in arrival order. Its own record is refused only when it
@@ -69,10 +71,19 @@ void HostLink::wait_for(int k) {
     return;
   }
   if (t >= m_deadline) {
+    // The store may have refused the very nodes that are missing.
+    std::string refused;
+    for (const auto& host : m_refused ? m_refused() : std::vector<std::string>{}) {
+      refused += (refused.empty() ? "" : ", ") + host;
+    }
     fail("rendezvous timed out after " + seconds_text(m_config.rdzv_timeout_s) +
          " s: " + std::to_string(m_planner->joined()) + "/" +
          std::to_string(m_planner->min_nodes()) + " joined (missing: " + m_planner->missing() +
-         "); start ddplaunch on the missing nodes with the same --master-addr/--master-port");
+         (refused.empty()
+              ? "); start ddplaunch on the missing nodes with the same --master-addr/--master-port"
+              : "); the store refused " + refused +
+                    ": give every node the job's token (the same --rdzv-token-file, "
+                    "DDPLAUNCH_RDZV_TOKEN, or `ddplaunch token init` on a shared home)"));
     return;
   }
   const auto until = m_last_call ? std::min(*m_last_call, m_deadline) : m_deadline;

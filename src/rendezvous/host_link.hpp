@@ -23,8 +23,10 @@ namespace ddplaunch {
 class HostLink : public StoreLink {
  public:
   using PortPicker = std::function<int()>;
+  // The hosts the store refused so far ("HOST (why)"), for the timeout's line.
+  using RefusedHosts = std::function<std::vector<std::string>()>;
   HostLink(const Config& config, StoreAddress address, StoreConnection& connection,
-           const Clock& clock, PortPicker pick_port);
+           const Clock& clock, PortPicker pick_port, RefusedHosts refused = {});
 
  protected:
   bool hosts_store() const override { return true; }
@@ -62,6 +64,7 @@ class HostLink : public StoreLink {
   void tell_waiting(std::function<void()> then);  // the job ends without them
 
   PortPicker m_pick_port;
+  RefusedHosts m_refused;
   std::optional<RendezvousPlanner> m_planner;
   std::optional<TimePoint> m_last_call;  // an elastic rendezvous closes then
   int m_next_arrival = 0;                // the next join record to read

@@ -81,10 +81,11 @@ std::unique_ptr<StoreServer> host_store(const Config& config, const StoreAddress
 
 std::unique_ptr<StoreLink> make_store_link(const Config& config, const StoreAddress& address,
                                            StoreConnection& connection, const Clock& clock,
-                                           bool hosting) {
-  if (hosting) {
-    return std::make_unique<HostLink>(config, address, connection, clock,
-                                      [] { return posix::pick_free_port(); });
+                                           const StoreServer* hosting) {
+  if (hosting != nullptr) {
+    return std::make_unique<HostLink>(
+        config, address, connection, clock, [] { return posix::pick_free_port(); },
+        [hosting] { return hosting->refused_hosts(); });
   }
   return std::make_unique<MemberLink>(config, address, connection, clock);
 }

@@ -22,11 +22,12 @@ namespace ddplaunch {
 // port.
 std::unique_ptr<StoreServer> host_store(const Config& config, const StoreAddress& address);
 
-// A HostLink when `hosting`, else a MemberLink. `config`, `connection` and
-// `clock` must outlive it.
+// A HostLink when this node hosts the store (`hosting`, which names the
+// clients it refused in a rendezvous timeout), else a MemberLink. `config`,
+// `connection`, `clock` and `hosting` must outlive it.
 std::unique_ptr<StoreLink> make_store_link(const Config& config, const StoreAddress& address,
                                            StoreConnection& connection, const Clock& clock,
-                                           bool hosting);
+                                           const StoreServer* hosting);
 
 // The job's secret: --rdzv-token-file, else DDPLAUNCH_RDZV_TOKEN, else (a
 // multi-node job) the user's token file when it exists; trailing whitespace

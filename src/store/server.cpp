@@ -155,6 +155,9 @@ struct StoreServer::Impl {
     size_t evicted = 0;
     Steady::time_point summary_due;
   } refusals;
+  // The named refusals for other threads (refused_hosts()): "HOST (why)".
+  mutable std::mutex refused_mutex;
+  std::vector<std::string> refused;
 
   void loop();
   void accept_all();
@@ -312,6 +315,8 @@ void StoreServer::Impl::warn_peer(const Conn& c, const std::string& what) {
   if (refusals.named.size() < 5) {
     refusals.named.insert(host);
     log::warn("the store refused {}: {} (the job goes on; said once per host)", c.peer, what);
+    std::lock_guard lock(refused_mutex);
+    refused.push_back(host + " (" + what + ")");
     return;
   }
   if (refusals.unnamed++ == 0 && refusals.summary_due == Steady::time_point{}) {
@@ -695,6 +700,11 @@ StoreServer::~StoreServer() {
 
 int StoreServer::port() const {
   return m_impl->port;
+}
+
+std::vector<std::string> StoreServer::refused_hosts() const {
+  std::lock_guard lock(m_impl->refused_mutex);
+  return m_impl->refused;
 }
 
 int StoreServer::listen_fd() const {

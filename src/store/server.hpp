@@ -13,6 +13,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ddplaunch {
 
@@ -55,6 +56,9 @@ class StoreServer {
   StoreServer& operator=(const StoreServer&) = delete;
 
   int port() const;
+  // The first hosts whose clients it refused (at most 5), each as
+  // "HOST (why)": the nodes a rendezvous timeout should name. Any thread.
+  std::vector<std::string> refused_hosts() const;
   // The listening socket (watch it for a first client, then serve()).
   int listen_fd() const;
   // Starts the thread (with serve_later). Idempotent.

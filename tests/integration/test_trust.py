@@ -11,6 +11,8 @@ import threading
 
 import pytest
 
+import netns
+
 from conftest import BIN, free_port, wait_until, worker
 
 TOKEN = {"DDPLAUNCH_RDZV_TOKEN": "correct horse battery staple"}
@@ -153,10 +155,30 @@ def test_a_token_file_others_can_read_is_a_warning_or_with_strict_token_an_error
     assert "can be read or written by other users: chmod 600 it" in lax.stderr
 
 
-def test_without_a_token_a_job_across_hosts_is_told_how_to_set_one(jobs):
-    r = jobs.run(["--nnodes", 2, "--master-addr", "192.0.2.1", "--rdzv-timeout", "0.5",
-                  "--", *worker()])
-    assert "--rdzv-token-file" in r.stderr and "DDPLAUNCH_RDZV_TOKEN" in r.stderr
+def test_node_0s_timeout_names_the_node_its_store_refused(jobs, tmp_path):
+    """Node 1 has no token (it says nothing of a store it does not host), so
+    node 0's store refuses it; node 0's timeout names that host and says
+    what to give it, not "start ddplaunch on the missing nodes"."""
+    port = free_port()
+    host = jobs.start(["--nnodes", 2, "--node-rank", 0, "--master-port", port,
+                       "--rdzv-timeout", 3, "--", *worker()], env=TOKEN)
+    member = node(jobs, 1, port, ["--", *worker()])
+    out, err = host.communicate(timeout=60)
+    assert host.returncode == 3, err
+    assert "the store refused 127.0.0.1 (a client without this job's token" in err, err
+    assert "start ddplaunch on the missing nodes" not in err, err
+    out, err = member.communicate(timeout=60)
+    assert "the store admits any client" not in err, err
+
+
+@pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))
+def test_without_a_token_a_job_across_hosts_is_told_how_to_set_one(jobs, hosts):
+    """Node 0, hosting the store on an address other hosts reach, says so."""
+    argv = hosts.command("node0", [BIN, "--nnodes", 2, "--node-rank", 0, "--master-addr", "node0",
+                                   "--rdzv-timeout", "0.5", "--", *worker()])
+    r = subprocess.run(argv, env=jobs.env(), capture_output=True, text=True, timeout=60)
+    assert "the store admits any client that can reach node0:" in r.stderr, r.stderr
+    assert "--rdzv-token-file" in r.stderr and "DDPLAUNCH_RDZV_TOKEN" in r.stderr, r.stderr
 
 
 def test_the_connection_cap_never_refuses_the_jobs_own_nodes(jobs):
