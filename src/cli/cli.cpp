@@ -14,13 +14,143 @@ namespace ddplaunch {
 
 namespace {
 
-// One usage line, ours (CLI11's own would add a second).
-class Usage : public CLI::Formatter {
+// --help's layout: one usage line (CLI11's own would add a second); each
+// option's dash names (torchrun's underscore spellings are accepted, not
+// listed) and its value's name, then its description wrapped to 100
+// columns under a column of its own.
+class Help : public CLI::Formatter {
  public:
+  static constexpr size_t k_width = 100;
+  static constexpr size_t k_indent = 32;
+
   std::string make_usage(const CLI::App*, std::string) const override {
     return "Usage: ddplaunch [options] [--] program [args...]\n";
   }
+
+  std::string make_option(const CLI::Option* opt, bool) const override {
+    std::string names;
+    for (const auto& s : opt->get_snames()) {
+      names += (names.empty() ? "-" : ", -") + s;
+    }
+    for (const auto& l : opt->get_lnames()) {
+      if (l.find('_') == std::string::npos) {
+        names += (names.empty() ? "--" : ", --") + l;
+      }
+    }
+    std::string left = "  " + names;
+    if (opt->get_type_size() != 0 && !opt->get_type_name().empty()) {
+      left += " " + opt->get_type_name();
+    }
+    std::string out = left;
+    if (left.size() + 2 > k_indent) {
+      out += "\n" + std::string(k_indent, ' ');
+    } else {
+      out += std::string(k_indent - left.size(), ' ');
+    }
+    out += wrap(opt->get_description());
+    return out + "\n";
+  }
+
+ private:
+  // Words to lines of at most k_width - k_indent columns, each continuation
+  // line indented to the description's column. No line starts with a dash
+  // (an option's name there would read as an option of its own): a word
+  // that starts with one stays with the word before it.
+  static std::string wrap(const std::string& text) {
+    const size_t room = k_width - k_indent;
+    std::vector<std::string_view> words;
+    for (size_t at = 0; at < text.size();) {
+      const size_t end = std::min(text.find(' ', at), text.size());
+      if (end > at && text[at] == '-' && !words.empty()) {
+        const char* first = words.back().data();
+        words.back() = std::string_view(first, static_cast<size_t>(text.data() + end - first));
+      } else if (end > at) {
+        words.emplace_back(text.data() + at, end - at);
+      }
+      at = end + 1;
+    }
+    std::string out;
+    size_t line = 0;
+    for (const std::string_view word : words) {
+      if (line > 0 && line + 1 + word.size() > room) {
+        out += "\n" + std::string(k_indent, ' ');
+        line = 0;
+      } else if (line > 0) {
+        out += ' ';
+        ++line;
+      }
+      out += word;
+      line += word.size();
+    }
+    return out;
+  }
 };
+
+// The name --help gives an option's value: what it takes, not its type.
+std::string value_name(const OptionSpec& spec) {
+  static const std::pair<const char*, const char*> k_names[] = {
+      {"nproc_per_node", "N|auto|gpu|cpu"},
+      {"python", "PATH"},
+      {"role", "NAME"},
+      {"env_style", "STYLES"},
+      {"local_rank_arg", "FORM"},
+      {"gpus_per_proc", "K"},
+      {"cpu_bind", "HOW"},
+      {"map_by", "POLICY"},
+      {"bind_to", "WHAT"},
+      {"numa_binding", "HOW"},
+      {"nnodes", "N|MIN:MAX"},
+      {"node_rank", "N|auto"},
+      {"master_addr", "HOST"},
+      {"master_port", "PORT"},
+      {"rdzv_endpoint", "HOST[:PORT]"},
+      {"rdzv_id", "ID"},
+      {"rdzv_backend", "NAME"},
+      {"rdzv_conf", "KEY=VALUE,..."},
+      {"worker_port", "PORT"},
+      {"local_addr", "ADDR"},
+      {"store_bind", "ADDR"},
+      {"rdzv_token_file", "FILE"},
+      {"preempt_signal", "SIG"},
+      {"health_check", "CMD|builtin"},
+      {"summary_json", "FILE"},
+      {"start_method", "METHOD"},
+      {"event_log_handler", "NAME"},
+      {"signals_to_handle", "SIGS"},
+      {"prefix", "TEMPLATE"},
+      {"stdout_tty", "auto|yes|no"},
+      {"log_dir", "DIR"},
+      {"redirects", "STREAMS"},
+      {"tee", "STREAMS"},
+      {"ranks_filter", "RANKS"},
+      {"local_ranks_filter", "RANKS"},
+      {"duplicate_stdout_filters", "STRINGS"},
+      {"duplicate_stderr_filters", "STRINGS"},
+      {"logs_specs", "NAME"},
+      {"hosts", "HOST[:N],..."},
+      {"hostfile", "FILE"},
+      {"launcher", "ssh|srun|local"},
+      {"env_export", "VAR[=VALUE]"},
+      {"env_forward", "PATTERNS"},
+      {"ssh_args", "ARGS"},
+      {"ssh_port", "PORT"},
+      {"remote_cwd", "DIR"},
+      {"remote_ddplaunch", "PATH"},
+      {"output_filename", "DIR"},
+      {"wdir", "DIR"},
+      {"log_level", "LEVEL"},
+  };
+  for (const auto& [key, name] : k_names) {
+    if (std::string_view(spec.key) == key) {
+      return name;
+    }
+  }
+  const std::string_view key = spec.key;
+  if (key.ends_with("timeout") || key.ends_with("interval") || key.ends_with("last_call")) {
+    return "SECONDS";
+  }
+  return "N";
+}
 
 // The edit distance (insertions, deletions, substitutions, swaps of two
 // neighbours) between a and b.
@@ -92,11 +222,26 @@ constexpr const char* k_help_footer =
     "  A job token every multi-node job of yours then uses (docs/SECURITY.md):\n"
     "    ddplaunch token init\n"
     "\n"
+    "Commands (each has its own --help):\n"
+    "  ddplaunch check [disk] [gpu] [strays]   this node's built-in health checks\n"
+    "  ddplaunch store get|set|add|wait|...    the job's store, from a worker\n"
+    "  ddplaunch token init|path               the job token your multi-node jobs use\n"
+    "\n"
     "Every option also reads torchrun's PET_<NAME> variable where torchrun has one;\n"
     "a flag wins. --dry-run shows where each value came from.\n"
-    "Exit status: 0 when every rank succeeds; else the first failing rank's exit code\n"
-    "(128+N if it died of signal N). 2 bad usage, 3 rendezvous failed, 4 node or store\n"
-    "lost, 127 program cannot be executed, 1 internal error. See README.md.";
+    "\n"
+    "Exit status:\n"
+    "  0      every rank on every node succeeded\n"
+    "  N      the first failing rank's exit code (the same on every node)\n"
+    "  128+N  that rank died of signal N, or ddplaunch was stopped by signal N\n"
+    "  1      internal error\n"
+    "  2      bad command line or environment value\n"
+    "  3      rendezvous failed (a timeout, nodes that disagree, a node not admitted)\n"
+    "  4      a node or the store was lost during the job\n"
+    "  5      this node failed its health check (--health-check)\n"
+    "  75     the job was preempted (--preempt-signal): requeue it\n"
+    "  127    the program cannot be executed\n"
+    "See /usr/share/doc/ddplaunch/README.md (README.md in the source).";
 
 // What follows the options: the program and its arguments, after an
 // optional "--". An unknown option before it is a usage error.
@@ -177,7 +322,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       "ddplaunch: launch and supervise distributed training workers "
       "(torchrun-compatible flags)",
       "ddplaunch"};
-  app.formatter(std::make_shared<Usage>());
+  auto help_layout = std::make_shared<Help>();
+  help_layout->column_width(Help::k_indent);
+  app.formatter(help_layout);
   app.footer(k_help_footer);
   app.prefix_command();
   app.set_version_flag("--version", std::string("ddplaunch ") + DDPLAUNCH_VERSION);
@@ -248,6 +395,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
                                                       : CLI::MultiOptionPolicy::TakeLast);
     }
     opt->group(spec.group);
+    if (!spec.is_flag) {
+      opt->type_name(value_name(spec));
+    }
     bound.emplace_back(&spec, opt);
   }
   try {

@@ -11,7 +11,7 @@ def help_defaults(jobs):
     assert r.returncode == 0
     defaults, flag = {}, None
     for line in r.stdout.splitlines():
-        m = re.match(r"\s+(?:-\w,)?(--[\w-]+)", line)
+        m = re.match(r"  (?:-\w, )?(--[\w-]+)", line)
         if m:
             flag = m.group(1)
         d = re.search(r"\[(.*)\]\s*$", line)

@@ -1,6 +1,7 @@
 """The single-node launcher, driven as a user would: the built binary and real processes."""
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -123,6 +124,22 @@ def test_help_and_version(jobs):
     assert r.returncode == 0 and "--nproc-per-node" in r.stdout and "Output" in r.stdout
     r = jobs.run(["--version"])
     assert r.returncode == 0 and r.stdout.startswith("ddplaunch ")
+
+
+def test_help_fits_100_columns_names_every_value_and_lists_commands_and_exit_codes(jobs):
+    out = jobs.run(["--help"]).stdout
+    assert max(len(line) for line in out.splitlines()) <= 100, out
+    assert " TEXT" not in out, "every option's value has a name of its own"
+    assert "--nnodes N|MIN:MAX" in out and "--hang-timeout SECONDS" in out, out
+    assert "--preempt-signal SIG" in out and "--summary-json FILE" in out, out
+    assert "--nproc_per_node" not in out, "torchrun's underscore spellings are accepted, not listed"
+    for command in ("ddplaunch check", "ddplaunch store", "ddplaunch token"):
+        assert command in out, out
+    codes = out[out.index("Exit status:"):]
+    for code in ("0", "1", "2", "3", "4", "5", "75", "127", "128+N"):
+        assert re.search(rf"^  {re.escape(code)} ", codes, re.M), codes
+    # A wrapped description never starts a line with an option's name.
+    assert not re.search(r"^ {20,}-", out, re.M), out
 
 
 def test_gpu_mode_without_gpus_is_a_usage_error(jobs):
