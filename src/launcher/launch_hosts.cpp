@@ -178,11 +178,12 @@ void print_plan(const HostsPlan& plan, ConsoleWriter& console) {
 class HostsLauncher {
  public:
   HostsLauncher(posix::SignalFd& signals, ConsoleWriter& console, AgentChannel* upstream,
-                bool elastic, const char* via)
+                bool elastic, int max_nodes, const char* via)
       : m_signals(signals),
         m_console(console),
         m_upstream(upstream),
         m_elastic(elastic),
+        m_max_nodes(max_nodes),
         m_via(via) {
     m_loop.set(signals.fd(), EPOLLIN, k_tag_signals);
     m_loop.set(console.wake_fd(), EPOLLIN, k_tag_console);
@@ -270,8 +271,9 @@ class HostsLauncher {
     if (m_first_failure) {
       return *m_first_failure;
     }
-    const bool lost = std::any_of(m_started.begin(), m_started.end(),
-                                  [](const Started& s) { return s.exit && !s.exit->success(); });
+    const bool lost = std::any_of(m_started.begin(), m_started.end(), [this](const Started& s) {
+      return s.exit && !s.exit->success() && !spare(s);
+    });
     if (m_stop_signal) {
       return 128 + *m_stop_signal;
     }
@@ -279,7 +281,32 @@ class HostsLauncher {
   }
 
  private:
-  bool starting() const { return m_started.size() < m_plan.size() && !m_failed && !m_stop_signal; }
+  // Once every member of the job (every host up to MAX) has ended, the
+  // spares still waiting for a place are stopped (quietly: the job said
+  // how it ended), and those not started yet never start.
+  void stop_idle_spares() {
+    if (m_job_over || m_max_nodes >= static_cast<int>(m_plan.size())) {
+      return;
+    }
+    for (size_t i = 0; i < m_plan.size(); ++i) {
+      const bool member = m_plan[i].hosts > 1 || m_plan[i].node_rank < m_max_nodes;
+      if (member && (i >= m_started.size() || !m_started[i].exit)) {
+        return;
+      }
+    }
+    m_job_over = true;
+    log::debug("every member of the job has ended: stopping the spares");
+    send_to_all(std::string(1, k_channel_stop));
+  }
+
+  // A host after --nnodes MAX: it starts as a hot spare (no node rank).
+  bool spare(const Started& s) const {
+    return s.start.hosts == 1 && s.start.node_rank >= m_max_nodes;
+  }
+
+  bool starting() const {
+    return m_started.size() < m_plan.size() && !m_failed && !m_stop_signal && !m_job_over;
+  }
 
   bool done() const {
     return !starting() && std::all_of(m_started.begin(), m_started.end(), [](const Started& s) {
@@ -613,6 +640,7 @@ class HostsLauncher {
           }
         }
       }
+      stop_idle_spares();
     }
   }
 
@@ -620,6 +648,9 @@ class HostsLauncher {
   // (ssh could not connect, ddplaunch is missing there, ...). A fixed-size
   // job cannot run without it: every other node is stopped.
   void on_start_failed(const Started& s) {
+    if (m_job_over && spare(s)) {
+      return;  // stopped: the job ended before it had a place
+    }
     std::string why;
     if (!s.start.local && !s.exit->by_signal() && s.exit->code() == k_ssh_unreachable) {
       why = "ssh could not reach " + s.start.host;
@@ -650,6 +681,13 @@ class HostsLauncher {
   // joined (a rendezvous error) leaves no verdict, so the others are stopped
   // if still running after k_stop_grace.
   void on_agent_failed(const Started& s) {
+    if (spare(s)) {
+      // A spare says nothing of the job: one that was never needed (or came
+      // after the job ended) ends as it may; one that took a lost node's
+      // place fails with the job, whose members say the code.
+      log::debug("{} ended with {}", describe_start(s.start), s.exit->describe());
+      return;
+    }
     if (!m_first_failure) {
       m_first_failure = s.exit->shell_code();
     }
@@ -687,7 +725,9 @@ class HostsLauncher {
   ConsoleWriter& m_console;
   AgentChannel* m_upstream;
   bool m_elastic;
-  const char* m_via;  // "ssh" or "local", for the progress lines
+  int m_max_nodes;          // --nnodes MAX: the hosts after it start as spares
+  bool m_job_over = false;  // every member ended: the spares are not needed
+  const char* m_via;        // "ssh" or "local", for the progress lines
   posix::EventLoop m_loop;
   std::vector<AgentStart> m_plan;
   std::string m_header;
@@ -788,7 +828,7 @@ int run_hosts_launch(const Config& config, const CommandLine& command_line, cons
     log::debug("starting {} nodes from here; node 0 is {}:{}", plan.nnodes, plan.master_addr,
                context.master_port);
   }
-  HostsLauncher launcher(signals, console, upstream, config.elastic(),
+  HostsLauncher launcher(signals, console, upstream, config.elastic(), config.nnodes,
                          config.launcher == Launcher::k_local ? "local" : "ssh");
   // Node 0 picks its store's port where its agent was started directly (a
   // subtree's root, with its own part of the job, keeps the default).

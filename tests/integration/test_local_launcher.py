@@ -106,6 +106,16 @@ def test_a_node_failing_its_health_check_is_named_once_and_the_command_exits_5(j
     assert f"ddplaunch: warning: health check on node {m.group(1)} (" in r.stderr, r.stderr
 
 
+def test_a_spare_that_comes_after_a_short_job_ended_does_not_change_its_exit_code(jobs):
+    """--hosts with one host beyond --nnodes 2:2: the job (true) is over
+    before the third host's agent starts (each start 1.5 s after the one
+    before); that spare finds no job, and the command still exits 0."""
+    r = jobs.run(["--hosts", "a,b,c", "--nnodes", "2:2", "--launcher", "local", "--", "true"],
+                 env={"DDPLAUNCH_SIM_CONNECT_MS": "1500"}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "error" not in r.stderr, r.stderr
+
+
 def test_node_0s_store_port_is_held_from_the_pick_until_the_job_ends(jobs):
     """The launching command picks node 0's store port when node 0 is this
     host, and holds it: another launcher picking a port meanwhile (a bind
