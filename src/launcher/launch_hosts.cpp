@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <system_error>
@@ -828,7 +829,9 @@ int run_hosts_launch(const Config& config, const CommandLine& command_line, cons
     log::debug("starting {} nodes from here; node 0 is {}:{}", plan.nnodes, plan.master_addr,
                context.master_port);
   }
-  HostsLauncher launcher(signals, console, upstream, config.elastic(), config.nnodes,
+  // Spares only in an elastic job (plan.cpp's rule): the hosts after MAX.
+  const int max_nodes = config.elastic() ? config.nnodes : std::numeric_limits<int>::max();
+  HostsLauncher launcher(signals, console, upstream, config.elastic(), max_nodes,
                          config.launcher == Launcher::k_local ? "local" : "ssh");
   // Node 0 picks its store's port where its agent was started directly (a
   // subtree's root, with its own part of the job, keeps the default).
