@@ -6,7 +6,7 @@
 # TEST_JOBS (tests at once; default: twice JOBS, as most of a test's time is
 # spent waiting on the processes it started),
 # SANITIZE=0 to skip the ASan+UBSan and TSan runs of the test suite and the
-# fuzz targets; FUZZ_SECONDS (default: 60) bounds each fuzz target's run.
+# fuzz targets; FUZZ_SECONDS (default: 30) bounds each fuzz target's run.
 set -euo pipefail
 cd "$(dirname "$0")"
 mode="${1:-demo}"
@@ -72,8 +72,8 @@ case "$mode" in
         (cd "$dir" && ctest --output-on-failure -j "$TEST_JOBS" --timeout 600 -E '^format$')
       done
       # Every libFuzzer target for a bounded time (FUZZ_SECONDS each, all at once).
-      say "the fuzz targets, ${FUZZ_SECONDS:-60} s each ($BUILD_DIR-fuzz)"
-      JOBS="$JOBS" tests/fuzz/run.sh "${FUZZ_SECONDS:-60}" "$BUILD_DIR-fuzz"
+      say "the fuzz targets, ${FUZZ_SECONDS:-30} s each ($BUILD_DIR-fuzz)"
+      JOBS="$JOBS" tests/fuzz/run.sh "${FUZZ_SECONDS:-30}" "$BUILD_DIR-fuzz"
     fi
     say "done"
     ;;

@@ -306,7 +306,7 @@ class HostsLauncher {
   }
 
   bool starting() const {
-    return m_started.size() < m_plan.size() && !m_failed && !m_stop_signal && !m_job_over;
+    return m_started.size() < m_plan.size() && !m_failed && !m_stop_signal && !m_stopping;
   }
 
   bool done() const {
@@ -397,8 +397,9 @@ class HostsLauncher {
       if (is_stop_signal(static_cast<unsigned char>(b)) && !m_stop_signal) {
         m_stop_signal = static_cast<unsigned char>(b);
       }
+      m_stopping = m_stopping || b == k_channel_stop;  // no more agents start
     }
-    if (m_stop_signal && m_held_header) {
+    if ((m_stop_signal || m_stopping) && m_held_header) {
       release_headers(0);  // they stop before they start: the port no longer matters
     }
     for (size_t i = 0; i < m_started.size(); ++i) {
@@ -728,6 +729,7 @@ class HostsLauncher {
   bool m_elastic;
   int m_max_nodes;          // --nnodes MAX: the hosts after it start as spares
   bool m_job_over = false;  // every member ended: the spares are not needed
+  bool m_stopping = false;  // k_channel_stop sent (or relayed from above)
   const char* m_via;        // "ssh" or "local", for the progress lines
   posix::EventLoop m_loop;
   std::vector<AgentStart> m_plan;
