@@ -119,6 +119,7 @@ void Agent::take_hung_stacks(TimePoint now, const std::string& why) {
   Hung hung{{}, now + k_stack_dump_wait, 0};
   std::vector<int> ranks;
   bool native = false;
+  bool no_debugger = false;  // a native rank whose stacks no debugger can print
   for (size_t i = 0; i < m_last_progress.size(); ++i) {
     const auto quiet = now - m_last_progress[i];
     if (!hang_clock_runs(i) || quiet < millis(m_config.hang_timeout_s) / 2) {
@@ -132,10 +133,13 @@ void Agent::take_hung_stacks(TimePoint now, const std::string& why) {
     // A native program's stacks come from a debugger, where one is
     // installed; Python prints its own on SIGABRT (faulthandler).
     const auto& argv = m_plan->workers.at(i).argv;
-    if (!std::filesystem::path(argv.at(0)).filename().string().starts_with("python") &&
-        m_spawner.dump_stacks(lr)) {
-      ++hung.dumping;
-      native = true;
+    if (!std::filesystem::path(argv.at(0)).filename().string().starts_with("python")) {
+      if (m_spawner.dump_stacks(lr)) {
+        ++hung.dumping;
+        native = true;
+      } else {
+        no_debugger = true;
+      }
     }
   }
   if (hung.ranks.empty()) {
@@ -149,7 +153,10 @@ void Agent::take_hung_stacks(TimePoint now, const std::string& why) {
       "{}; taking the stacks of every rank here without progress for {:.1f} s or more "
       "(rank{} {}){}, then stopping the job",
       why, m_config.hang_timeout_s / 2, ranks.size() == 1 ? "" : "s", list,
-      native ? ": a debugger prints native stacks, then SIGABRT" : " with SIGABRT");
+      native        ? ": a debugger prints native stacks, then SIGABRT"
+      : no_debugger ? " with SIGABRT (no eu-stack, gdb or cuda-gdb on PATH to print native "
+                      "stacks: install elfutils)"
+                    : " with SIGABRT");
   m_hung = std::move(hung);
   if (m_hung->dumping == 0) {
     abort_hung(now);

@@ -81,7 +81,8 @@ bool ProcessSpawner::dump_stacks(int local_rank) {
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   const std::vector<std::vector<std::string>> debuggers = {
       {"eu-stack", "-p", pid},
-      {"gdb", "-p", pid, "-batch", "-nx", "-q", "-ex", "thread apply all bt"}};
+      {"gdb", "-p", pid, "-batch", "-nx", "-q", "-ex", "thread apply all bt"},
+      {"cuda-gdb", "-p", pid, "-batch", "-nx", "-q", "-ex", "thread apply all bt"}};
   bool started = false;
   for (const auto& command : debuggers) {
     std::vector<char*> argv;

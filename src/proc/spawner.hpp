@@ -28,11 +28,11 @@ class Spawner {
   // The job is over here: SIGKILL every worker's process group and every
   // process that escaped them (reparented to the launcher, a subreaper).
   virtual void kill_all() = 0;
-  // Starts a debugger (eu-stack, else gdb, found on PATH) that prints the
-  // native stack of every thread of worker `local_rank` into that worker's
-  // own stderr pipe, so the stacks reach its log, the console and the
-  // report. false when none is installed or it could not start. The owner
-  // learns when it ends (ProcessSpawner::debugger_of()).
+  // Starts a debugger (eu-stack, else gdb, else cuda-gdb, the one NVIDIA's
+  // CUDA images ship; found on PATH) that prints the native stack of every
+  // thread of worker `local_rank` into that worker's own stderr pipe, so the
+  // stacks reach its log, the console and the report. false when none is installed or it could not
+  // start. The owner learns when it ends (ProcessSpawner::debugger_of()).
   virtual bool dump_stacks(int local_rank) {
     (void)local_rank;
     return false;

@@ -100,6 +100,10 @@ void HostLink::take_record(int k, const std::optional<std::string>& text) {
     wait_for(k);  // the deadline passed: the next call says so
     return;
   }
+  if (*text == k_vacant_arrival) {
+    wait_for(k + 1);
+    return;
+  }
   JoinRecord record;
   try {
     record = decode_join(*text);
@@ -323,6 +327,9 @@ void HostLink::take_arrival(int arrival, const std::optional<std::string>& text)
   }
   m_next_arrival = arrival + 1;
   watch_arrivals();
+  if (*text == k_vacant_arrival) {
+    return;
+  }
   JoinRecord record;
   std::optional<std::string> error;
   try {

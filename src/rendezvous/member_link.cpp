@@ -62,6 +62,7 @@ void MemberLink::take_answer(const std::string& text) {
   if (m_phase != Phase::k_joining) {
     return;
   }
+  m_join_step = JoinStep::k_answered;
   m_store.set(keys::ack(m_self.arrival), "1", [] {});
   JoinAnswer answer;
   try {

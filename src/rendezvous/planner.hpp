@@ -20,8 +20,9 @@ namespace ddplaunch {
 
 // 6: the command as a list (argv). 7: the network preflight (probe_port,
 // the plan's preflight, rdzv/probe*). 8: the plan's job id (the PMIx
-// namespace), an admission's job exit code.
-inline constexpr int k_rendezvous_version = 8;
+// namespace), an admission's job exit code. 9: join records stored by
+// compare-and-set; an arrival given up ("vacant") is passed over.
+inline constexpr int k_rendezvous_version = 9;
 
 // What one agent says about itself when it joins (docs/PROTOCOL.md).
 struct JoinRecord {

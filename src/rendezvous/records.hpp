@@ -22,6 +22,9 @@ namespace ddplaunch {
 // rdzv/node/<arrival>
 std::string encode_join(const JoinRecord& record);
 JoinRecord decode_join(std::string_view text);
+// What stands under an arrival that a node gave up (it lost the ADD's
+// answer, so no record may ever come): node 0 passes over it.
+inline const char* const k_vacant_arrival = "vacant";
 
 // rdzv/plan: what every node reads once every node has joined: the job's
 // topology (its sizes, not every node: Topology), or the error that ended

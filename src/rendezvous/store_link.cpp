@@ -45,11 +45,74 @@ void StoreLink::join(const JoinRecord& self) {
     return;
   }
   watch_verdict();  // it can come at any phase, rendezvous included
-  m_store.add(keys::k_arrivals, 1, [this](int64_t n) {
-    m_self.arrival = static_cast<int>(n - 1);
-    m_store.set(keys::node(m_self.arrival), encode_join(m_self),
-                [this] { joined_as(m_self.arrival); });
-  });
+  take_arrival();
+}
+
+void StoreLink::take_arrival() {
+  m_join_step = JoinStep::k_adding;
+  m_store.add(keys::k_arrivals, 1, [this](int64_t n) { record_arrival(static_cast<int>(n - 1)); });
+}
+
+// The join record goes under the arrival unless a node that lost an ADD's
+// answer gave that arrival up first (k_vacant_arrival): then it takes another.
+void StoreLink::record_arrival(int arrival) {
+  m_self.arrival = arrival;
+  m_join_step = JoinStep::k_recording;
+  std::string record = encode_join(m_self);
+  m_store.compare_set(
+      keys::node(arrival), std::nullopt, record, [this, record](const std::string& held) {
+        if (m_phase != Phase::k_joining) {
+          return;
+        }
+        if (held != record) {
+          log::debug("arrival {} was given up meanwhile: joining anew", m_self.arrival);
+          take_arrival();
+          return;
+        }
+        m_join_step = JoinStep::k_recorded;
+        joined_as(m_self.arrival);
+      });
+}
+
+// The connection closed before this node was part of the job: a new one
+// takes up the joining where it stood. If the ADD went unanswered, the store
+// may have counted an arrival that no record will fill, and node 0 reads the
+// records in arrival order: every arrival before the new one still without
+// a record is given up (compare-and-set, so one whose node writes it first
+// stays that node's; a node that finds its own given up joins anew).
+void StoreLink::rejoin() {
+  m_rejoin_at.reset();
+  const auto left = std::max(Ms(1), std::chrono::ceil<Ms>(m_deadline - now()));
+  m_store.reconnect(left);
+  watch_verdict();
+  switch (m_join_step) {
+    case JoinStep::k_adding:
+      m_store.add(keys::k_arrivals, 1, [this](int64_t n) {
+        const int mine = static_cast<int>(n - 1);
+        std::vector<std::string> before;
+        for (int a = 0; a < mine; ++a) {
+          before.push_back(keys::node(a));
+        }
+        m_store.multi_get(before, [this, mine](std::vector<std::optional<std::string>> records) {
+          for (size_t a = 0; a < records.size(); ++a) {
+            if (!records[a]) {
+              m_store.compare_set(keys::node(static_cast<int>(a)), std::nullopt, k_vacant_arrival,
+                                  [](const std::string&) {});
+            }
+          }
+          record_arrival(mine);
+        });
+      });
+      return;
+    case JoinStep::k_recording:
+      record_arrival(m_self.arrival);
+      return;
+    case JoinStep::k_recorded:
+      joined_as(m_self.arrival);
+      return;
+    case JoinStep::k_answered:
+      return;
+  }
 }
 
 // The round's verdict, whenever it comes; one of an earlier round (answered
@@ -383,7 +446,7 @@ void StoreLink::finished(std::vector<RankOutcome> ranks) {
 std::optional<StoreLink::TimePoint> StoreLink::deadline() const {
   switch (m_phase) {
     case Phase::k_joining:
-      return m_next_progress;
+      return m_rejoin_at ? std::min(*m_rejoin_at, m_next_progress) : m_next_progress;
     case Phase::k_running:
       return m_next_tick;
     case Phase::k_finishing:
@@ -399,6 +462,9 @@ void StoreLink::on_time(TimePoint t) {
   if (m_phase == Phase::k_finishing && m_finish_deadline && t >= *m_finish_deadline) {
     log::debug("node 0 did not acknowledge this node's results in time; leaving");
     finished(m_local);
+  }
+  if (m_phase == Phase::k_joining && m_rejoin_at && t >= *m_rejoin_at) {
+    rejoin();
   }
   if (m_phase == Phase::k_joining && t >= m_next_progress) {
     progress(t);
@@ -451,6 +517,22 @@ void StoreLink::store_lost(const StoreConnection::Error& error) {
                         " (is it started twice?), or node 0 was lost; " + why);
         return;
       }
+      if (error.kind == StoreConnection::Failure::k_lost && !hosts_store() &&
+          m_join_step != JoinStep::k_answered && !m_preflight_topology) {
+        // Not part of the job yet: node 0 counts on nothing from this
+        // connection, so it is tried again, like a failed connect, until
+        // --rdzv-timeout.
+        const auto t = now();
+        if (t + m_rejoin_backoff < m_deadline) {
+          log::info(
+              "the store at {} closed this node's connection before it was part of the job "
+              "({}): joining again",
+              m_where, why);
+          m_rejoin_at = t + m_rejoin_backoff;
+          m_rejoin_backoff = std::min(m_rejoin_backoff * 2, Ms(1000));
+          return;
+        }
+      }
       switch (error.kind) {
         case StoreConnection::Failure::k_refused:
           join_failed(k_exit_rendezvous, "rendezvous failed: " + why);
@@ -462,6 +544,7 @@ void StoreLink::store_lost(const StoreConnection::Error& error) {
                                              "--master-addr/--master-port?");
           return;
         case StoreConnection::Failure::k_lost:
+        case StoreConnection::Failure::k_rejected:
           join_failed(k_exit_node_lost, "rendezvous failed: " + why);
           return;
       }

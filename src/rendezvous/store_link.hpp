@@ -76,6 +76,10 @@ class StoreLink : public JobLink {
 
  protected:
   enum class Phase { k_idle, k_joining, k_running, k_finishing, k_done };
+  // How far the first round's joining went: the arrival counted, the join
+  // record stored under it, node 0's answer read (from here on the node is
+  // part of the job: a lost connection is a lost node).
+  enum class JoinStep { k_adding, k_recording, k_recorded, k_answered };
 
   // --- what each side does ----------------------------------------------------
   virtual bool hosts_store() const = 0;
@@ -144,6 +148,7 @@ class StoreLink : public JobLink {
   // The topology of the round that waits for the network preflight.
   std::optional<Topology> m_preflight_topology;
   TimePoint m_preflight_deadline{};  // by when every node's report is in
+  JoinStep m_join_step = JoinStep::k_adding;
 
  private:
   void tick(TimePoint now);
@@ -152,12 +157,20 @@ class StoreLink : public JobLink {
   // one that holds is delivered.
   void compare_set_stop(const JobVerdict& verdict, int round);
   void begin_round(const Topology& topology, int node_rank);
+  // Joining's first steps: an arrival from the store's counter, then the
+  // join record under it.
+  void take_arrival();
+  void record_arrival(int arrival);
+  // A new connection after one closed before the node was part of the job.
+  void rejoin();
   void probe_peers(std::vector<std::optional<std::string>> endpoints, std::vector<int> peers);
   void probed(const std::vector<ProbeFailure>& failures);
 
   TimePoint m_next_tick{};
   bool m_beat_outstanding = false;
   std::optional<TimePoint> m_finish_deadline;  // a member waits this long for its ack
+  std::optional<TimePoint> m_rejoin_at;        // when a closed connection is made anew
+  std::chrono::milliseconds m_rejoin_backoff{50};
 };
 
 }  // namespace ddplaunch

@@ -303,8 +303,9 @@ void AsyncClient::receive(TimePoint now) {
         return;
       }
       if (reply.status == Status::k_error) {
-        fail(kind, (m_handshaken ? "refused the request: " : "refused this node: ") +
-                       protocol::error_message(reply));
+        fail(m_handshaken ? Failure::k_rejected : Failure::k_refused,
+             (m_handshaken ? "refused the request: " : "refused this node: ") +
+                 protocol::error_message(reply));
         return;
       }
       dispatch(reply);
@@ -337,6 +338,12 @@ void AsyncClient::retry_busy(const std::string& why, TimePoint now) {
     fail(Failure::k_refused, "refused this node until its deadline: " + why);
     return;
   }
+  start_over();
+  m_retry_at = now + m_backoff;
+  m_backoff = std::min(m_backoff * 2, Duration(k_max_backoff));
+}
+
+void AsyncClient::start_over() {
   m_fd.close();
   m_in.clear();
   m_out.clear();
@@ -350,8 +357,19 @@ void AsyncClient::retry_busy(const std::string& why, TimePoint now) {
   m_client_nonce = auth::random_nonce();
   enqueue(0, protocol::request::hello(m_client_nonce), Duration(0),
           [this](const Reply& r) { on_hello(r); });
-  m_retry_at = now + m_backoff;
-  m_backoff = std::min(m_backoff * 2, Duration(k_max_backoff));
+}
+
+void AsyncClient::reconnect(Duration connect_timeout) {
+  const TimePoint now = Clock::now();
+  start_over();
+  m_held.clear();
+  m_handshaken = false;
+  m_write_failed = false;
+  m_silent_closes = 0;
+  m_error = Error{};
+  m_connect_deadline = now + connect_timeout;
+  m_backoff = Duration(10);
+  try_connect(now);
 }
 
 // Hands a reply to its request's callback (HELLO's is id 0).

@@ -46,6 +46,7 @@ class AsyncClient : public StoreConnection {
   // True when no request is waiting for its reply.
   bool idle() const override { return m_pending.empty() && m_held.empty(); }
   void request(std::string frame, Duration wait, Callback callback) override;
+  void reconnect(Duration connect_timeout) override;
 
   // --- driving it -------------------------------------------------------------
   // The socket, or -1 between connect attempts and after a failure.
@@ -76,6 +77,8 @@ class AsyncClient : public StoreConnection {
   void flush(TimePoint now);
   void receive(TimePoint now);
   void retry_busy(const std::string& why, TimePoint now);
+  // Forgets the connection and its requests; HELLO waits for the next one.
+  void start_over();
   void on_auth();
   void fail(Failure kind, const std::string& why);
   void unreachable();  // the connect deadline passed

@@ -32,8 +32,9 @@ class StoreConnection {
     k_unreachable,  // no store answered at the address before the connect deadline
     k_refused,      // something answered but the handshake failed: not a store, another
                     // version, the token
-    k_lost,         // after the handshake: closed, reset, silent past its deadline, or an
-                    // ERROR reply
+    k_lost,         // after the handshake: closed, reset, a reply that failed its check, or
+                    // silent past its deadline
+    k_rejected,     // after the handshake: the store answered a request with ERROR
   };
   struct Error {
     Failure kind = Failure::k_lost;
@@ -53,6 +54,10 @@ class StoreConnection {
   virtual int attempts() const = 0;
   // No request waits for its reply.
   virtual bool idle() const = 0;
+  // After a failure: starts over on a new connection (connects, handshakes,
+  // holds requests meanwhile) within `connect_timeout`, the failure handler
+  // kept. Nothing of the old connection is answered.
+  virtual void reconnect(Duration connect_timeout) = 0;
 
   // `frame` is a protocol::request::* frame (the connection stamps its id);
   // `wait` is how long the server may hold it (a GET or WAIT timeout;

@@ -152,6 +152,21 @@ def test_a_hung_native_ranks_stacks_are_printed_by_a_debugger(jobs, tmp_path):
     assert any("nanosleep" in line for line in tail), tail
 
 
+def test_a_hung_native_rank_without_a_debugger_says_how_to_get_its_stacks(jobs, tmp_path):
+    """No eu-stack, gdb or cuda-gdb on the launcher's PATH (a GPU image
+    often has none): the hang line says so and what to install, and the
+    rank still gets SIGABRT."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "sleep"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    r = jobs.run(["--hang-timeout", 1, "--", "sh", "-c", "exec sleep 300"],
+                 env={"PATH": str(bin_dir)}, timeout=120)
+    assert r.returncode == 134, r.stderr
+    assert "with SIGABRT (no eu-stack, gdb or cuda-gdb on PATH to print native stacks: install " \
+           "elfutils)" in r.stderr, r.stderr
+
+
 def test_the_progress_fd_is_a_pipe_and_only_with_a_hang_timeout(jobs):
     show = 'echo "fd=${DDPLAUNCH_PROGRESS_FD:-none}"; ls -l /proc/$$/fd/'
     r = jobs.run(["--hang-timeout", 60, "--", "sh", "-c", show])

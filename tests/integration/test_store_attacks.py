@@ -41,18 +41,17 @@ def rss_kib(pid):
 
 
 class Relay:
-    """A man in the middle on 127.0.0.2: passes a node's bytes to the store
-    and back, and once told, injects a forged stop verdict (a CAS of
-    job/0/stop) into the node's authenticated connection."""
+    """A man in the middle on 127.0.0.2: each connection a node makes is
+    handed to pipe(client, server) with its own connection to the store on
+    127.0.0.1, on a thread of its own; `connections` counts those made."""
 
     def __init__(self, store_port):
         self.store_port = store_port
+        self.connections = 0
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.2", 0))
         self.listener.listen(8)
         self.port = self.listener.getsockname()[1]
-        self.inject = threading.Event()
-        self.injected = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self):
@@ -61,34 +60,49 @@ class Relay:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._pipe, args=(client,), daemon=True).start()
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
 
-    def _pipe(self, client):
+    def _connect(self, client):
         try:
             server = socket.create_connection(("127.0.0.1", self.store_port))
         except OSError:
             client.close()  # node 0 is not listening yet: the node retries
             return
-        verdict = json.dumps({"exit_code": 77, "lost": -1, "message": "forged by the relay",
-                              "node": 1, "root_cause": None}).encode()
-        forged = frame(b"\x04" + struct.pack(">I", 999) + text(b"job/0/stop") + b"\x01" + text(b"")
-                       + text(verdict))
+        self.connections += 1
         try:
-            while True:
-                ready, _, _ = select.select([client, server], [], [], 0.05)
-                if self.inject.is_set() and not self.injected.is_set():
-                    server.sendall(forged)
-                    self.injected.set()
-                for s in ready:
-                    data = s.recv(65536)
-                    if not data:
-                        return
-                    (server if s is client else client).sendall(data)
+            self.pipe(client, server, self.connections)
         except OSError:
             return
         finally:
             client.close()
             server.close()
+
+
+class InjectingRelay(Relay):
+    """Passes a node's bytes to the store and back, and once told, injects
+    a forged stop verdict (a CAS of job/0/stop) into the node's
+    authenticated connection."""
+
+    def __init__(self, store_port):
+        self.inject = threading.Event()
+        self.injected = threading.Event()
+        super().__init__(store_port)
+
+    def pipe(self, client, server, _):
+        verdict = json.dumps({"exit_code": 77, "lost": -1, "message": "forged by the relay",
+                              "node": 1, "root_cause": None}).encode()
+        forged = frame(b"\x04" + struct.pack(">I", 999) + text(b"job/0/stop") + b"\x01" + text(b"")
+                       + text(verdict))
+        while True:
+            ready, _, _ = select.select([client, server], [], [], 0.05)
+            if self.inject.is_set() and not self.injected.is_set():
+                server.sendall(forged)
+                self.injected.set()
+            for s in ready:
+                data = s.recv(65536)
+                if not data:
+                    return
+                (server if s is client else client).sendall(data)
 
 
 def test_a_man_in_the_middle_cannot_inject_a_frame_after_the_handshake(jobs, tmp_path):
@@ -97,7 +111,7 @@ def test_a_man_in_the_middle_cannot_inject_a_frame_after_the_handshake(jobs, tmp
     fails its check: the store closes that connection and says so, and no
     node exits with the attacker's code."""
     port = free_port()
-    relay = Relay(port)
+    relay = InjectingRelay(port)
     args = ["--nproc-per-node", 1, "--", *worker(f"ready={tmp_path}", f"waitfile={tmp_path}/go")]
     host = node(jobs, 0, port, args)
     member = node(jobs, 1, relay.port, args, master="127.0.0.2")
@@ -111,6 +125,73 @@ def test_a_man_in_the_middle_cannot_inject_a_frame_after_the_handshake(jobs, tmp
     host_err = results[0][1]
     assert "failed its authentication check" in host_err, host_err
     assert results[0][2] == 4 and "node 1 (" in host_err and "was lost" in host_err, host_err
+
+
+class FlippingRelay(Relay):
+    """Passes a node's connections to the store and back, frame by frame,
+    and flips one byte inside the `nth` frame (0: HELLO) going `way`
+    ("request" or "reply") of the first connection that reaches the store
+    alone."""
+
+    def __init__(self, store_port, way, nth):
+        self.way, self.nth = way, nth
+        self.flipped = threading.Event()
+        super().__init__(store_port)
+
+    def pipe(self, client, server, connection):
+        pending = {client: b"", server: b""}
+        count = {client: 0, server: 0}
+        flip_from = client if self.way == "request" else server
+        while True:
+            for s in select.select([client, server], [], [], 1)[0]:
+                data = s.recv(65536)
+                if not data:
+                    return
+                buf, out = pending[s] + data, b""
+                while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">I", buf[:4])[0]:
+                    end = 4 + struct.unpack(">I", buf[:4])[0]
+                    f = bytearray(buf[:end])
+                    if connection == 1 and s is flip_from and count[s] == self.nth:
+                        f[4 + (end - 4) // 2] ^= 0x01
+                        self.flipped.set()
+                    count[s] += 1
+                    out, buf = out + bytes(f), buf[end:]
+                pending[s] = buf
+                (server if s is client else client).sendall(out)
+
+
+def _join_through_a_flipped_frame(jobs, tmp_path, way, nth):
+    port = free_port()
+    relay = FlippingRelay(port, way, nth)
+    args = ["--nproc-per-node", 1, "--", *worker("env")]
+    host = node(jobs, 0, port, args)
+    member = node(jobs, 1, relay.port, args, master="127.0.0.2")
+    results = [p.communicate(timeout=120) + (p.returncode,) for p in (host, member)]
+    assert relay.flipped.is_set() and relay.connections >= 2
+    for out, err, rc in results:
+        assert rc == 0, err
+        assert '"WORLD_SIZE":"2"' in out, out
+    member_err = results[1][1]
+    assert "closed this node's connection before it was part of the job" in member_err, member_err
+    assert "joining again" in member_err, member_err
+    return results
+
+
+def test_a_request_changed_on_the_way_before_the_node_joined_is_sent_again(jobs, tmp_path):
+    """A byte of node 1's ADD (its 4th frame: HELLO, AUTH, the verdict's
+    GET, ADD) flips on the way: the store finds the frame forged and closes
+    the connection. Node 1 is not part of the job yet, so it connects anew
+    and joins; it used to end at once with exit 4 while node 0 waited."""
+    results = _join_through_a_flipped_frame(jobs, tmp_path, "request", 3)
+    assert "failed its authentication check" in results[0][1], results[0][1]
+
+
+def test_a_reply_changed_on_the_way_before_the_node_joined_is_asked_again(jobs, tmp_path):
+    """The store's answer to node 1's ADD (the 3rd reply: HELLO's, AUTH's,
+    ADD's) flips on the way: node 1 finds it forged, so its arrival was
+    counted but it does not know which. It connects anew, takes another
+    and gives up the one without a record; node 0 passes over it."""
+    _join_through_a_flipped_frame(jobs, tmp_path, "reply", 2)
 
 
 def test_frames_sent_before_auth_cost_node_0_no_memory(jobs, tmp_path):

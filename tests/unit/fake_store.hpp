@@ -51,6 +51,17 @@ class FakeConnection : public StoreConnection {
   bool connecting() const override { return false; }
   int attempts() const override { return 1; }
   bool idle() const override { return m_pending.empty(); }
+  // A new client of the same store: what the old one asked is forgotten.
+  void reconnect(Duration) override {
+    m_store.conns.erase(m_client);
+    m_client = m_store.next_client++;
+    m_store.conns[m_client] = this;
+    m_failed = false;
+    m_error = Error{};
+    m_pending.clear();
+    m_inbox.clear();
+    ++reconnects;
+  }
 
   void request(std::string frame, Duration, Callback callback) override {
     if (m_failed) {
@@ -65,7 +76,8 @@ class FakeConnection : public StoreConnection {
   }
 
   // --- the test's handles ---------------------------------------------------
-  int requests = 0;  // made so far
+  int requests = 0;    // made so far
+  int reconnects = 0;  // reconnect() calls
   void receive(std::string frame) { m_inbox.push_back(std::move(frame)); }
   // Replies wait in the inbox while held.
   void hold(bool held) { m_held = held; }
@@ -84,7 +96,7 @@ class FakeConnection : public StoreConnection {
     Callback callback = std::move(it->second);
     m_pending.erase(it);
     if (reply.status == protocol::Status::k_error) {
-      fail(Failure::k_lost, "refused the request: " + protocol::error_message(reply));
+      fail(Failure::k_rejected, "refused the request: " + protocol::error_message(reply));
     } else {
       callback(reply);
     }

@@ -365,13 +365,96 @@ TEST_F(StoreLinkTest, ARefusedHandshakeIsARendezvousFailure) {
   EXPECT_NE(member(0).heard.failed->second.find("version mismatch"), std::string::npos);
 }
 
-TEST_F(StoreLinkTest, AConnectionLostWhileJoiningIsExit4) {
+// Before node 0's answer the node is not part of the job: a closed
+// connection is made anew and the joining goes on where it stood.
+TEST_F(StoreLinkTest, AConnectionLostBeforeNodeZerosAnswerIsMadeAnew) {
+  add(true);
+  add(false);
+  member().join();
+  settle();  // its record is stored; it waits for node 0's answer
+  member().conn.fail(StoreConnection::Failure::k_lost, "connection closed by the store");
+  EXPECT_FALSE(member().heard.failed);
+  advance(100ms);
+  EXPECT_EQ(member().conn.reconnects, 1);
+  host().join();
+  settle();
+  ASSERT_TRUE(member().heard.joined()) << member().heard.failed.value_or(std::pair(0, "")).second;
+  EXPECT_TRUE(host().heard.joined());
+  EXPECT_EQ(member().heard.topology->nnodes(), 2);
+  EXPECT_EQ(store.value(keys::k_arrivals), std::optional<std::string>("2"))
+      << "the same arrival, not a second one";
+}
+
+// The ADD was counted but its answer lost with the connection: the node
+// takes a new arrival and gives up the arrivals before it without a record,
+// so node 0, reading them in order, does not wait for one that never comes.
+TEST_F(StoreLinkTest, AnArrivalWhoseAnswerWasLostIsGivenUp) {
+  add(true);
+  add(false);
+  member().conn.hold(true);
+  member().join();  // the ADD is counted; its answer waits
+  member().conn.fail(StoreConnection::Failure::k_lost,
+                     "a reply failed its authentication check (changed or injected on the way)");
+  member().conn.hold(false);
+  host().join();
+  advance(100ms);
+  settle();
+  ASSERT_TRUE(member().heard.joined()) << member().heard.failed.value_or(std::pair(0, "")).second;
+  ASSERT_TRUE(host().heard.joined());
+  EXPECT_EQ(store.value(keys::node(0)), std::optional<std::string>(k_vacant_arrival));
+  EXPECT_EQ(member().heard.topology->nnodes(), 2);
+}
+
+// A node whose arrival another node gave up (it was slow to write its
+// record) takes a new one.
+TEST_F(StoreLinkTest, ANodeWhoseArrivalWasGivenUpJoinsAnew) {
+  add(true);
+  add(false);
+  write(keys::k_arrivals, "1");            // arrival 0: a node that lost the ADD's answer...
+  write(keys::node(0), k_vacant_arrival);  // ...and gave it up
+  write(keys::k_arrivals, "0");
+  member().join();  // takes arrival 0 again: given up, so it takes 1
+  host().join();
+  settle();
+  ASSERT_TRUE(member().heard.joined()) << member().heard.failed.value_or(std::pair(0, "")).second;
+  EXPECT_TRUE(host().heard.joined());
+  EXPECT_EQ(store.value(keys::node(0)), std::optional<std::string>(k_vacant_arrival));
+}
+
+// Tried again until --rdzv-timeout, then the rendezvous fails.
+TEST_F(StoreLinkTest, AConnectionThatKeepsClosingWhileJoiningFailsAtTheRendezvousTimeout) {
   add(false);
   member(0).join();
   settle();
-  member(0).conn.fail(StoreConnection::Failure::k_lost, "connection closed by the store");
+  for (int i = 0; i < 1000 && !member(0).heard.failed; ++i) {
+    member(0).conn.fail(StoreConnection::Failure::k_lost, "connection closed by the store");
+    advance(1000ms);
+  }
   ASSERT_TRUE(member(0).heard.failed);
   EXPECT_EQ(member(0).heard.failed->first, k_exit_node_lost);
+  EXPECT_GE(member(0).conn.reconnects, 50) << "about one a second for 60 s";
+  EXPECT_LE(member(0).conn.reconnects, 70);
+}
+
+// A request the store refuses is not a lost connection: no retry.
+TEST_F(StoreLinkTest, ARequestTheStoreRefusesWhileJoiningFailsAtOnce) {
+  add(false);
+  member(0).join();
+  settle();
+  member(0).conn.fail(StoreConnection::Failure::k_rejected, "refused the request: key too long");
+  ASSERT_TRUE(member(0).heard.failed);
+  EXPECT_EQ(member(0).conn.reconnects, 0);
+}
+
+// Once node 0's answer is read the node is part of the job: a closed
+// connection then is a lost node, as in the round.
+TEST_F(StoreLinkTest, AConnectionLostAfterNodeZerosAnswerIsExit4) {
+  two_nodes_probing(true);
+  ASSERT_FALSE(member().heard.joined()) << "node 0's preflight holds the round back";
+  member().conn.fail(StoreConnection::Failure::k_lost, "connection closed by the store");
+  ASSERT_TRUE(member().heard.failed);
+  EXPECT_EQ(member().heard.failed->first, k_exit_node_lost);
+  EXPECT_EQ(member().conn.reconnects, 0);
 }
 
 TEST_F(StoreLinkTest, AConnectionLostWhileRunningIsTheJobsVerdict) {
