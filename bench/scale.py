@@ -5,12 +5,21 @@ in one process, each the agents' own MemberLink over its own connection.
 
     /usr/bin/python3 bench/scale.py [--build build] [--nodes 1024 4096 16384] [--nproc 8]
 
-Per N: rendezvous time (first join to the last node's plan), node 0's peak
-RSS (VmHWM: the store and the agent), CPU time (user + system, the whole
-run) and the fds it held at the end of rendezvous (/proc/PID/fd), and failure
-propagation (node 1 publishes a stop with exit 7: until every simulated node
-has the verdict, and node 0's exit code). Each agent holds one connection
-(store protocol 5), so N nodes need about N fds in each process.
+Node 0 runs with the defaults a user gets (the network preflight on), and
+each simulated node answers the preflight as an agent does (its own probe
+listener, its connects to its peers, its report). Per N, twice: as started
+by default, then with --no-preflight; the difference is the preflight's own
+cost. Columns: rendezvous time (the first join to the last node's start,
+the preflight included), node 0's peak RSS (VmHWM: the store and the
+agent), CPU time (user + system, the whole run) and the fds it held at the
+end of rendezvous (/proc/PID/fd), and failure propagation (node 1 publishes
+a stop with exit 7: until every simulated node has the verdict, and node
+0's exit code). Each agent holds one connection to the store, and its
+probe listener and the epoll of its connects: where the hard fd limit does
+not allow all of them in one process, the nodes past it have no probe port,
+as an agent short of descriptors has (the others do not probe them), and
+the simulator says how many had one. If node 0 fails, the run stops and
+the row says why.
 """
 import argparse
 import json
@@ -18,54 +27,87 @@ import os
 import resource
 import subprocess
 import tempfile
+import threading
 
 from benchlib import free_port, raise_fds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+RUNS = 0
 
 
 
 
-def one(build, nnodes, nproc):
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    if nnodes + 256 > hard:
-        return f"| {nnodes} x {nproc} | not run: needs about {nnodes} fds per process, the hard limit is {hard} | | | | | |"
+def one(build, nnodes, nproc, preflight=True):
+    """One row: node 0 as a user starts it (the network preflight on unless
+    `preflight` is False) against nnodes - 1 simulated nodes. The run stops
+    as soon as either side fails."""
+    label = f"{nnodes} x {nproc} ({nnodes * nproc:,} ranks){'' if preflight else ', --no-preflight'}"
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if nnodes + 1024 > limit:
+        return f"| {label} | not run: node 0 and the simulator need about {nnodes + 1024} fds each, the hard limit is {limit} | | | | | |"
     port = free_port()
+    # A loopback address of the run's own: the last run's connections wait
+    # in TIME_WAIT, and 16,384 new ones from one address to one port find
+    # too few free ports among them.
+    global RUNS
+    RUNS += 1
+    addr = f"127.0.{RUNS // 250}.{2 + RUNS % 250}"
     with tempfile.TemporaryDirectory() as tmp:
         summary = os.path.join(tmp, "s.json")
         err_path = os.path.join(tmp, "node0.err")
         with open(err_path, "w") as err_file:
             node0 = subprocess.Popen(
                 [os.path.join(build, "ddplaunch"), "--nnodes", str(nnodes), "--node-rank", "0",
-                 "--nproc-per-node", str(nproc), "--master-port", str(port), "--heartbeat-timeout", "600",
-                 "--log-level", "error", "--summary-json", summary, "--", "sleep", "600"],
+                 "--nproc-per-node", str(nproc), "--master-addr", addr, "--master-port", str(port),
+                 *([] if preflight else ["--no-preflight"]), "--log-level", "error",
+                 "--summary-json", summary, "--", "sleep", "600"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_file,
                 preexec_fn=raise_fds)
         sim = subprocess.Popen([os.path.join(build, "bench", "sim_nodes"), str(port), str(nnodes),
                                 str(nproc), "sleep", "600"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=raise_fds)
+                               env={**os.environ, "SIM_STORE_ADDR": addr}, preexec_fn=raise_fds)
+        # Node 0 failing (a rendezvous error, a blocked path) ends the run:
+        # the simulated nodes are stopped rather than left waiting.
+        node0_gone = threading.Event()
+        node0_usage = []
+
+        def watch_node0():
+            _, status, usage = os.wait4(node0.pid, 0)
+            node0.returncode = os.waitstatus_to_exitcode(status)
+            node0_usage.append(usage)
+            node0_gone.set()
+            if sim.poll() is None and node0.returncode != 7:
+                sim.kill()
+
+        watcher = threading.Thread(target=watch_node0, daemon=True)
+        watcher.start()
         # node 0's fds once every node has joined: sim_nodes says so on stderr.
-        fds = None
+        fds, probes = None, "?"
         for line in sim.stderr:
+            if line.startswith("probes: "):
+                probes = line.split(": ")[1].strip()
             if line.startswith("joined"):
                 fds = len(os.listdir(f"/proc/{node0.pid}/fd"))
                 break
         out, err = sim.communicate(timeout=900)
-        if sim.returncode != 0:
+        if sim.returncode != 0 and node0.poll() is None:
             node0.kill()
-        _, status, usage = os.wait4(node0.pid, 0)
-        node0.returncode = os.waitstatus_to_exitcode(status)
+        watcher.join()
+        with open(err_path) as f:
+            node0_err = f.read()
         if sim.returncode != 0:
-            with open(err_path) as f:
-                node0_err = f.read()
-            return f"| {nnodes} x {nproc} | failed: {err.strip()[-200:]} {node0_err[-200:]} | | | | | |"
+            why = node0_err.strip() if node0_gone.is_set() and node0.returncode != -9 else err.strip()
+            return f"| {label} | failed: {why[-300:]} | | | | | |"
         r = json.loads(out)
         with open(summary) as f:
             rss = json.load(f)["launcher_max_rss_kib"] / 1024
-        cpu = usage.ru_utime + usage.ru_stime
-        return (f"| {nnodes} x {nproc} ({nnodes * nproc:,} ranks) | {r['joined_s']:.2f} s | {rss:.1f} MiB "
-                f"| {cpu:.2f} s | {fds:,} | {r['verdict_s'] * 1000:.0f} ms (exit {r['verdict_code']}) | {node0.returncode} |")
+        cpu = node0_usage[0].ru_utime + node0_usage[0].ru_stime
+        if preflight:
+            label += f" ({probes} simulated nodes probe)"
+        return (f"| {label} | {r['joined_s']:.2f} s | {rss:.1f} MiB "
+                f"| {cpu:.2f} s | {fds:,} | {r['verdict_s'] * 1000:.0f} ms (exit {r['verdict_code']}) "
+                f"| {node0.returncode} |")
 
 
 def main():
@@ -73,11 +115,15 @@ def main():
     ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
     ap.add_argument("--nodes", type=int, nargs="+", default=[1024, 4096, 16384])
     ap.add_argument("--nproc", type=int, default=8)
+    ap.add_argument("--defaults-only", action="store_true",
+                    help="only the rows with the defaults")
     args = ap.parse_args()
     print("| nodes x workers | rendezvous | node 0 peak RSS | node 0 CPU | node 0 fds | stop reaches every node | node 0 exit |")
     print("|---|---|---|---|---|---|---|")
     for n in args.nodes:
         print(one(args.build, n, args.nproc), flush=True)
+        if not args.defaults_only:
+            print(one(args.build, n, args.nproc, preflight=False), flush=True)
 
 
 if __name__ == "__main__":

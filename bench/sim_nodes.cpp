@@ -3,12 +3,21 @@
 // bench/scale.py: rendezvous time, then how long the stop of one simulated
 // node takes to reach every other one.
 //
-//   sim_nodes PORT NNODES NPROC COMMAND
+//   [SIM_STORE_ADDR=127.0.0.N] sim_nodes PORT NNODES NPROC COMMAND
 //
 // Every simulated node runs the agents' own code: a MemberLink over one
 // AsyncClient, as every agent but node 0 holds; so N nodes hold N
 // connections to node 0. Run node 0 with a long --heartbeat-timeout: the
 // simulated nodes beat only as often as this loop turns.
+//
+// Each simulated node answers the network preflight as an agent does: it
+// opens its probe listener (ReachProbe) and, when node 0's plan asks for the
+// preflight (its default), connects to its peers' and reports. A listener
+// and its connects' epoll are two more descriptors per node: the nodes past
+// what the fd limit allows (beside one connection per node and room for the
+// connects in flight) have no probe, as an agent short of descriptors, and
+// report that they probed nothing; the others then do not probe them. The
+// count is printed ("probes: K of N").
 //
 // COMMAND is node 0's program and arguments joined by spaces, as the agents
 // compare them. Node 1 publishes a stop with exit code 7 once every node has
@@ -23,7 +32,9 @@
 // line adds "fence_s" (from the first node's entry to the last node's
 // combined data).
 #include <sys/epoll.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/reach_probe.hpp"
 #include "config/config.hpp"
 #include "log.hpp"
 #include "mpi/fence.hpp"
@@ -58,14 +70,23 @@ struct AgentNode : JobLink::Listener {
   SystemClock clock;
   std::unique_ptr<AsyncClient> store;
   std::unique_ptr<StoreLink> link;
+  ReachProbe probe;  // the network preflight's listener and connects
+  int probe_port = 0;
   State state;
   int watched_fd = -1;
   uint32_t watched_events = 0;
+  int watched_probe_fd = -1;
 
-  AgentNode(int port, int nnodes, int node_rank) {
+  AgentNode(int port, int nnodes, int node_rank, bool with_probe) {
     config.nnodes = nnodes;
     config.node_rank = node_rank;
     config.master_port = port;
+    // Each run its own loopback address (bench/scale.py): the connections
+    // of the run before wait in TIME_WAIT, and 16,384 more from one address
+    // to one port would not find free ports among them.
+    if (const char* addr = std::getenv("SIM_STORE_ADDR"); addr != nullptr) {
+      config.master_addr = addr;
+    }
     config.rdzv_timeout_s = 600;
     config.heartbeat_interval_s = 1;
     config.heartbeat_timeout_s = 600;
@@ -73,17 +94,23 @@ struct AgentNode : JobLink::Listener {
     link =
         make_store_link(config, StoreAddress{config.master_addr, port, ""}, *store, clock, nullptr);
     link->set_listener(*this);
+    if (with_probe) {
+      probe_port = probe.listen_on();
+      link->set_probe(&probe);
+    }
   }
   std::optional<Steady::time_point> deadline() const {
-    auto a = store->deadline();
-    auto b = link->deadline();
-    if (!a || (b && *b < *a)) {
-      return b;
+    std::optional<Steady::time_point> first;
+    for (auto d : {store->deadline(), link->deadline(), probe.deadline()}) {
+      if (d && (!first || *d < *first)) {
+        first = d;
+      }
     }
-    return a;
+    return first;
   }
   void on_time(Steady::time_point now) {
     store->on_time(now);
+    probe.on_time(now);
     link->on_time(now);
   }
 
@@ -96,6 +123,12 @@ struct AgentNode : JobLink::Listener {
     on_join_failed(code, message);  // a simulated node never waits as a spare
   }
   void on_verdict(const JobVerdict& v) override {
+    if (!state.joined) {
+      // Node 0 ended the job before this node joined (a rendezvous error,
+      // a blocked path): the run has no result.
+      on_join_failed(v.exit_code, v.message);
+      return;
+    }
     state.verdict = true;
     state.verdict_code = v.exit_code;
   }
@@ -118,12 +151,32 @@ int main(int argc, char** argv) {
   const int nproc = std::atoi(argv[3]);
   const std::vector<std::string> command(argv + 4, argv + argc);  // node 0's, word by word
 
-  log::setup("warn");  // N agents' progress lines would drown the result
+  log::setup("error");  // N agents' progress lines would drown the result
+  rlimit fds{};
+  getrlimit(RLIMIT_NOFILE, &fds);
+  const long long spare = static_cast<long long>(fds.rlim_cur) - nnodes - 2048;
+  const int probes = static_cast<int>(std::clamp<long long>(spare / 2, 0, nnodes - 1));
+  std::fprintf(stderr, "probes: %d of %d\n", probes, nnodes - 1);
   const int ep = epoll_create1(EPOLL_CLOEXEC);
   std::vector<std::unique_ptr<AgentNode>> nodes;
-  // Keeps epoll in step with one node's socket, touching it only when it changed.
+  // Keeps epoll in step with one node's socket and probe, touching them
+  // only when they changed. An event's data is the node's index, twice,
+  // plus one for its probe.
   auto sync = [&](size_t i) {
     AgentNode& node = *nodes[i];
+    const int probe_fd = node.probe.fd();
+    if (probe_fd != node.watched_probe_fd) {
+      if (node.watched_probe_fd >= 0) {
+        epoll_ctl(ep, EPOLL_CTL_DEL, node.watched_probe_fd, nullptr);
+      }
+      if (probe_fd >= 0) {
+        epoll_event e{};
+        e.events = EPOLLIN;
+        e.data.u64 = 2 * i + 1;
+        epoll_ctl(ep, EPOLL_CTL_ADD, probe_fd, &e);
+      }
+      node.watched_probe_fd = probe_fd;
+    }
     const int fd = node.store->events() != 0 ? node.store->fd() : -1;
     const uint32_t events = fd >= 0 ? node.store->events() : 0;
     if (fd == node.watched_fd && events == node.watched_events) {
@@ -136,7 +189,7 @@ int main(int argc, char** argv) {
     if (fd >= 0) {
       epoll_event e{};
       e.events = events;
-      e.data.u64 = i;
+      e.data.u64 = 2 * i;
       epoll_ctl(ep, node.watched_fd == fd ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &e);
     }
     node.watched_fd = fd;
@@ -165,8 +218,12 @@ int main(int argc, char** argv) {
       std::vector<size_t> touched;
       for (int k = 0; k < n; ++k) {
         const auto& ev = events[static_cast<size_t>(k)];
-        const size_t i = ev.data.u64;
-        nodes[i]->store->on_ready(ev.events, now);
+        const size_t i = ev.data.u64 / 2;
+        if (ev.data.u64 % 2 == 1) {
+          nodes[i]->probe.on_ready(now);
+        } else {
+          nodes[i]->store->on_ready(ev.events, now);
+        }
         touched.push_back(i);
       }
       if (now >= next_tick) {  // timers: retries, heartbeats, overdue replies
@@ -199,7 +256,8 @@ int main(int argc, char** argv) {
     self.node_rank = n;
     self.host = "sim" + std::to_string(n);
     self.addr = "127.0.0.1";
-    auto agent = std::make_unique<AgentNode>(port, nnodes, n);
+    auto agent = std::make_unique<AgentNode>(port, nnodes, n, n <= probes);
+    self.probe_port = agent->probe_port;
     agent->link->join(self);
     nodes.push_back(std::move(agent));
     sync(nodes.size() - 1);

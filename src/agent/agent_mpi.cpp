@@ -1,6 +1,7 @@
 // The Agent's MPI side: the round's PMIx namespace before its workers start,
 // and what MPI_Abort and a missing MPI_Finalize make of a worker's end.
 #include "agent/agent.hpp"
+#include "cluster/nodelist.hpp"
 #include "env/mpi_env.hpp"
 #include "env/scheduler_env.hpp"
 #include "log.hpp"
@@ -13,7 +14,9 @@ std::optional<MpiRoundEnv> Agent::start_mpi_round(const Topology& topology,
   if (m_mpi == nullptr) {
     return std::nullopt;
   }
-  std::vector<std::string> hosts = topology.hosts;
+  // The plan's host list was checked when it was read.
+  std::vector<std::string> hosts =
+      topology.host_list.empty() ? std::vector<std::string>{} : expand_nodelist(topology.host_list);
   hosts.resize(static_cast<size_t>(layout.nnodes));
   for (const auto& node : topology.nodes) {
     if (node.node_rank >= 0 && node.node_rank < layout.nnodes) {

@@ -26,9 +26,17 @@ std::optional<long long> number(std::string_view s) {
   return v;
 }
 
-// "01-04,07" -> {"01", "02", "03", "04", "07"}, keeping the width of each range.
-std::vector<std::string> expand_ranges(std::string_view list, std::string_view inside) {
-  std::vector<std::string> out;
+// One item of a bracket group: numbers lo..hi, written `width` digits wide.
+struct Range {
+  long long lo = 0;
+  long long hi = 0;
+  size_t width = 0;
+};
+
+// "01-04,07" -> {{1, 4, 2}, {7, 7, 1}}; at most k_max_hosts numbers in all.
+std::vector<Range> parse_ranges(std::string_view list, std::string_view inside) {
+  std::vector<Range> out;
+  size_t total = 0;
   while (true) {
     const auto comma = inside.find(',');
     const auto item = inside.substr(0, comma);
@@ -46,16 +54,11 @@ std::vector<std::string> expand_ranges(std::string_view list, std::string_view i
       }
       hi = *h;
     }
-    if (static_cast<size_t>(hi - *lo) + out.size() >= k_max_hosts) {
+    if (static_cast<size_t>(hi - *lo) + total >= k_max_hosts) {
       bad(list, "it names more than a million hosts");
     }
-    for (long long v = *lo; v <= hi; ++v) {
-      std::string s = std::to_string(v);
-      if (s.size() < lo_text.size()) {
-        s.insert(0, lo_text.size() - s.size(), '0');
-      }
-      out.push_back(std::move(s));
-    }
+    total += static_cast<size_t>(hi - *lo) + 1;
+    out.push_back(Range{*lo, hi, lo_text.size()});
     if (comma == std::string_view::npos) {
       return out;
     }
@@ -63,8 +66,37 @@ std::vector<std::string> expand_ranges(std::string_view list, std::string_view i
   }
 }
 
-// One host expression (no top-level comma): "rack[1-2]-n[01-02]".
-void expand_one(std::string_view list, std::string_view expr, std::vector<std::string>& out) {
+size_t count_of(const std::vector<Range>& ranges) {
+  size_t n = 0;
+  for (const auto& r : ranges) {
+    n += static_cast<size_t>(r.hi - r.lo) + 1;
+  }
+  return n;
+}
+
+// "01-04,07" -> {"01", "02", "03", "04", "07"}, keeping the width of each range.
+std::vector<std::string> expand_ranges(const std::vector<Range>& ranges) {
+  std::vector<std::string> out;
+  for (const auto& r : ranges) {
+    for (long long v = r.lo; v <= r.hi; ++v) {
+      std::string s = std::to_string(v);
+      if (s.size() < r.width) {
+        s.insert(0, r.width - s.size(), '0');
+      }
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+// One host expression (no top-level comma): "rack[1-2]-n[01-02]". Its
+// names are counted into `counted`, and built into `out` unless it is null.
+void expand_one(std::string_view list, std::string_view expr, std::vector<std::string>* out,
+                size_t& counted) {
+  if (expr.empty()) {
+    bad(list, "an empty host name");
+  }
+  size_t count = 1;
   std::vector<std::string> names = {""};
   while (!expr.empty()) {
     const auto open = expr.find('[');
@@ -72,8 +104,10 @@ void expand_one(std::string_view list, std::string_view expr, std::vector<std::s
     if (text.find(']') != std::string_view::npos) {
       bad(list, "a ']' without its '['");
     }
-    for (auto& n : names) {
-      n += text;
+    if (out != nullptr) {
+      for (auto& n : names) {
+        n += text;
+      }
     }
     if (open == std::string_view::npos) {
       break;
@@ -82,36 +116,41 @@ void expand_one(std::string_view list, std::string_view expr, std::vector<std::s
     if (close == std::string_view::npos) {
       bad(list, "a '[' without its ']'");
     }
-    const auto parts = expand_ranges(list, expr.substr(open + 1, close - open - 1));
+    const auto ranges = parse_ranges(list, expr.substr(open + 1, close - open - 1));
     // Checked before the product is built: two groups of 300,000 would be 9e10 names.
-    if (parts.size() > (k_max_hosts - out.size()) / names.size()) {
+    const size_t parts = count_of(ranges);
+    if (parts > (k_max_hosts - counted) / count) {
       bad(list, "it names more than a million hosts");
     }
-    std::vector<std::string> next;
-    next.reserve(names.size() * parts.size());
-    for (const auto& n : names) {
-      for (const auto& p : parts) {
-        next.push_back(n + p);
+    count *= parts;
+    if (out != nullptr) {
+      const auto numbers = expand_ranges(ranges);
+      std::vector<std::string> next;
+      next.reserve(names.size() * numbers.size());
+      for (const auto& n : names) {
+        for (const auto& p : numbers) {
+          next.push_back(n + p);
+        }
       }
+      names = std::move(next);
     }
-    names = std::move(next);
     expr.remove_prefix(close + 1);
   }
-  if (names.size() > k_max_hosts - out.size()) {
+  if (count > k_max_hosts - counted) {
     bad(list, "it names more than a million hosts");
   }
-  for (auto& n : names) {
-    if (n.empty()) {
-      bad(list, "an empty host name");
+  counted += count;
+  if (out != nullptr) {
+    for (auto& n : names) {
+      out->push_back(std::move(n));
     }
-    out.push_back(std::move(n));
   }
 }
 
-}  // namespace
-
-std::vector<std::string> expand_nodelist(std::string_view list) {
-  std::vector<std::string> out;
+// Walks the top-level expressions of `list`, expanding (into `out`) or
+// counting them.
+size_t walk_nodelist(std::string_view list, std::vector<std::string>* out) {
+  size_t counted = 0;
   size_t start = 0;
   int depth = 0;
   for (size_t i = 0; i <= list.size(); ++i) {
@@ -121,14 +160,26 @@ std::vector<std::string> expand_nodelist(std::string_view list) {
       --depth;
     }
     if (i == list.size() || (list[i] == ',' && depth == 0)) {
-      expand_one(list, list.substr(start, i - start), out);
+      expand_one(list, list.substr(start, i - start), out, counted);
       start = i + 1;
     }
   }
   if (depth != 0) {
     bad(list, "unbalanced brackets");
   }
+  return counted;
+}
+
+}  // namespace
+
+std::vector<std::string> expand_nodelist(std::string_view list) {
+  std::vector<std::string> out;
+  walk_nodelist(list, &out);
   return out;
+}
+
+size_t count_nodelist(std::string_view list) {
+  return walk_nodelist(list, nullptr);
 }
 
 namespace {

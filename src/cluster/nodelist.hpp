@@ -12,6 +12,9 @@ namespace ddplaunch {
 // Every host of `list`, in Slurm's order. Throws UsageError naming the list
 // and what is wrong with it (an unclosed bracket, a reversed range, ...).
 std::vector<std::string> expand_nodelist(std::string_view list);
+// How many hosts `list` names, checked as expand_nodelist() checks it, but
+// without building a name.
+size_t count_nodelist(std::string_view list);
 
 // The inverse: `hosts` written in that syntax, in the same order, runs of
 // consecutive numbers after a shared prefix folded ("n01,n02,n03,x" ->

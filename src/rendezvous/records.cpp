@@ -120,14 +120,17 @@ Topology plan_topology_from(const json& j) {
     throw RecordError("malformed plan record: the node sizes do not add up to the world size");
   }
   if (j.contains("hosts")) {
+    std::string list = j.at("hosts").get<std::string>();
+    size_t count = 0;
     try {
-      t.hosts = expand_nodelist(j.at("hosts").get<std::string>());
+      count = count_nodelist(list);  // checked, not expanded: see Topology::host_list
     } catch (const UsageError&) {
       throw RecordError("malformed plan record: its host list is not a host list");
     }
-    if (static_cast<long long>(t.hosts.size()) != nodes) {
+    if (static_cast<long long>(count) != nodes) {
       throw RecordError("malformed plan record: its host list has not one name per node");
     }
+    t.host_list = std::move(list);
   }
   if (!j.contains("nodes")) {
     return t;

@@ -57,10 +57,12 @@ struct Topology {
   // By node rank: every node where all are known (the store host, a
   // one-node job, workers with reserved ports), else only this agent's own.
   std::vector<NodeEntry> nodes;
-  // Every node's host name by node rank, where the plan carried them (for
-  // the PMIx server's node map: node 0's plan does when the names fold into
-  // a short Slurm host list); empty otherwise.
-  std::vector<std::string> hosts;
+  // Every node's host name by node rank, in Slurm's host-list syntax
+  // ("gpu[0001-1024]"), where the plan carried them (node 0's plan does when
+  // the names fold into a short list); empty otherwise. Expanded only where
+  // the PMIx server needs its node map (a round's start), not by every node
+  // that reads the plan.
+  std::string host_list;
   // This launch of the job, the same on every node and unique among the jobs
   // running (node 0's random draw; a one-node job's own): what tells two
   // jobs apart where the user gave no --rdzv-id (the PMIx namespace). Empty:

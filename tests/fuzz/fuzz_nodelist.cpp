@@ -1,9 +1,11 @@
 // libFuzzer: Slurm's node lists and tasks-per-node values, as the
 // environment hands them over. Only UsageError may come out, and never more
-// hosts than the documented cap, and compress_nodelist() must give back
-// a list naming the same hosts; anything else is a bug.
+// hosts than the documented cap; count_nodelist() must agree with it (the
+// same count, the same refusal), and compress_nodelist() must give back a
+// list naming the same hosts; anything else is a bug.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -14,9 +16,14 @@ using namespace ddplaunch;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);
+  std::optional<size_t> counted;
+  try {
+    counted = count_nodelist(in);
+  } catch (const UsageError&) {
+  }
   try {
     const auto hosts = expand_nodelist(in);
-    if (hosts.size() > 1'000'000) {
+    if (hosts.size() > 1'000'000 || counted != hosts.size()) {
       __builtin_trap();
     }
     // Folding them again gives a list that names the same hosts in order.
@@ -27,6 +34,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
   } catch (const UsageError&) {
+    if (counted) {
+      __builtin_trap();  // counted what expanding refuses
+    }
   }
   try {
     (void)expand_tasks_per_node(in);

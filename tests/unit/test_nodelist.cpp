@@ -22,6 +22,7 @@ TEST(Nodelist, EveryFormSlurmWrites) {
   };
   for (const auto& [list, hosts] : cases) {
     EXPECT_EQ(expand_nodelist(list), hosts) << list;
+    EXPECT_EQ(count_nodelist(list), hosts.size()) << list;
   }
 }
 
@@ -74,6 +75,7 @@ TEST(Nodelist, MalformedListsAreClearErrors) {
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("--master-addr"), std::string::npos) << e.what();
     }
+    EXPECT_THROW(count_nodelist(list), UsageError) << "counted as checked: " << list;
   }
 }
 
