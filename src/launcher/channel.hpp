@@ -12,8 +12,8 @@
 //     k_channel_stop: the command stops the job for a reason of its own (a
 //     host could not be started) and says why itself. End of file: the
 //     launching command is gone, and the agent stops its workers.
-//   agent -> launcher: "ddplaunch-agent-ready <host>\n" once the header is
-//     read, then the agent's own output.
+//   agent -> launcher: "ddplaunch-agent-ready <node rank>\n" once the
+//     header is read, then the agent's own output.
 #pragma once
 
 #include <cstddef>

@@ -3,7 +3,7 @@
 // hwloc's discovery of a machine (sysfs, PCI) is most of libpmix's start,
 // 13 ms of a launch that otherwise takes a few. The PMIx server is handed the
 // topology read back from this cache instead (PMIX_TOPOLOGY2), and shares it
-// with the ranks as before. Nothing here calls hwloc: pmix_server.cpp does.
+// with the ranks as before. Nothing here calls hwloc: hwloc_topology.cpp does.
 #pragma once
 
 #include <optional>

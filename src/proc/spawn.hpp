@@ -1,7 +1,10 @@
 // Starting worker processes (ninja's subprocess-posix and folly's
-// Subprocess habits). Every worker gets its own process group, dies with the
-// launcher (PR_SET_PDEATHSIG), inherits only fds 0, 1 and 2, and receives an
-// envp built by the launcher. Workers start with vfork(); an exec failure is
+// Subprocess habits). Every worker gets its own process group (but rank 0 of
+// a launcher in the terminal's foreground, which stays in the launcher's so
+// that it may read the terminal), dies with the launcher (PR_SET_PDEATHSIG),
+// inherits only fds 0, 1 and 2 (and 3, the progress pipe, with
+// --hang-timeout), and receives an envp built by the launcher. Workers start
+// with clone3() into the job's cgroup, else vfork(); an exec failure is
 // known before the next worker starts: a missing program is a spawn error,
 // never a mystery exit 127. From eight workers on, on two CPUs or more, a
 // second thread starts half of them (the upper ranks): while one thread

@@ -2,8 +2,10 @@
 // (OpenSSL's libcrypto; no hand-written crypto). Each side sends a fresh
 // random nonce; the server proves it knows the token over both nonces, then
 // the client does, with a different label so that neither proof can be
-// reflected back. The token itself never crosses the wire. Pure apart from
-// the random bytes; thread-safe.
+// reflected back. The token itself never crosses the wire. libcrypto is
+// loaded at the first use (posix/library), not at start. The proofs are
+// functions of their inputs and the random bytes; a FrameMac keeps one
+// direction's sequence number, so one thread uses it.
 #pragma once
 
 #include <cstdint>
