@@ -4,7 +4,9 @@
 // (wait_readable()), the run (run(): the workers' pipes, their exits, the
 // store connection, the console's room, every timer), an internal error's
 // last word to the other nodes (publish_failure()) and the exit drain
-// (drain()). Nothing it calls blocks. Not thread-safe: the main thread owns it.
+// (drain()). Nothing it calls waits on the network or a child; `--log-dir`
+// files and filter files are written with plain blocking writes. Not
+// thread-safe: the main thread owns it.
 #pragma once
 
 #include <array>

@@ -1,5 +1,6 @@
-// The one strict integer parser: every flag, record field, environment value
-// and /proc or /sys number read as text goes through it. The whole text must
+// The strict integer parser for flags, record fields, environment values and
+// /proc or /sys numbers read as text (a few older readers still use
+// strtol, atoi or from_chars of their own). The whole text must
 // be a base-10 integer (an optional '-', digits, nothing else: no spaces, no
 // '+', no "0x") that fits in a long long; anything else is nullopt, so that
 // each caller can say which source held the bad value. Pure; no system call.

@@ -1,5 +1,8 @@
-// ConsoleWriter: the launcher's own stdout and stderr, written by a thread of
-// their own, so a console that does not keep up (a full pipe nobody reads, a
+// ConsoleWriter: the launcher's own stdout and stderr. While nothing is
+// queued, the pushing thread writes to a pipe, socket or /dev/null itself
+// (a write that cannot block); what would block, and everything for a
+// terminal or a file, goes to a thread of its own, started with the first
+// such item. So a console that does not keep up (a full pipe nobody reads, a
 // terminal stopped with Ctrl-S, an O_NONBLOCK stdout that says EAGAIN) delays
 // what is shown but never the event loop: supervision, signals and heartbeats
 // go on. When stdout and stderr are the same file (a terminal, `2>&1`) one
