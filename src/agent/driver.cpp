@@ -24,20 +24,62 @@ namespace {
 constexpr uint64_t k_tag_signals = 1ULL << 62;
 constexpr uint64_t k_tag_store = 1ULL << 61;
 constexpr uint64_t k_tag_console = 1ULL << 60;
-constexpr uint64_t k_tag_progress = 1ULL << 59;  // | local rank: its DDPLAUNCH_PROGRESS_FD pipe
-constexpr uint64_t k_tag_waited = 1ULL << 58;    // wait_readable()'s fd
-constexpr uint64_t k_tag_serve = 1ULL << 57;     // a store to serve once a client comes
-constexpr uint64_t k_tag_mpi = 1ULL << 56;       // the PMIx server's queue
-constexpr uint64_t k_tag_probe = 1ULL << 55;     // the network preflight's connects
-constexpr uint64_t k_tag_relay = 1ULL << 54;     // the PMIx relay's sockets
-constexpr uint64_t k_tag_readers = 1ULL << 53;   // streams that ended on a reader thread
-// A read this large means the worker filled its pipe; then it gets this size.
-constexpr size_t k_pipe_size_at = 64 * 1024;
-constexpr int k_drain_rounds = 64;  // bounded: a grandchild may still be writing
+constexpr uint64_t k_tag_waited = 1ULL << 58;   // wait_readable()'s fd
+constexpr uint64_t k_tag_serve = 1ULL << 57;    // a store to serve once a client comes
+constexpr uint64_t k_tag_mpi = 1ULL << 56;      // the PMIx server's queue
+constexpr uint64_t k_tag_probe = 1ULL << 55;    // the network preflight's connects
+constexpr uint64_t k_tag_relay = 1ULL << 54;    // the PMIx relay's sockets
+constexpr uint64_t k_tag_streams = 1ULL << 53;  // | stream: the workers' pipes (StreamPump)
+constexpr int k_drain_rounds = 64;              // bounded: a grandchild may still be writing
+// A worker's streams in the pump: 3 * local rank + one of these.
+constexpr StreamPump::Id k_stdout = 0;
+constexpr StreamPump::Id k_stderr = 1;
+constexpr StreamPump::Id k_progress = 2;
 // How long an internal error's verdict may take to reach the store.
 constexpr auto k_failure_wait = std::chrono::seconds(1);
 
 }  // namespace
+
+// The workers' streams go to the Agent; DDPLAUNCH_FAULT=output (`fault`)
+// throws at the first bytes.
+class Driver::WorkerStreams : public StreamPump::Sink {
+ public:
+  WorkerStreams(Agent& agent, bool fault) : m_agent(agent), m_fault(fault) {}
+  void on_bytes(StreamPump::Id id, std::string_view data) override {
+    if (id % 3 == k_progress) {
+      m_agent.on_progress(local_rank(id));  // what it wrote only says it is alive
+      return;
+    }
+    m_agent.on_output(local_rank(id), stream(id), data);
+    if (m_fault) {
+      throw std::runtime_error("the fault DDPLAUNCH_FAULT=output asked for");
+    }
+  }
+  void on_closed(StreamPump::Id id) override {
+    if (id % 3 != k_progress) {
+      m_agent.on_output_closed(local_rank(id), stream(id));
+    }
+  }
+  void on_paused(StreamPump::Id id, bool paused) override {
+    m_agent.on_output_paused(local_rank(id), paused);
+  }
+  std::optional<OutputRouter::StreamRef> reader_stream(StreamPump::Id id) override {
+    if (m_fault || !m_agent.output_needs_only_router()) {
+      return std::nullopt;
+    }
+    return m_agent.router().stream_ref(local_rank(id), stream(id));
+  }
+
+ private:
+  static int local_rank(StreamPump::Id id) { return static_cast<int>(id / 3); }
+  static OutputRouter::Stream stream(StreamPump::Id id) {
+    return id % 3 == k_stdout ? OutputRouter::Stream::k_out : OutputRouter::Stream::k_err;
+  }
+  Agent& m_agent;
+  bool m_fault;
+};
+
+Driver::~Driver() = default;
 
 Driver::Driver(posix::SignalFd& signals, ConsoleWriter& console)
     : m_signals(signals), m_console(console) {
@@ -97,24 +139,16 @@ void Driver::run(Agent& agent, ProcessSpawner& spawner, StoreLink* link, AsyncCl
   m_spawner = &spawner;
   m_link = link;
   m_store = store;
-  m_fault = fault;
+  m_sink = std::make_unique<WorkerStreams>(agent, fault);
+  m_pump = std::make_unique<StreamPump>(m_loop, k_tag_streams, m_console, *m_sink, &agent.router());
   // The reader threads go before run() does: they take lines into the agent's router.
   struct StopReaders {
-    std::unique_ptr<StreamReaders>& readers;
-    ~StopReaders() {
-      if (readers) {
-        readers->stop();
-      }
-    }
-  } stop_readers{m_readers};
+    StreamPump& pump;
+    ~StopReaders() { pump.stop_readers(); }
+  } stop_readers{*m_pump};
   while (!m_agent->done()) {
     sync_fds();
-    if (m_agent->workers_ended()) {
-      resume_streams(true);  // what is left in the pipes is bounded: read it now
-      if (m_readers) {
-        m_readers->set_unbounded();
-      }
-    }
+    m_pump->set_bounded(m_agent->workers_ended());
     for (const auto& ready : m_loop.wait(next_deadline())) {
       dispatch(ready);
       if (m_agent->done()) {
@@ -241,28 +275,20 @@ void Driver::sync_worker_fds() {
   if (m_spawner->generation() == m_generation_watched) {
     return;  // workers start once a round; their pipes leave the loop as they close
   }
-  // A new round's workers: the last round's pipes are closed, and their
-  // numbers may be the new ones'.
+  // A new round's workers: the last round's pipes go (their workers ended).
   m_generation_watched = m_spawner->generation();
-  for (int fd : m_worker_fds) {
-    m_loop.forget_closed(fd);  // the spawner closed them with their round
-  }
-  m_worker_fds.clear();
-  m_paused.clear();
-  m_handed.clear();  // the reader threads stopped reading them when the round closed them
-  m_grown.clear();   // the same tags name new pipes
+  m_pump->clear();
   auto& children = m_spawner->children();
   for (size_t i = 0; i < children.size(); ++i) {
-    for (int s = 0; s < 2; ++s) {
-      posix::Fd& fd = s == 0 ? children[i].out() : children[i].err();
-      if (fd) {
-        m_loop.set(fd.get(), EPOLLIN, 2 * i + static_cast<uint64_t>(s));
-        m_worker_fds.insert(fd.get());
-      }
+    const auto base = static_cast<StreamPump::Id>(3 * i);
+    if (children[i].out()) {
+      m_pump->add(base + k_stdout, std::move(children[i].out()), 1);
     }
-    if (posix::Fd& fd = children[i].progress()) {
-      m_loop.set(fd.get(), EPOLLIN, k_tag_progress | i);
-      m_worker_fds.insert(fd.get());
+    if (children[i].err()) {
+      m_pump->add(base + k_stderr, std::move(children[i].err()), 2);
+    }
+    if (children[i].progress()) {
+      m_pump->add(base + k_progress, std::move(children[i].progress()), 0);
     }
   }
 }
@@ -289,9 +315,9 @@ void Driver::dispatch(const posix::EventLoop::Ready& ready) {
     }
   } else if (ready.tag == k_tag_console) {
     m_console.read_wake();
-    resume_streams(false);
-  } else if ((ready.tag & k_tag_progress) != 0) {
-    read_progress(static_cast<int>(ready.tag & ~k_tag_progress));
+    m_pump->on_console_room();
+  } else if (m_pump->owns(ready.tag)) {
+    m_pump->on_ready(ready.tag);
   } else if (ready.tag == k_tag_serve) {
     m_loop.remove(m_serve_fd);
     m_serve_fd = -1;
@@ -302,152 +328,8 @@ void Driver::dispatch(const posix::EventLoop::Ready& ready) {
     m_agent->on_mpi();
   } else if (ready.tag == k_tag_relay) {
     m_relay();
-  } else if (ready.tag == k_tag_readers) {
-    take_ended_streams();
   } else if (ready.tag == k_tag_probe) {
     m_probe->on_ready(std::chrono::steady_clock::now());
-  } else {
-    read_stream(static_cast<int>(ready.tag / 2), static_cast<Stream>(ready.tag % 2));
-  }
-}
-
-// What a worker wrote to its progress pipe only says it is alive. True when
-// something was read.
-bool Driver::read_progress(int local_rank) {
-  posix::Fd& fd = m_spawner->children().at(static_cast<size_t>(local_rank)).progress();
-  if (!fd) {
-    return false;
-  }
-  ssize_t n = ::read(fd.get(), m_buffer.get(), k_read_size);
-  if (n > 0) {
-    m_agent->on_progress(local_rank);
-    return true;
-  }
-  if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-    m_loop.forget_closed(fd.get());
-    m_worker_fds.erase(fd.get());
-    fd.close();
-  }
-  return false;
-}
-
-// Reads one chunk; false when nothing more is there now.
-bool Driver::read_stream(int local_rank, Stream stream) {
-  auto& child = m_spawner->children().at(static_cast<size_t>(local_rank));
-  posix::Fd& fd = stream == Stream::k_out ? child.out() : child.err();
-  if (!fd) {
-    return false;
-  }
-  const uint64_t tag = 2 * static_cast<uint64_t>(local_rank) + static_cast<uint64_t>(stream);
-  if (auto handed = m_handed.find(tag); handed != m_handed.end()) {
-    // A reader thread's: read here under its lock (an ended worker's last lines).
-    const int r = m_readers->read_now(*handed->second, m_buffer.get(), k_read_size);
-    if (r < 0) {
-      m_handed.erase(handed);
-      close_stream(local_rank, stream);
-    }
-    return r > 0;
-  }
-  ssize_t n = ::read(fd.get(), m_buffer.get(), k_read_size);
-  if (n > 0) {
-    m_agent->on_output(local_rank, stream,
-                       std::string_view(m_buffer.get(), static_cast<size_t>(n)));
-    if (m_fault) {
-      throw std::runtime_error("the fault DDPLAUNCH_FAULT=output asked for");
-    }
-    if (n >= static_cast<ssize_t>(k_pipe_size_at) && m_grown.insert(tag).second) {
-      // A worker that fills its pipe (64 KiB) gets a larger one: a flood then
-      // costs the worker and the launcher a wake-up per 128 KiB, not per 64
-      // KiB (larger pipes measured slower: their pages fall out of the CPU's
-      // cache). Only such a stream pays the call; best effort (pipe-max-size).
-      (void)::fcntl(fd.get(), F_SETPIPE_SZ, static_cast<int>(StreamReaders::k_pipe_bytes));
-      if (hand_over(local_rank, stream, tag)) {
-        return true;
-      }
-    }
-    if (!m_agent->workers_ended() && m_console.backlogged(stream == Stream::k_out ? 1 : 2)) {
-      // The console is behind: this worker waits on its pipe, as it would
-      // writing to that console itself; the loop goes on.
-      m_loop.remove(fd.get());
-      m_paused.insert(tag);
-      m_agent->on_output_paused(local_rank, true);
-    }
-    return true;
-  }
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-    return false;
-  }
-  close_stream(local_rank, stream);
-  return false;
-}
-
-void Driver::close_stream(int local_rank, Stream stream) {
-  auto& child = m_spawner->children().at(static_cast<size_t>(local_rank));
-  posix::Fd& fd = stream == Stream::k_out ? child.out() : child.err();
-  if (!fd) {
-    return;
-  }
-  // Its only fd now (a reader thread closed its copy when the stream ended
-  // there): the close takes it out of the loop's epoll.
-  m_loop.forget_closed(fd.get());
-  m_worker_fds.erase(fd.get());
-  fd.close();
-  m_agent->on_output_closed(local_rank, stream);
-}
-
-bool Driver::hand_over(int local_rank, Stream stream, uint64_t tag) {
-  if (m_fault || !m_agent->output_needs_only_router()) {
-    return false;
-  }
-  if (!m_readers) {
-    const int threads = StreamReaders::threads_for_this_machine();
-    if (threads == 0) {
-      return false;
-    }
-    m_readers = std::make_unique<StreamReaders>(m_agent->router(), m_console, threads);
-    m_loop.set(m_readers->ended_fd(), EPOLLIN, k_tag_readers);
-  }
-  auto& child = m_spawner->children().at(static_cast<size_t>(local_rank));
-  const posix::Fd& fd = stream == Stream::k_out ? child.out() : child.err();
-  StreamReaders::Slot* slot =
-      m_readers->adopt(tag, m_agent->router().stream_ref(local_rank, stream), fd.get());
-  if (slot == nullptr) {
-    return false;
-  }
-  m_loop.remove(fd.get());  // kept open: the thread reads its own copy
-  m_handed[tag] = slot;
-  log::debug("local rank {}'s {} fills its pipe: read on a reader thread from now on", local_rank,
-             stream == Stream::k_out ? "stdout" : "stderr");
-  return true;
-}
-
-// Streams that ended on a reader thread: closed here as the loop closes its own.
-void Driver::take_ended_streams() {
-  for (StreamReaders::Slot* slot : m_readers->take_ended()) {
-    auto it = m_handed.find(slot->tag);
-    if (it == m_handed.end() || it->second != slot) {
-      continue;  // closed here already, or a past round's
-    }
-    m_handed.erase(it);
-    close_stream(static_cast<int>(slot->tag / 2), static_cast<Stream>(slot->tag % 2));
-  }
-}
-
-// Reads the paused streams again: those whose console has room, or all.
-void Driver::resume_streams(bool all) {
-  for (auto it = m_paused.begin(); it != m_paused.end();) {
-    const auto stream = static_cast<Stream>(*it % 2);
-    if (!all && m_console.backlogged(stream == Stream::k_out ? 1 : 2)) {
-      ++it;
-      continue;
-    }
-    auto& child = m_spawner->children().at(static_cast<size_t>(*it / 2));
-    posix::Fd& fd = stream == Stream::k_out ? child.out() : child.err();
-    if (fd) {
-      m_loop.set(fd.get(), EPOLLIN, *it);
-    }
-    m_agent->on_output_paused(static_cast<int>(*it / 2), false);
-    it = m_paused.erase(it);
   }
 }
 
@@ -464,12 +346,11 @@ void Driver::reap() {
     m_spawner->children()[static_cast<size_t>(*lr)].mark_reaped();
     // What is already in its pipes comes first, so its last stderr lines
     // are known before the failure is reported.
-    for (Stream s : {Stream::k_out, Stream::k_err}) {
-      for (int round = 0; round < k_drain_rounds && read_stream(*lr, s); ++round) {
-      }
-    }
     // Its last progress too (--restart-min-progress judges the round by it).
-    for (int round = 0; round < k_drain_rounds && read_progress(*lr); ++round) {
+    for (const StreamPump::Id kind : {k_stdout, k_stderr, k_progress}) {
+      const auto id = static_cast<StreamPump::Id>(3 * *lr) + kind;
+      for (int round = 0; round < k_drain_rounds && m_pump->read(id); ++round) {
+      }
     }
     m_agent->on_worker_exit(*lr, reaped->second);
   }

@@ -9,18 +9,15 @@
 // thread-safe: the main thread owns it.
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
-#include <unordered_map>
 
 #include "agent/agent.hpp"
 #include "output/console.hpp"
-#include "output/stream_readers.hpp"
+#include "output/pump.hpp"
 #include "posix/event_loop.hpp"
 #include "posix/signals.hpp"
 #include "proc/spawner.hpp"
@@ -36,6 +33,7 @@ class Driver {
 
   // Both must outlive the Driver; `signals` holds every signal the launcher handles.
   Driver(posix::SignalFd& signals, ConsoleWriter& console);
+  ~Driver();
 
   // Waits until `fd` is readable (true) or `deadline` passes (false). A stop
   // signal throws LaunchError 128+N, "stopped by SIG... while <doing>"; a
@@ -70,20 +68,13 @@ class Driver {
   std::optional<int> drain();
 
  private:
-  using Stream = OutputRouter::Stream;
+  class WorkerStreams;  // the pump's sink: the Agent
   void sync_fds();
   void sync_worker_fds();
   void sync_store_fd();
   void sync_probe_fd();
   std::optional<TimePoint> next_deadline() const;
   void dispatch(const posix::EventLoop::Ready& ready);
-  bool read_progress(int local_rank);
-  bool read_stream(int local_rank, Stream stream);  // false: nothing more there now
-  void close_stream(int local_rank, Stream stream);
-  // A stream that filled its pipe goes to a reader thread, when the agent allows.
-  bool hand_over(int local_rank, Stream stream, uint64_t tag);
-  void take_ended_streams();
-  void resume_streams(bool all);
   void reap();
 
   posix::SignalFd& m_signals;
@@ -94,28 +85,18 @@ class Driver {
   ProcessSpawner* m_spawner = nullptr;
   StoreLink* m_link = nullptr;
   AsyncClient* m_store = nullptr;  // the link's connection
-  bool m_fault = false;
-  int m_store_fd = -1;      // the store's socket as the loop holds it
-  int m_store_attempt = 0;  // the client's connect attempt that opened it
+  int m_store_fd = -1;             // the store's socket as the loop holds it
+  int m_store_attempt = 0;         // the client's connect attempt that opened it
   NetworkProbe* m_probe = nullptr;
-  int m_probe_fd = -1;          // the probe's epoll as the loop holds it
-  std::set<uint64_t> m_paused;  // stream tags not read while the console is behind
+  int m_probe_fd = -1;  // the probe's epoll as the loop holds it
   uint64_t m_generation_watched = 0;
-  std::set<int> m_worker_fds;  // the pipes of this round's workers in the loop
-  std::set<uint64_t> m_grown;  // stream tags whose pipe was enlarged (a flood)
-  // Reader threads for flooding streams, made at the first hand-over; the
-  // streams of this round they read, by tag.
-  std::unique_ptr<StreamReaders> m_readers;
-  std::unordered_map<uint64_t, StreamReaders::Slot*> m_handed;
+  // The workers' stdout, stderr and progress pipes (stream 3 * local rank +
+  // 0, 1, 2), read into the Agent.
+  std::unique_ptr<WorkerStreams> m_sink;
+  std::unique_ptr<StreamPump> m_pump;
   int m_serve_fd = -1;  // serve_when_connected()'s listener, until a client comes
   std::function<void()> m_serve;
   std::function<void()> m_relay;  // watch_relay()'s
-  // One read of a worker's pipe: as large as a flooding worker's pipe
-  // (StreamReaders::k_pipe_bytes), so a full pipe is one read and one
-  // wake-up of its writer. Heap, uninitialised: its pages cost memory only
-  // once a flood fills them.
-  static constexpr size_t k_read_size = StreamReaders::k_pipe_bytes;
-  std::unique_ptr<char[]> m_buffer = std::make_unique_for_overwrite<char[]>(k_read_size);
 };
 
 }  // namespace ddplaunch
