@@ -89,6 +89,15 @@ std::string shell_quote(std::string_view word) {
   return out + "'";
 }
 
+std::string describe_start(const AgentStart& s) {
+  const std::string where = s.local ? "here" : "over ssh";
+  if (s.hosts > 1) {
+    return "nodes " + std::to_string(s.node_rank) + "-" +
+           std::to_string(s.node_rank + s.hosts - 1) + " (through " + s.host + ")";
+  }
+  return "node " + std::to_string(s.node_rank) + " (" + s.host + ", " + where + ")";
+}
+
 std::vector<HostSlots> order_hosts(const Config& config, std::vector<HostSlots> hosts) {
   if (config.source_of("node_rank") == "flag") {
     throw UsageError(

@@ -58,6 +58,10 @@ struct HostsPlan {
 // contradict a host list (--node-rank, a --nnodes other than the count).
 std::vector<HostSlots> order_hosts(const Config& config, std::vector<HostSlots> hosts);
 
+// How the launching command names what `start` starts: "node 2 (h3, over
+// ssh)", "nodes 4-7 (through h5)".
+std::string describe_start(const AgentStart& start);
+
 // Every process to start. Throws UsageError.
 HostsPlan plan_hosts(const Config& config, const CommandLine& command_line,
                      const PlanContext& context);

@@ -13,6 +13,7 @@ Child::Child(Child&& other) noexcept
       m_out(std::move(other.m_out)),
       m_err(std::move(other.m_err)),
       m_progress(std::move(other.m_progress)),
+      m_in(std::move(other.m_in)),
       m_reaped(other.m_reaped),
       m_own_group(other.m_own_group) {}
 
@@ -23,6 +24,7 @@ Child& Child::operator=(Child&& other) noexcept {
     m_out = std::move(other.m_out);
     m_err = std::move(other.m_err);
     m_progress = std::move(other.m_progress);
+    m_in = std::move(other.m_in);
     m_reaped = other.m_reaped;
     m_own_group = other.m_own_group;
   }

@@ -1,6 +1,8 @@
-// Child: the RAII owner of one started worker: its pid (also its process
-// group id) and the read ends of its stdout and stderr pipes (and of its
-// progress pipe, with --hang-timeout). A child that
+// Child: the RAII owner of one started process (a worker, or what
+// proc/starter.hpp starts): its pid (also its process group id, unless it
+// shares the launcher's) and the read ends of its stdout and stderr pipes
+// (and of its progress pipe, with --hang-timeout; the write end of its
+// stdin, where it reads one). The pump takes the pipes it reads. A child that
 // has not been reaped when its owner goes away (an exception unwinding, say)
 // has its process group SIGKILLed and is reaped then: no worker outlives the
 // object that started it. Move-only; not thread-safe.
@@ -28,6 +30,7 @@ class Child {
   posix::Fd& out() { return m_out; }
   posix::Fd& err() { return m_err; }
   posix::Fd& progress() { return m_progress; }  // invalid without --hang-timeout
+  posix::Fd& in() { return m_in; }              // invalid unless asked for
   // Sends `sig` to the child's process group, or to the child alone when it
   // shares the launcher's (gone already: not an error).
   void signal(int sig) const;
@@ -41,6 +44,7 @@ class Child {
   posix::Fd m_out;
   posix::Fd m_err;
   posix::Fd m_progress;
+  posix::Fd m_in;
   bool m_reaped = false;
   bool m_own_group = true;
 };

@@ -1,16 +1,15 @@
 #include "proc/spawner.hpp"
 
-#include <fcntl.h>
-#include <spawn.h>
-
 #include <csignal>
 #include <set>
 #include <string>
 #include <thread>
 
+#include "ddplaunch/error.hpp"
 #include "proc/guard.hpp"
 #include "proc/reap.hpp"
 #include "proc/spawn.hpp"
+#include "proc/starter.hpp"
 
 namespace ddplaunch {
 
@@ -71,40 +70,32 @@ std::vector<pid_t> ProcessSpawner::reclaim(std::chrono::milliseconds timeout, in
 bool ProcessSpawner::dump_stacks(int local_rank) {
   const Child& child = m_children.at(static_cast<size_t>(local_rank));
   const std::string pid = std::to_string(child.pid());
+  ChildStart start;
   // Its stderr pipe, opened anew through /proc: the debugger writes where
-  // the worker does.
-  const std::string err = "/proc/" + pid + "/fd/2";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, err.c_str(), O_WRONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  const std::vector<std::vector<std::string>> debuggers = {
-      {"eu-stack", "-p", pid},
-      {"gdb", "-p", pid, "-batch", "-nx", "-q", "-ex", "thread apply all bt"},
-      {"cuda-gdb", "-p", pid, "-batch", "-nx", "-q", "-ex", "thread apply all bt"}};
-  bool started = false;
-  for (const auto& command : debuggers) {
-    std::vector<char*> argv;
-    for (const auto& a : command) {
-      argv.push_back(const_cast<char*>(a.c_str()));
-    }
-    argv.push_back(nullptr);
-    pid_t debugger = -1;
-    if (posix_spawnp(&debugger, argv[0], &actions, nullptr, argv.data(), environ) == 0) {
-      m_debuggers.emplace_back(debugger, local_rank);
-      started = true;
-      break;
+  // the worker does. In the launcher's process group: the worker's is the
+  // one being stopped.
+  start.output_path = "/proc/" + pid + "/fd/2";
+  start.own_group = false;
+  for (auto& argv : std::vector<std::vector<std::string>>{
+           {"eu-stack", "-p", pid},
+           {"gdb", "-p", pid, "-batch", "-nx", "-q", "-ex", "thread apply all bt"},
+           {"cuda-gdb", "-p", pid, "-batch", "-nx", "-q", "-ex", "thread apply all bt"}}) {
+    start.argv = std::move(argv);
+    try {
+      m_debuggers.emplace_back(ProcessStarter().start(start), local_rank);
+      return true;
+    } catch (const LaunchError&) {
+      // not installed: the next one
     }
   }
-  posix_spawn_file_actions_destroy(&actions);
-  return started;
+  return false;
 }
 
 std::optional<int> ProcessSpawner::debugger_of(pid_t pid) {
   for (auto it = m_debuggers.begin(); it != m_debuggers.end(); ++it) {
-    if (it->first == pid) {
+    if (it->first.pid() == pid) {
       const int local_rank = it->second;
+      it->first.mark_reaped();
       m_debuggers.erase(it);
       return local_rank;
     }

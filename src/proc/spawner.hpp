@@ -78,7 +78,7 @@ class ProcessSpawner : public Spawner {
   uint64_t m_generation = 0;
   pid_t m_spared = -1;
   std::string m_marker;
-  std::vector<std::pair<pid_t, int>> m_debuggers;  // pid, local rank
+  std::vector<std::pair<Child, int>> m_debuggers;  // debugger, local rank
 };
 
 }  // namespace ddplaunch
