@@ -457,7 +457,15 @@ void HostsLauncher::on_exit(Started& s) {
   if (s.start.node_rank == 0 && m_held_header) {
     release_headers(0);  // it never said its port: the others are stopped below
   }
-  if (s.ready < s.start.hosts) {
+  // ssh's own failures (255: no connection; 127: no ddplaunch there) are
+  // the host's, whatever else happened meanwhile.
+  const bool ssh_failed = !s.start.local && !s.exit->by_signal() &&
+                          (s.exit->code() == k_ssh_unreachable || s.exit->code() == 127);
+  if (s.ready < s.start.hosts && (m_stop_signal || m_stopping) && !ssh_failed) {
+    // This command stopped it before it said it started (Ctrl-C while
+    // connecting, a host that could not be started): not a failure of its own.
+    log::debug("{} ended with {} as it was stopped", describe_start(s.start), s.exit->describe());
+  } else if (s.ready < s.start.hosts) {
     on_start_failed(s);
   } else if (!s.start.local && !s.exit->by_signal() && s.exit->code() == k_ssh_unreachable) {
     log::warn("the ssh connection to {} dropped{}: the agents there stop their workers",
