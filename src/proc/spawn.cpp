@@ -29,6 +29,7 @@
 #include "posix/error.hpp"
 #include "posix/fd.hpp"
 #include "posix/signals.hpp"
+#include "proc/clone3.hpp"
 
 namespace ddplaunch {
 
@@ -132,7 +133,8 @@ struct ChildArgs {
   // the kernel then copies a handful of fds instead of all of them.
   int unshare_from = -1;
   volatile int* unshare_failed = nullptr;
-  char* stack = nullptr;  // the lane's stack for a clone3 child (stack_size bytes)
+  bool fail_unshare = false;  // a test's forced CLOSE_RANGE_UNSHARE failure
+  char* stack = nullptr;      // the lane's stack for a clone3 child (stack_size bytes)
   size_t stack_size = 0;
 };
 
@@ -148,8 +150,9 @@ struct ChildArgs {
   if (getppid() != a.parent) {
     _exit(127);  // the launcher died before prctl took effect
   }
-  if (a.unshare_from >= 0 && syscall(SYS_close_range, static_cast<unsigned>(a.unshare_from), ~0U,
-                                     CLOSE_RANGE_UNSHARE) != 0) {
+  if (a.unshare_from >= 0 &&
+      (a.fail_unshare || syscall(SYS_close_range, static_cast<unsigned>(a.unshare_from), ~0U,
+                                 CLOSE_RANGE_UNSHARE) != 0)) {
     // Still the launcher's table: touch nothing in it.
     *a.unshare_failed = 1;
     a.report->error = errno;
@@ -186,58 +189,74 @@ struct ChildArgs {
   _exit(127);
 }
 
-// Whether vfork() really shares memory with the child: unknown until the
+// How children start here, settled by the first worker of the first round
+// (alone) and read by both lanes afterwards; a switch to a fallback is made
+// under g_mode_mutex.
+//
+// Whether vfork() really shares memory with the child: unknown (-1) until the
 // first spawn, which then also uses the report pipe. Where it does (always,
 // but under ThreadSanitizer or valgrind, which make it a fork), no later
 // spawn needs a pipe: two system calls and two closes fewer per worker.
-std::optional<bool> g_vfork_shares;
-
+std::atomic<int> g_vfork_shares = -1;
 // The job's cgroup (JobGuard), which workers are cloned straight into
 // (clone3's CLONE_INTO_CGROUP), so that the launcher never migrates itself:
 // a migration waits for an RCU grace period, about 12 ms here. -1: none, or
-// the launcher moved into it instead (spawn_into_cgroup()'s fallback).
-int g_cgroup_fd = -1;
-std::string g_cgroup_procs;
-
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-#define DDPLAUNCH_CLONE_INTO_CGROUP 1
-
-[[noreturn]] void clone_child_main(ChildArgs* a) {
-  exec_child(*a);
-}
-
-// clone3(CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP): vfork's cost, into the
-// cgroup. The child starts on `stack` (the parent's own stack is in use by
-// the parent's frames), calls clone_child_main(a) and never returns. Returns
-// the child's pid, or -errno.
-long clone3_vfork(clone_args* args, ChildArgs* a) {
-  long ret;
-  register ChildArgs* child_args asm("r12") = a;
-  register void (*child_main)(ChildArgs*) asm("r13") = clone_child_main;
-  asm volatile(
-      "syscall\n\t"
-      "testq %%rax, %%rax\n\t"
-      "jnz 1f\n\t"
-      // The child, on its own stack; r12 and r13 survived the syscall.
-      "xorl %%ebp, %%ebp\n\t"
-      "movq %%r12, %%rdi\n\t"
-      "callq *%%r13\n\t"
-      "ud2\n\t"
-      "1:\n\t"
-      : "=a"(ret)
-      : "0"(static_cast<long>(SYS_clone3)), "D"(args), "S"(sizeof(clone_args)), "r"(child_args),
-        "r"(child_main)
-      : "rcx", "r11", "memory");
-  return ret;
-}
-
-#endif
-
-// Whether clone3() may be tried; false once it failed here (an old kernel).
-std::atomic<bool> g_clone3 = true;
+// the launcher moved into it instead (move_into_cgroup()).
+std::atomic<int> g_cgroup_fd = -1;
+// Whether clone3() may be tried; false once the kernel refused it here.
+std::atomic<bool> g_clone3 = clone3_vfork_available();
 // Whether a child may share the fd table until it unshares (false once
 // CLOSE_RANGE_UNSHARE failed here).
 std::atomic<bool> g_share_files = true;
+std::mutex g_mode_mutex;
+std::string g_cgroup_procs;  // under g_mode_mutex: the cgroup's cgroup.procs
+SpawnFaults g_faults;        // set only while no worker starts
+struct PathCounts {
+  std::atomic<int> clone3{0}, vfork{0}, unshare_retries{0}, cgroup_moves{0};
+} g_paths;
+
+// The launcher moves itself into the job's cgroup (once), so that the
+// workers it vforks are born there. Under g_mode_mutex.
+void move_into_cgroup() {
+  g_cgroup_fd = -1;
+  if (g_cgroup_procs.empty()) {
+    return;
+  }
+  const std::string self = std::to_string(getpid());
+  posix::Fd procs(::open(g_cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!procs || ::write(procs.get(), self.data(), self.size()) < 0) {
+    log::debug("workers are not in the job's cgroup: cannot move into {}: {}", g_cgroup_procs,
+               std::strerror(errno));
+  } else {
+    ++g_paths.cgroup_moves;
+  }
+  g_cgroup_procs.clear();
+}
+
+[[noreturn]] void clone_child_main(void* a) {
+  exec_child(*static_cast<const ChildArgs*>(a));
+}
+
+// clone3 failed with `err`. Out of processes or memory (EAGAIN: RLIMIT_NPROC
+// or the cgroup's pids.max; ENOMEM; ENOSPC: the pid namespace is full) is
+// this worker's error, and vfork would fail the same way: true. Anything
+// else says clone3 cannot be used here (an older kernel: ENOSYS, E2BIG,
+// EINVAL; a cgroup that refuses: EPERM, EACCES, EBUSY, EOPNOTSUPP): vfork
+// from now on, and the launcher moves into the cgroup once so that workers
+// are still born there: false.
+bool clone3_failure_is_the_workers(int err) {
+  if (err == EAGAIN || err == ENOMEM || err == ENOSPC) {
+    return true;
+  }
+  std::lock_guard lock(g_mode_mutex);
+  if (g_clone3.exchange(false)) {
+    log::debug("workers start with vfork: clone3 failed here: {}", std::strerror(err));
+    if (g_cgroup_fd >= 0) {
+      move_into_cgroup();
+    }
+  }
+  return false;
+}
 
 // Workers start from two threads (lanes) when there are several and the
 // launcher may use two CPUs: while one thread waits for its child's execve,
@@ -280,13 +299,12 @@ SpawnSlots g_slots;
 // when a.unshare_from says so), else with vfork(). Returns the pid, or -1
 // with errno.
 pid_t start_child(ChildArgs& a) {
-#ifdef DDPLAUNCH_CLONE_INTO_CGROUP
-  if (g_clone3 && (g_cgroup_fd >= 0 || a.unshare_from >= 0)) {
+  if (const int cgroup = g_cgroup_fd; g_clone3 && (cgroup >= 0 || a.unshare_from >= 0)) {
     clone_args args = {};
     args.flags = CLONE_VM | CLONE_VFORK;
-    if (g_cgroup_fd >= 0) {
+    if (cgroup >= 0) {
       args.flags |= CLONE_INTO_CGROUP;
-      args.cgroup = static_cast<uint64_t>(g_cgroup_fd);
+      args.cgroup = static_cast<uint64_t>(cgroup);
     }
     if (a.unshare_from >= 0) {
       args.flags |= CLONE_FILES;
@@ -294,25 +312,26 @@ pid_t start_child(ChildArgs& a) {
     args.exit_signal = SIGCHLD;
     args.stack = reinterpret_cast<uintptr_t>(a.stack);
     args.stack_size = a.stack_size;
-    const long pid = clone3_vfork(&args, &a);
+    const long pid = g_faults.clone3_errno != 0 ? -g_faults.clone3_errno
+                                                : clone3_vfork(&args, clone_child_main, &a);
     if (pid >= 0) {
+      ++g_paths.clone3;
       return static_cast<pid_t>(pid);
     }
-    // An older kernel (ENOSYS, E2BIG, EINVAL) or no right to clone into the
-    // cgroup: vfork from now on, and the launcher moves into the cgroup once
-    // so that workers are still born there.
-    g_clone3 = false;  // (only the first worker, alone, can get here: see spawn_workers)
-    if (g_cgroup_fd >= 0) {
-      spawn_into_cgroup(-1, {});
+    if (clone3_failure_is_the_workers(static_cast<int>(-pid))) {
+      errno = static_cast<int>(-pid);
+      return -1;
     }
   }
-#endif
   a.unshare_from = -1;  // vfork copies the table: nothing to unshare
   asm volatile("" : : "r"(&a) : "memory");
   pid_t pid = vfork();
   asm volatile("" : : : "memory");
   if (pid == 0) {
     exec_child(a);
+  }
+  if (pid > 0) {
+    ++g_paths.vfork;
   }
   return pid;
 }
@@ -323,10 +342,11 @@ pid_t start_child(ChildArgs& a) {
 // Where vfork is really a fork nothing is shared, and the error comes
 // through a close-on-exec pipe instead; only then does the parent wait on
 // that pipe. Returns the pid, or -1 with the child's errno in *exec_errno
-// (the child is reaped).
+// (the child is reaped). A child that could not be started at all (out of
+// processes or memory) throws SpawnError.
 pid_t vfork_exec(ChildArgs a, int* exec_errno) {
   std::optional<posix::Pipe> pipe;
-  if (g_vfork_shares != true) {
+  if (g_vfork_shares != 1) {
     pipe = posix::make_pipe();
     a.report_fd = pipe->write.get();
   }
@@ -334,6 +354,7 @@ pid_t vfork_exec(ChildArgs a, int* exec_errno) {
   a.report = &report;
   volatile int unshare_failed = 0;
   a.unshare_failed = &unshare_failed;
+  a.fail_unshare = g_faults.unshare_fails;
   // The child writes `report` in memory the compiler cannot see it share:
   // without start_child()'s barriers GCC folds the reads below to the
   // initial zeros.
@@ -345,16 +366,20 @@ pid_t vfork_exec(ChildArgs a, int* exec_errno) {
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     g_share_files = false;
+    ++g_paths.unshare_retries;
     a.unshare_from = -1;
     report = ChildReport{};
     pid = start_child(a);
   }
   if (pid < 0) {
-    posix::throw_errno("vfork");
+    const int err = errno;
+    throw SpawnError(std::string("cannot start a worker process: ") + std::strerror(err) +
+                     (err == EAGAIN ? " (the process limit is reached: ulimit -u, or the "
+                                      "cgroup's pids.max)"
+                                    : ""));
   }
-  if (const bool shares = report.shared != 0; g_vfork_shares != shares) {
-    g_vfork_shares = shares;  // known after the first worker: written once
-  }
+  // Known after the first worker (alone): written once.
+  g_vfork_shares.store(report.shared != 0 ? 1 : 0);
   int child_errno = report.error;
   if (report.shared == 0 && pipe) {
     pipe->write.close();
@@ -431,27 +456,29 @@ void reserve_spawn_slots() {
 }
 
 void spawn_into_cgroup(int cgroup_fd, const std::string& procs_path) {
-  if (cgroup_fd >= 0) {
-#ifdef DDPLAUNCH_CLONE_INTO_CGROUP
+  std::lock_guard lock(g_mode_mutex);
+  g_cgroup_procs = procs_path;
+  if (cgroup_fd >= 0 && g_clone3) {
     g_cgroup_fd = cgroup_fd;
-    g_cgroup_procs = procs_path;
     return;
-#else
-    g_cgroup_procs = procs_path;
-#endif
   }
   // Without clone3 here: the launcher moves in, once.
+  move_into_cgroup();
+}
+
+void set_spawn_faults_for_tests(const SpawnFaults& faults) {
+  std::lock_guard lock(g_mode_mutex);
+  g_faults = faults;
+  g_clone3 = clone3_vfork_available();
+  g_share_files = true;
   g_cgroup_fd = -1;
-  if (g_cgroup_procs.empty()) {
-    return;
-  }
-  const std::string self = std::to_string(getpid());
-  posix::Fd procs(::open(g_cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC));
-  if (!procs || ::write(procs.get(), self.data(), self.size()) < 0) {
-    log::debug("workers are not in the job's cgroup: cannot move into {}: {}", g_cgroup_procs,
-               std::strerror(errno));
-  }
   g_cgroup_procs.clear();
+  g_paths.clone3 = g_paths.vfork = g_paths.unshare_retries = g_paths.cgroup_moves = 0;
+}
+
+SpawnPaths spawn_paths_for_tests() {
+  return {g_paths.clone3,       g_paths.vfork,   g_paths.unshare_retries,
+          g_paths.cgroup_moves, g_clone3.load(), g_share_files.load()};
 }
 
 void raise_fd_limit_for_launcher() {
@@ -670,7 +697,7 @@ std::vector<Child> spawn_workers(const std::vector<WorkerSpec>& workers) {
   std::vector<Child> second;
   std::exception_ptr second_error;
   std::atomic<bool> failed = false;
-  if (workers.size() >= k_parallel_from && ctx.slots && g_vfork_shares == true && several_cpus()) {
+  if (workers.size() >= k_parallel_from && ctx.slots && g_vfork_shares == 1 && several_cpus()) {
     mid = (workers.size() + 1) / 2;
     second.reserve(workers.size() - mid);
     helper = &SpawnHelper::get();

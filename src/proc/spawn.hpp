@@ -4,10 +4,12 @@
 // that it may read the terminal), dies with the launcher (PR_SET_PDEATHSIG),
 // inherits only fds 0, 1 and 2 (and 3, the progress pipe, with
 // --hang-timeout), and receives an envp built by the launcher. Workers start
-// with clone3() into the job's cgroup, else vfork(); an exec failure is
-// known before the next worker starts: a missing program is a spawn error,
-// never a mystery exit 127. From eight workers on, on two CPUs or more, a
-// second thread starts half of them (the upper ranks): while one thread
+// with clone3() into the job's cgroup (proc/clone3.hpp), else vfork(); an
+// exec failure is known before the next worker starts: a missing program is
+// a spawn error, never a mystery exit 127. A clone3 that fails for want of
+// processes or memory is that worker's spawn error; any other failure
+// switches every later start to vfork, the launcher moving into the cgroup. From eight workers on,
+// on two CPUs or more, a second thread starts half of them (the upper ranks): while one thread
 // waits for its child's execve, the other starts the next. That thread lives
 // until the job's last round is over (retire_spawn_thread()), because a
 // worker's PR_SET_PDEATHSIG fires when the thread that started it ends.
@@ -64,6 +66,24 @@ void reserve_spawn_slots();
 // (cgroup.procs) once, so that every worker is born there. Call once, before
 // any thread.
 void spawn_into_cgroup(int cgroup_fd, const std::string& procs_path);
+
+// For the unit tests, which force each fallback path: failures to inject
+// (set while no worker starts; this also resets the paths settled so far
+// and the counts), and which paths the starts took since.
+struct SpawnFaults {
+  int clone3_errno = 0;        // clone3 fails with this errno, every time
+  bool unshare_fails = false;  // the child's CLOSE_RANGE_UNSHARE fails
+};
+struct SpawnPaths {
+  int clone3 = 0;            // children started with clone3
+  int vfork = 0;             // ... with vfork
+  int unshare_retries = 0;   // children started again with a copied fd table
+  int cgroup_moves = 0;      // times the launcher moved itself into the job's cgroup
+  bool clone3_on = false;    // clone3 is still tried
+  bool share_files = false;  // children still share the fd table until they unshare
+};
+void set_spawn_faults_for_tests(const SpawnFaults& faults);
+SpawnPaths spawn_paths_for_tests();
 
 // Raises this process's soft RLIMIT_NOFILE to its hard limit (a launcher
 // holds two pipes per worker and, on node 0, a connection per agent), and

@@ -469,8 +469,8 @@ TEST(HostsLauncher, ASubtreeRootPassesReadyLinesUpAndTellsNoProgress) {
   EXPECT_TRUE(l.log.lines.empty()) << l.log.all();
 }
 
-TEST(HostsLauncher, ATreeFansOutThroughSubtreeRootsThatCountTheirNodes) {
-  Launch l;
+// Node 0 directly, and nodes 1-3 through a subtree's root on h1 (--fanout).
+HostsPlan plan_with_subtree() {
   HostsPlan p = Launch::plan(1);
   AgentStart root;
   root.node_rank = 1;
@@ -479,7 +479,12 @@ TEST(HostsLauncher, ATreeFansOutThroughSubtreeRootsThatCountTheirNodes) {
   root.argv = {"ssh", "h1", "ddplaunch", "--subtree", "1"};
   p.starts.push_back(root);
   p.nnodes = 4;
-  l.start(p);
+  return p;
+}
+
+TEST(HostsLauncher, ATreeFansOutThroughSubtreeRootsThatCountTheirNodes) {
+  Launch l;
+  l.start(plan_with_subtree());
   l.ready(0);
   l.say(1, std::string(k_agent_ready) + "1\n" + std::string(k_agent_ready) + "2\n");
   l.later(2s);
@@ -490,14 +495,7 @@ TEST(HostsLauncher, ATreeFansOutThroughSubtreeRootsThatCountTheirNodes) {
 
 TEST(HostsLauncher, ASubtreeThatFailsBeforeAllItsNodesStartedStopsTheJob) {
   Launch l;
-  HostsPlan p = Launch::plan(1);
-  AgentStart root;
-  root.node_rank = 1;
-  root.hosts = 3;
-  root.host = "h1";
-  root.argv = {"ssh", "h1", "ddplaunch", "--subtree", "1"};
-  p.starts.push_back(root);
-  l.start(p);
+  l.start(plan_with_subtree());
   l.ready(0);
   l.channel(0);
   l.say(1, std::string(k_agent_ready) + "1\n");
