@@ -1,9 +1,11 @@
 #include "cluster/nodelist.hpp"
 
 #include <charconv>
+#include <limits>
 #include <optional>
 #include <utility>
 
+#include "config/integer.hpp"
 #include "ddplaunch/error.hpp"
 
 namespace ddplaunch {
@@ -18,12 +20,7 @@ constexpr size_t k_max_hosts = 1'000'000;
 }
 
 std::optional<long long> number(std::string_view s) {
-  long long v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v < 0) {
-    return std::nullopt;
-  }
-  return v;
+  return parse_integer_in(s, 0, std::numeric_limits<long long>::max());
 }
 
 // One item of a bracket group: numbers lo..hi, written `width` digits wide.

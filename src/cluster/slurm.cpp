@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "cluster/nodelist.hpp"
+#include "config/integer.hpp"
 
 namespace ddplaunch {
 
@@ -23,11 +24,7 @@ const std::string* find(const EnvMap& env, std::initializer_list<const char*> na
 }
 
 long long number_or(const std::string* s, long long fallback) {
-  long long v = fallback;
-  if (s != nullptr) {
-    std::from_chars(s->data(), s->data() + s->size(), v);
-  }
-  return v;
+  return s != nullptr ? parse_integer(*s).value_or(fallback) : fallback;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "config/integer.hpp"
 #include "ddplaunch/error.hpp"
 
 namespace ddplaunch {
@@ -34,12 +35,8 @@ bool host_chars_ok(std::string_view host) {
 }
 
 std::optional<int> slots_of(std::string_view text) {
-  int n = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (ec != std::errc() || end != text.data() + text.size() || n < 1 || n > k_max_slots) {
-    return std::nullopt;
-  }
-  return n;
+  const auto n = parse_integer_in(text, 1, k_max_slots);
+  return n ? std::optional<int>(static_cast<int>(*n)) : std::nullopt;
 }
 
 // Adds `entry` to `hosts`, a host named again getting the slots added.

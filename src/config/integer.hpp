@@ -1,9 +1,11 @@
-// The strict integer parser for flags, record fields, environment values and
-// /proc or /sys numbers read as text (a few older readers still use
-// strtol, atoi or from_chars of their own). The whole text must
-// be a base-10 integer (an optional '-', digits, nothing else: no spaces, no
+// The integer parsers for every number that comes from outside: flags,
+// record fields, environment values, store values, and /proc or /sys
+// numbers read as text. parse_integer() is strict: the whole text must be a
+// base-10 integer (an optional '-', digits, nothing else: no spaces, no
 // '+', no "0x") that fits in a long long; anything else is nullopt, so that
-// each caller can say which source held the bad value. Pure; no system call.
+// each caller can say which source held the bad value. parse_hex() is the
+// same in base 16; leading_integer() reads the number a /proc field starts
+// with. Pure; no system call.
 #pragma once
 
 #include <charconv>
@@ -30,6 +32,31 @@ inline std::optional<long long> parse_integer_in(std::string_view text, long lon
     return std::nullopt;
   }
   return v;
+}
+
+// The base-16 form of parse_integer(): hex digits only (/proc/net/tcp's ports).
+inline std::optional<long long> parse_hex(std::string_view text) {
+  long long value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value, 16);
+  if (text.empty() || text.front() == '-' || ec != std::errc() || ptr != end) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+// The non-negative integer `text` starts with, after blanks (spaces, tabs),
+// up to the first character that is not a digit: "  1234 kB" in
+// /proc/self/status, "32768\t60999" in ip_local_port_range. nullopt when no
+// digit comes first or it does not fit.
+inline std::optional<long long> leading_integer(std::string_view text) {
+  const size_t begin = text.find_first_not_of(" \t");
+  if (begin == std::string_view::npos) {
+    return std::nullopt;
+  }
+  text.remove_prefix(begin);
+  const size_t digits = text.find_first_not_of("0123456789");
+  return parse_integer(text.substr(0, digits == 0 ? 0 : digits));
 }
 
 }  // namespace ddplaunch

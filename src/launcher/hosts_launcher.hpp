@@ -31,6 +31,7 @@
 #include "posix/event_loop.hpp"
 #include "posix/signals.hpp"
 #include "proc/starter.hpp"
+#include "supervise/exit_info.hpp"
 
 namespace ddplaunch {
 
@@ -100,7 +101,22 @@ class HostsLauncher : public StreamPump::Sink {
   void on_closed(StreamPump::Id id) override;
 
  private:
-  struct Started;
+  // One process this command started: an agent (here, or over ssh) or a
+  // subtree's root.
+  struct Started {
+    Started(AgentStart s, Child c) : start(std::move(s)), child(std::move(c)) {}
+    AgentStart start;
+    Child child;
+    std::string to_write;  // channel bytes not yet taken by its stdin
+    bool held = false;     // its header waits for node 0's store port
+    LineSplitter out_lines, err_lines;
+    int ready = 0;  // nodes of it that said they started
+    std::optional<ExitInfo> exit;
+    std::string last_error;  // its last stderr line
+    std::string ssh_said;    // the last line ssh itself wrote
+    // A stderr line: kept to explain a failure, and as ssh's own word when it is one.
+    void note_error_line(std::string_view line);
+  };
   bool starting() const;
   bool spare(const Started& s) const;
   void start_due(TimePoint now);

@@ -1,6 +1,9 @@
 #include "mpi/dmodex.hpp"
 
 #include <charconv>
+#include <limits>
+
+#include "config/integer.hpp"
 
 namespace ddplaunch {
 
@@ -76,10 +79,13 @@ void DirectModex::watch(const std::shared_ptr<Serving>& serving) {
                return;
              }
              ++serving->next;
-             int rank = -1;
+             // "RANK REPLY_KEY": a rank that is not one is looked up as
+             // none (-1), and the reply says so.
              const auto space = entry->find(' ');
-             const char* begin = entry->data();
-             std::from_chars(begin, begin + std::min(space, entry->size()), rank);
+             const int rank =
+                 static_cast<int>(parse_integer_in(std::string_view(*entry).substr(0, space), 0,
+                                                   std::numeric_limits<int>::max())
+                                      .value_or(-1));
              if (space != std::string::npos) {
                const std::string reply_key = entry->substr(space + 1);
                serving->lookup(rank, [&conn, reply_key](bool ok, std::string data) {

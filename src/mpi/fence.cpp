@@ -3,11 +3,31 @@
 #include <algorithm>
 #include <memory>
 
+#include "config/integer.hpp"
 #include "log.hpp"
 #include "mpi/pmix_job.hpp"
 #include "store/protocol.hpp"
 
 namespace ddplaunch {
+
+namespace {
+
+// The done key's first byte: the data follows, or the number of parts.
+constexpr char k_fence_data = '1';
+constexpr char k_fence_parts = 'p';
+// As many parts as one MULTI_GET reply holds.
+constexpr int k_max_fence_parts =
+    static_cast<int>(protocol::k_max_reply / protocol::k_max_value) - 1;
+
+std::vector<std::string> fence_part_keys(const FenceKeys& keys, int parts) {
+  std::vector<std::string> out;
+  for (int i = 0; i < parts; ++i) {
+    out.push_back(keys.done + "/" + std::to_string(i));
+  }
+  return out;
+}
+
+}  // namespace
 
 void FenceExchange::enter(const std::string& nspace, const std::string& signature,
                           const std::vector<int>& nodes, int self, std::string data, Done done) {
@@ -27,34 +47,82 @@ void FenceExchange::enter(const std::string& nspace, const std::string& signatur
   const auto total = static_cast<int64_t>(nodes.size());
   StoreConnection& conn = m_connection;
   m_waiting.insert(keys->done);
-  auto finish = [this, &conn, keys, done = std::move(done)](std::optional<std::string> flag) {
+  auto finish = [this, &conn, keys, done = std::move(done)](std::optional<std::string> said) {
     m_waiting.erase(keys->done);
-    if (flag != "1") {
+    if (!said || said->empty() || ((*said)[0] != k_fence_data && (*said)[0] != k_fence_parts)) {
       done(false, {});  // abandon(): the round ended first
       return;
     }
-    conn.multi_get(keys->records, [done](std::vector<std::optional<std::string>> records) {
-      std::string all;
-      for (const auto& r : records) {
-        if (!r) {
-          done(false, {});
-          return;
-        }
-        all += *r;
-      }
-      done(true, std::move(all));
-    });
+    if ((*said)[0] == k_fence_data) {
+      done(true, said->substr(1));  // the whole fence's data, in the done key itself
+      return;
+    }
+    const auto parts = parse_integer_in(std::string_view(*said).substr(1), 1, k_max_fence_parts);
+    if (!parts) {
+      done(false, {});
+      return;
+    }
+    conn.multi_get(fence_part_keys(*keys, static_cast<int>(*parts)),
+                   [done](std::vector<std::optional<std::string>> got) {
+                     std::string all;
+                     for (const auto& part : got) {
+                       if (!part) {
+                         done(false, {});
+                         return;
+                       }
+                       all += *part;
+                     }
+                     done(true, std::move(all));
+                   });
   };
-  // The record first: whoever sees the count complete knows every record is in.
+  // The record first: whoever sees the count complete knows every record is
+  // in, and gathers them once for everyone.
   conn.set(keys->records.at(static_cast<size_t>(me)), data,
            [&conn, keys, total, finish = std::move(finish)]() mutable {
              conn.add(keys->counter, 1, [&conn, keys, total](int64_t arrived) {
                if (arrived == total) {
-                 conn.set(keys->done, "1", [] {});
+                 gather(conn, keys);
                }
              });
              conn.get(keys->done, StoreConnection::Duration(0), std::move(finish));
            });
+}
+
+// The last node to arrive reads every record (the N records the store
+// serves per fence) and publishes their concatenation in node order: in the
+// done key itself when it fits one value, else in parts named by it. Each
+// node then reads one value (or the parts) instead of N records: N + N
+// reads per fence at the store, not N * N.
+void FenceExchange::gather(StoreConnection& conn, const std::shared_ptr<FenceKeys>& keys) {
+  conn.multi_get(keys->records, [&conn, keys](std::vector<std::optional<std::string>> records) {
+    std::string all;
+    for (const auto& r : records) {
+      if (!r) {
+        conn.set(keys->done, "missing", [] {});  // the store lost data: every node fails the fence
+        return;
+      }
+      all += *r;
+    }
+    if (all.size() < protocol::k_max_value) {
+      conn.set(keys->done, k_fence_data + all, [] {});
+      return;
+    }
+    const size_t parts = (all.size() + protocol::k_max_value - 1) / protocol::k_max_value;
+    if (parts > static_cast<size_t>(k_max_fence_parts)) {
+      log::warn(
+          "a PMIx fence's data is {} bytes, over the {} a node can read at once: the fence "
+          "fails",
+          all.size(), protocol::k_max_reply);
+      conn.set(keys->done, "too large", [] {});
+      return;
+    }
+    const auto part_keys = fence_part_keys(*keys, static_cast<int>(parts));
+    for (size_t i = 0; i < parts; ++i) {
+      conn.set(part_keys[i], all.substr(i * protocol::k_max_value, protocol::k_max_value), [] {});
+    }
+    // After the parts: requests on one connection are served in order.
+    conn.set(keys->done, k_fence_parts + std::to_string(parts), [] {});
+  });
 }
 
 void FenceExchange::abandon() {

@@ -1,19 +1,24 @@
 // FenceExchange: a PMIx fence across nodes, as an allgather through the job's
 // store. Each node's server hands in its local ranks' combined data; this
-// node writes it as one record, counts itself in (ADD), and the node that
-// completes the count sets the fence's "done" key. Every node waits for that
-// key (parked on the server, never polled), then reads all records in one
-// MULTI_GET and gets their concatenation in node order. Per node: four
-// requests whatever the node count, and the bytes of the job's data.
-// Driven by the thread that drives the connection; not thread-safe.
+// node writes it as one record and counts itself in (ADD). The node that
+// completes the count reads every record once (one MULTI_GET) and writes
+// their concatenation in node order into the fence's "done" key (or, past
+// one value's size, into parts that key names). Every node waits for that
+// key (parked on the server, never polled) and gets the whole fence's data
+// with it. Per node: three requests whatever the node count (one more for
+// data in parts; three more for the last to arrive); at the store, 2N reads
+// per fence, not N * N. Driven by the thread that drives the connection;
+// not thread-safe.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "mpi/pmix_job.hpp"
 #include "store/connection.hpp"
 
 namespace ddplaunch {
@@ -37,6 +42,8 @@ class FenceExchange {
   void abandon();
 
  private:
+  static void gather(StoreConnection& conn, const std::shared_ptr<FenceKeys>& keys);
+
   StoreConnection& m_connection;
   std::map<std::string, long> m_seq;  // by nspace + signature: fences entered so far
   std::set<std::string> m_waiting;    // the "done" keys of fences not yet complete

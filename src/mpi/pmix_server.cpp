@@ -12,6 +12,7 @@
 #include <deque>
 #include <stdexcept>
 
+#include "config/integer.hpp"
 #include "log.hpp"
 #include "mpi/hwloc_topology.hpp"
 #include "mpi/topology_cache.hpp"
@@ -480,8 +481,8 @@ std::pair<std::string, int> uri_address(const std::string& uri) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  const int port = std::atoi(uri.c_str() + colon + 1);
-  return {host, port > 0 && port < 65536 ? port : 0};
+  const auto port = leading_integer(std::string_view(uri).substr(colon + 1)).value_or(0);
+  return {host, port > 0 && port < 65536 ? static_cast<int>(port) : 0};
 }
 
 // Where libpmix was loaded from (its file keys the kept environment).

@@ -10,9 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
+#include "config/integer.hpp"
 #include "node/nvml.hpp"
 #include "posix/signals.hpp"
 
@@ -66,8 +68,8 @@ std::vector<int> pids() {
   std::vector<int> out;
   if (DIR* d = ::opendir("/proc")) {
     while (const dirent* e = ::readdir(d)) {
-      if (all_digits(e->d_name)) {
-        out.push_back(std::atoi(e->d_name));
+      if (const auto pid = parse_integer_in(e->d_name, 1, std::numeric_limits<int>::max())) {
+        out.push_back(static_cast<int>(*pid));
       }
     }
     ::closedir(d);
@@ -131,7 +133,7 @@ std::set<std::string> listening_inodes(int port) {
       f >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
       const auto colon = local.rfind(':');
       if (state == "0A" && colon != std::string::npos &&
-          std::strtol(local.c_str() + colon + 1, nullptr, 16) == port) {
+          parse_hex(std::string_view(local).substr(colon + 1)) == port) {
         inodes.insert(inode);
       }
     }

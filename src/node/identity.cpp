@@ -14,6 +14,7 @@
 #include <cstring>
 #include <optional>
 
+#include "config/integer.hpp"
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
 #include "node/resources.hpp"
@@ -216,7 +217,9 @@ void wait_for_master_name(const Config& config, const SleepUntil& sleep_until,
 long peak_rss_kib() {
   if (const auto status = posix::read_small_file("/proc/self/status", 64 * 1024)) {
     if (const auto at = status->find("VmHWM:"); at != std::string::npos) {
-      return std::strtol(status->c_str() + at + 6, nullptr, 10);
+      if (const auto kib = leading_integer(std::string_view(*status).substr(at + 6))) {
+        return static_cast<long>(*kib);
+      }
     }
   }
   rusage usage = {};

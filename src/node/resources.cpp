@@ -75,12 +75,8 @@ std::optional<std::vector<int>> parse_cpu_list(std::string_view text) {
   }
   std::set<int> cpus;
   auto number = [](std::string_view t) -> std::optional<int> {
-    int v = 0;
-    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-    if (ec != std::errc() || end != t.data() + t.size() || v < 0 || v > 1 << 20) {
-      return std::nullopt;
-    }
-    return v;
+    const auto v = parse_integer_in(t, 0, 1 << 20);
+    return v ? std::optional<int>(static_cast<int>(*v)) : std::nullopt;
   };
   while (!text.empty()) {
     const auto comma = text.find(',');

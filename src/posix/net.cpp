@@ -17,6 +17,7 @@
 #include <cstring>
 #include <memory>
 
+#include "config/integer.hpp"
 #include "posix/error.hpp"
 
 namespace ddplaunch::posix {
@@ -110,9 +111,9 @@ namespace {
 // takes every outgoing connection's local port.
 int ephemeral_low() {
   if (auto text = read_small_file("/proc/sys/net/ipv4/ip_local_port_range", 64)) {
-    const int low = std::atoi(text->c_str());
-    if (low > 2048 && low <= 65535) {
-      return low;
+    const auto low = leading_integer(*text);
+    if (low && *low > 2048 && *low <= 65535) {
+      return static_cast<int>(*low);
     }
   }
   return 32768;

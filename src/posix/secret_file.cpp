@@ -11,7 +11,6 @@
 #include <cstring>
 
 #include "ddplaunch/error.hpp"
-#include "log.hpp"
 #include "posix/error.hpp"
 #include "posix/fd.hpp"
 
@@ -37,7 +36,8 @@ std::string kind_of(mode_t mode) {
 
 }  // namespace
 
-std::string read_secret_file(const std::string& path, const std::string& what, bool strict) {
+SecretFile read_secret_file(const std::string& path, const std::string& what, bool strict) {
+  SecretFile file;
   const std::string hint =
       "give a regular file holding the job's secret (for example: head -c 32 /dev/urandom | "
       "base64 > token; chmod 600 token)";
@@ -64,7 +64,7 @@ std::string read_secret_file(const std::string& path, const std::string& what, b
     if (strict) {
       throw UsageError(message + " (--strict-token): chmod 600 it");
     }
-    log::warn("{}: chmod 600 it", message);
+    file.warning = message + ": chmod 600 it";
   }
   // One byte more than allowed tells a file that grew since fstat.
   std::string secret(k_max_secret_bytes + 1, '\0');
@@ -90,7 +90,8 @@ std::string read_secret_file(const std::string& path, const std::string& what, b
   if (secret.empty()) {
     throw UsageError(what + " " + path + " is empty; " + hint);
   }
-  return secret;
+  file.secret = std::move(secret);
+  return file;
 }
 
 std::string user_token_path(const std::string& xdg_config_home, const std::string& home) {

@@ -12,8 +12,13 @@ inline constexpr size_t k_max_secret_bytes = 4096;
 // file of at most k_max_secret_bytes is read: a directory, a device
 // (/dev/zero), a FIFO or a larger file is a UsageError naming `what` (the
 // option) and what to give instead. A file others may read or write is a
-// warning, or with `strict` a UsageError. An empty secret is a UsageError.
-std::string read_secret_file(const std::string& path, const std::string& what, bool strict);
+// warning for the caller to show, or with `strict` a UsageError. An empty
+// secret is a UsageError.
+struct SecretFile {
+  std::string secret;
+  std::string warning;  // empty: none
+};
+SecretFile read_secret_file(const std::string& path, const std::string& what, bool strict);
 
 // The user's job token file: $XDG_CONFIG_HOME/ddplaunch/token, else
 // $HOME/.config/ddplaunch/token ("" when neither is set).

@@ -9,9 +9,11 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "config/integer.hpp"
 #include "posix/fd.hpp"
 
 namespace ddplaunch {
@@ -56,16 +58,17 @@ std::optional<std::vector<pid_t>> children_from_task_files() {
       continue;  // a thread that ended meanwhile, or no such file at all
     }
     any = true;
-    for (const char* at = text->c_str(); *at != '\0';) {
-      char* end = nullptr;
-      const long pid = std::strtol(at, &end, 10);
-      if (end == at) {
+    // "PID PID ... ": each number followed by a space.
+    for (std::string_view rest = *text; !rest.empty();) {
+      const size_t space = rest.find(' ');
+      if (const auto pid =
+              parse_integer_in(rest.substr(0, space), 1, std::numeric_limits<pid_t>::max())) {
+        out.push_back(static_cast<pid_t>(*pid));
+      }
+      if (space == std::string_view::npos) {
         break;
       }
-      if (pid > 0) {
-        out.push_back(static_cast<pid_t>(pid));
-      }
-      at = end;
+      rest.remove_prefix(space + 1);
     }
   }
   closedir(tasks);
@@ -84,9 +87,8 @@ std::vector<pid_t> children_from_proc_scan() {
     return out;
   }
   while (dirent* ent = readdir(dir)) {
-    char* end = nullptr;
-    long pid = std::strtol(ent->d_name, &end, 10);
-    if (pid <= 0 || *end != '\0') {
+    const auto pid = parse_integer_in(ent->d_name, 1, std::numeric_limits<pid_t>::max());
+    if (!pid) {
       continue;
     }
     // Plain read(2): the process may exit while its stat is read.
@@ -97,8 +99,8 @@ std::vector<pid_t> children_from_proc_scan() {
       continue;
     }
     // After "pid (comm) " come: state, ppid.
-    if (std::strtol(content.c_str() + rparen + 4, nullptr, 10) == self) {
-      out.push_back(static_cast<pid_t>(pid));
+    if (leading_integer(std::string_view(content).substr(rparen + 4)) == self) {
+      out.push_back(static_cast<pid_t>(*pid));
     }
   }
   closedir(dir);

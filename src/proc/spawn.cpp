@@ -30,6 +30,8 @@
 #include "posix/fd.hpp"
 #include "posix/signals.hpp"
 #include "proc/clone3.hpp"
+#include "proc/prepare.hpp"
+#include "proc/spawn_helper.hpp"
 
 namespace ddplaunch {
 
@@ -37,80 +39,6 @@ namespace {
 
 // The soft fd limit the user had, for the workers; unset: leave as is.
 std::optional<rlimit> g_worker_nofile;
-
-struct Prepared {
-  std::string path;
-  std::string env_text;  // every "NAME=value\0", one after the other
-  std::vector<char*> argv;
-  std::vector<char*> envp;
-  std::vector<cpu_set_t> cpus;  // the affinity to set before exec; empty: inherited
-};
-
-// The PATH a worker's program is looked up in (execvp's default without one).
-std::string path_of(const WorkerEnv& env) {
-  return env.contains("PATH") ? env.at("PATH") : "/usr/local/bin:/usr/bin:/bin";
-}
-
-// find_program(), remembered: the workers of a node mostly run one program
-// with one PATH, so it is looked up once, not once per worker.
-class ProgramCache {
- public:
-  std::optional<std::string> find(const std::string& program, const WorkerEnv& env) {
-    std::string path = path_of(env);
-    if (!m_found || program != m_program || path != m_path) {
-      m_program = program;
-      m_path = std::move(path);
-      m_found = find_program(program, EnvMap{{"PATH", m_path}});
-    }
-    return *m_found;
-  }
-
- private:
-  std::string m_program, m_path;
-  std::optional<std::optional<std::string>> m_found;
-};
-
-Prepared prepare(const WorkerSpec& spec, ProgramCache& programs) {
-  Prepared p;
-  auto path = programs.find(spec.argv.at(0), spec.env);
-  if (!path) {
-    throw SpawnError("cannot execute '" + spec.argv[0] +
-                     "': not found (no such file, or not in PATH); check the program name");
-  }
-  p.path = *path;
-  // One buffer for the whole environment: one allocation per worker, not
-  // one per variable.
-  size_t env_bytes = 0, count = 0;
-  spec.env.for_each([&](const std::string& k, const std::string& v) {
-    env_bytes += k.size() + v.size() + 2;
-    ++count;
-  });
-  p.env_text.reserve(env_bytes);
-  spec.env.for_each([&p](const std::string& k, const std::string& v) {
-    p.env_text.append(k).append(1, '=').append(v).append(1, '\0');
-  });
-  for (const auto& a : spec.argv) {
-    p.argv.push_back(const_cast<char*>(a.c_str()));
-  }
-  p.argv.push_back(nullptr);
-  p.envp.reserve(count + 1);
-  for (size_t at = 0; at < p.env_text.size(); at = p.env_text.find('\0', at) + 1) {
-    p.envp.push_back(p.env_text.data() + at);
-  }
-  p.envp.push_back(nullptr);
-  if (!spec.cpus.empty()) {
-    const int highest = *std::max_element(spec.cpus.begin(), spec.cpus.end());
-    p.cpus.resize(static_cast<size_t>(highest) / CPU_SETSIZE + 1);
-    for (auto& set : p.cpus) {
-      CPU_ZERO(&set);
-    }
-    const size_t bytes = p.cpus.size() * sizeof(cpu_set_t);
-    for (int c : spec.cpus) {
-      CPU_SET_S(static_cast<size_t>(c), bytes, p.cpus.data());
-    }
-  }
-  return p;
-}
 
 // What the child tells the parent through the memory they share.
 struct ChildReport {
@@ -403,35 +331,6 @@ pid_t vfork_exec(ChildArgs a, int* exec_errno) {
 
 }  // namespace
 
-std::optional<std::string> find_program(const std::string& program, const EnvMap& env) {
-  if (program.empty()) {
-    return std::nullopt;
-  }
-  if (program.find('/') != std::string::npos) {
-    return access(program.c_str(), F_OK) == 0 ? std::optional(program) : std::nullopt;
-  }
-  auto it = env.find("PATH");
-  std::string path = it != env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin";
-  std::optional<std::string> first_existing;
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find(':', start);
-    if (end == std::string::npos) {
-      end = path.size();
-    }
-    std::string dir = path.substr(start, end - start);
-    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
-    if (access(candidate.c_str(), X_OK) == 0) {
-      return candidate;
-    }
-    if (!first_existing && access(candidate.c_str(), F_OK) == 0) {
-      first_existing = candidate;  // exists but not executable: exec reports EACCES
-    }
-    start = end + 1;
-  }
-  return first_existing;
-}
-
 void reserve_spawn_slots() {
   if (g_slots.devnull >= 0) {
     return;
@@ -547,74 +446,6 @@ Child spawn_one(const WorkerSpec& worker, const SpawnContext& ctx, SpawnLane& la
   }
   return child;
 }
-
-// The second lane's thread, started at the first round that uses it. It
-// stays, idle, until retire_spawn_thread() after the job's last round: a
-// worker's PR_SET_PDEATHSIG fires when the *thread* that started it ends,
-// not only the process.
-class SpawnHelper {
- public:
-  // The one helper (never freed: a thread may still be leaving it).
-  static SpawnHelper& get() {
-    static auto* helper = new SpawnHelper;
-    return *helper;
-  }
-  // Runs `task` on the helper's thread, starting one where none runs; false
-  // (and `task` not run) where no thread can start.
-  bool post(std::function<void()> task) {
-    std::unique_lock lock(m_mutex);
-    m_cv.wait(lock, [this] { return !m_task; });
-    if (!m_running) {
-      try {
-        // Signals stay with the loop's thread: they are blocked there for
-        // its signalfd, and the new thread inherits that mask.
-        std::thread([this] { serve(); }).detach();
-      } catch (const std::system_error& e) {
-        log::debug("workers start from one thread: {}", e.what());
-        return false;
-      }
-      m_running = true;
-    }
-    m_retire = false;
-    m_task = std::move(task);
-    m_cv.notify_all();
-    return true;
-  }
-  // Returns once the posted task is done.
-  void wait() {
-    std::unique_lock lock(m_mutex);
-    m_cv.wait(lock, [this] { return !m_task; });
-  }
-  // The thread ends once idle, without being waited for.
-  void retire() {
-    std::lock_guard lock(m_mutex);
-    m_retire = true;
-    m_cv.notify_all();
-  }
-
- private:
-  void serve() {
-    std::unique_lock lock(m_mutex);
-    while (true) {
-      m_cv.wait(lock, [this] { return m_task || m_retire; });
-      if (!m_task) {
-        m_running = false;
-        m_retire = false;
-        return;
-      }
-      lock.unlock();
-      m_task();  // catches its own exceptions; nobody changes m_task meanwhile
-      lock.lock();
-      m_task = nullptr;
-      m_cv.notify_all();
-    }
-  }
-  std::mutex m_mutex;
-  std::condition_variable m_cv;
-  std::function<void()> m_task;  // posted and not done yet
-  bool m_running = false;        // a thread serves
-  bool m_retire = false;
-};
 
 // Grows the fd table, once, to hold every worker's pipes. The kernel grows
 // it by doubling as fds are opened, and growing a table that another thread

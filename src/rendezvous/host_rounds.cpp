@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "config/integer.hpp"
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
 #include "rendezvous/host_link.hpp"
@@ -62,10 +63,8 @@ void HostLink::check_heartbeats(const std::vector<std::optional<std::string>>& v
     if (reported) {
       continue;  // it finished and reported
     }
-    long long count = 0;
-    if (beat) {
-      std::from_chars(beat->data(), beat->data() + beat->size(), count);
-    }
+    // A beat that is not a count (a store client's doing) counts as none.
+    const long long count = beat ? parse_integer(*beat).value_or(0) : 0;
     auto& [last, when] = m_last_beat[static_cast<size_t>(n)];
     if (count != last) {
       last = count;

@@ -35,6 +35,15 @@ std::string store_bind_address(const Config& c, const std::string& master_addr) 
   return posix::is_loopback(master_addr) ? master_addr : "";
 }
 
+// A token file, its warning (others may read it) shown.
+std::string read_secret(const std::string& path, const std::string& what, bool strict) {
+  posix::SecretFile file = posix::read_secret_file(path, what, strict);
+  if (!file.warning.empty()) {
+    log::warn("{}", file.warning);
+  }
+  return std::move(file.secret);
+}
+
 }  // namespace
 
 std::unique_ptr<StoreServer> host_store(const Config& config, const StoreAddress& address) {
@@ -95,8 +104,7 @@ std::unique_ptr<StoreLink> make_store_link(const Config& config, const StoreAddr
 std::string load_token(const Config& config, const EnvMap& env) {
   std::string token;
   if (!config.rdzv_token_file.empty()) {
-    return posix::read_secret_file(config.rdzv_token_file, "--rdzv-token-file",
-                                   config.strict_token);
+    return read_secret(config.rdzv_token_file, "--rdzv-token-file", config.strict_token);
   }
   if (auto it = env.find("DDPLAUNCH_RDZV_TOKEN"); it != env.end()) {
     token = it->second;
@@ -109,7 +117,7 @@ std::string load_token(const Config& config, const EnvMap& env) {
     struct stat st = {};
     if (!path.empty() && ::stat(path.c_str(), &st) == 0) {
       log::debug("the job token comes from {} (ddplaunch token init)", path);
-      return posix::read_secret_file(path, "the token file", config.strict_token);
+      return read_secret(path, "the token file", config.strict_token);
     }
   }
   if (token.empty() && env.contains("DDPLAUNCH_RDZV_TOKEN")) {

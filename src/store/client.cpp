@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "config/integer.hpp"
 #include "ddplaunch/store_client.hpp"
 #include "store/async_client.hpp"
 
@@ -195,12 +196,11 @@ StoreClient StoreClient::from_environment(Duration connect_timeout) {
         "DDPLAUNCH_STORE_ADDR and DDPLAUNCH_STORE_PORT are not set: run this program as a worker "
         "of ddplaunch, or name the store yourself");
   }
-  int port = 0;
-  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (ec != std::errc() || end != port_text.data() + port_text.size() || port < 1 || port > 65535) {
+  const auto port = parse_integer_in(port_text, 1, 65535);
+  if (!port) {
     throw StoreError("DDPLAUNCH_STORE_PORT=" + port_text + " is not a port");
   }
-  StoreClient client(addr, port, connect_timeout, std::chrono::seconds(30),
+  StoreClient client(addr, static_cast<int>(*port), connect_timeout, std::chrono::seconds(30),
                      var("DDPLAUNCH_STORE_TOKEN"));
   client.m_impl->prefix = var("DDPLAUNCH_STORE_PREFIX");
   return client;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include "config/integer.hpp"
+
 namespace ddplaunch {
 
 namespace {
@@ -127,10 +129,11 @@ void KvCore::park(Client client, protocol::Request& r, bool is_get, TimePoint no
 std::string KvCore::add(const protocol::Request& r, std::vector<Out>& out) {
   int64_t current = 0;
   if (const std::string* held = find(r.key)) {
-    auto [p, ec] = std::from_chars(held->data(), held->data() + held->size(), current);
-    if (ec != std::errc() || p != held->data() + held->size()) {
+    const auto number = parse_integer(*held);
+    if (!number) {
       throw ProtocolError("ADD on key '" + r.key + "' whose value is not a number");
     }
+    current = *number;
   }
   if (__builtin_add_overflow(current, r.delta, &current)) {
     throw ProtocolError("ADD on key '" + r.key + "' overflows a 64-bit integer");

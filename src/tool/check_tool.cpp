@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "config/integer.hpp"
 #include "ddplaunch/error.hpp"
 #include "node/health.hpp"
 
@@ -52,12 +53,11 @@ int run_check_command(const std::vector<std::string>& args, const EnvMap& env) {
       if (a == "--dir") {
         dirs.push_back(v);
       } else {
-        int port = 0;
-        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), port);
-        if (ec != std::errc() || end != v.data() + v.size() || port < 1 || port > 65535) {
+        const auto port = parse_integer_in(v, 1, 65535);
+        if (!port) {
           throw UsageError("check --port: '" + v + "' is not a port from 1 to 65535");
         }
-        ports.push_back(port);
+        ports.push_back(static_cast<int>(*port));
       }
     } else if (a == "disk") {
       disk = true;

@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "config/integer.hpp"
 #include "ddplaunch/error.hpp"
 #include "ddplaunch/store_client.hpp"
+#include "log.hpp"
 #include "posix/secret_file.hpp"
 
 namespace ddplaunch {
@@ -52,7 +54,12 @@ std::string token_of(const StoreCommand& cmd, const EnvMap& env) {
   if (cmd.token_file.empty()) {
     return var(env, "DDPLAUNCH_STORE_TOKEN");
   }
-  return posix::read_secret_file(cmd.token_file, "store --token-file", cmd.strict_token);
+  posix::SecretFile file =
+      posix::read_secret_file(cmd.token_file, "store --token-file", cmd.strict_token);
+  if (!file.warning.empty()) {
+    log::warn("{}", file.warning);
+  }
+  return std::move(file.secret);
 }
 
 Ms timeout_of(const StoreCommand& cmd) {
@@ -60,12 +67,11 @@ Ms timeout_of(const StoreCommand& cmd) {
 }
 
 int64_t integer(const std::string& text, const std::string& what) {
-  int64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size()) {
+  const auto value = parse_integer(text);
+  if (!value) {
     throw UsageError("store " + what + " " + text + ": not a 64-bit integer");
   }
-  return value;
+  return *value;
 }
 
 int carry_out(const StoreCommand& cmd, StoreClient& store) {
@@ -125,10 +131,11 @@ int run_store_command(const StoreCommand& cmd, const EnvMap& env) {
   int port = cmd.port.value_or(0);
   if (!cmd.port) {
     const std::string text = var(env, "DDPLAUNCH_STORE_PORT");
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
-    if (!text.empty() && (ec != std::errc() || end != text.data() + text.size())) {
-      throw UsageError("DDPLAUNCH_STORE_PORT=" + text + " is not a port");
+    const auto parsed = parse_integer_in(text, 1, 65535);
+    if (!text.empty() && !parsed) {
+      throw UsageError("DDPLAUNCH_STORE_PORT=" + text + " is not a port from 1 to 65535");
     }
+    port = static_cast<int>(parsed.value_or(0));
   }
   if (addr.empty() || port < 1 || port > 65535) {
     throw UsageError(

@@ -68,16 +68,22 @@ class FakeConnection : public StoreConnection {
       return;
     }
     ++requests;
+    const auto r = protocol::decode_request(std::string_view(frame).substr(4));
+    values_read += r.op == protocol::Op::k_multi_get ? static_cast<int>(r.keys.size())
+                   : r.op == protocol::Op::k_get     ? 1
+                                                     : 0;
     const uint32_t id = m_next_id++;
     protocol::set_request_id(frame, id);
     m_pending[id] = std::move(callback);
-    const auto r = protocol::decode_request(std::string_view(frame).substr(4));
-    m_store.route(m_store.core.apply(m_client, r, m_store.clock.now()));
+    m_store.route(m_store.core.apply(m_client,
+                                     protocol::decode_request(std::string_view(frame).substr(4)),
+                                     m_store.clock.now()));
   }
 
   // --- the test's handles ---------------------------------------------------
-  int requests = 0;    // made so far
-  int reconnects = 0;  // reconnect() calls
+  int requests = 0;     // made so far
+  int values_read = 0;  // keys its GETs and MULTI_GETs asked for
+  int reconnects = 0;   // reconnect() calls
   void receive(std::string frame) { m_inbox.push_back(std::move(frame)); }
   // Replies wait in the inbox while held.
   void hold(bool held) { m_held = held; }

@@ -1,6 +1,7 @@
 // FenceExchange against the in-memory store: every node gets every node's
-// data in node order, fences with one signature complete in turn, and a
-// node's requests stay four whatever the node count.
+// data in node order, fences with one signature complete in turn, a node's
+// requests stay three whatever the node count, and the store serves 2N
+// values per fence, not N * N.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -72,7 +73,7 @@ TEST(FenceExchange, ASubsetFencesWithoutTheOthers) {
   EXPECT_EQ(got2, "xz");
 }
 
-TEST(FenceExchange, ANodesRequestsDoNotGrowWithTheNodeCount) {
+TEST(FenceExchange, ANodesRequestsAndTheStoresReadsGrowNoFasterThanTheNodeCount) {
   for (int n : {2, 64, 1024}) {
     Nodes nodes(n);
     std::vector<int> all(static_cast<size_t>(n));
@@ -90,12 +91,46 @@ TEST(FenceExchange, ANodesRequestsDoNotGrowWithTheNodeCount) {
     nodes.settle();
     EXPECT_EQ(done, n);  // every node, all of the data
     int most = 0;
+    int read = 0;
     for (const auto& c : nodes.conns) {
       most = std::max(most, c->requests);
+      read += c->values_read;
     }
-    // SET, ADD, GET done, MULTI_GET (one more SET for the last to arrive).
+    // SET, ADD, GET done; the last to arrive also MULTI_GETs the records and SETs done.
     EXPECT_LE(most, 5) << n << " nodes";
+    EXPECT_EQ(read, 2 * n) << n << " nodes";  // each record once, the done key once a node
   }
+}
+
+TEST(FenceExchange, DataOverOneValueTravelsInPartsTheDoneKeyNames) {
+  const int n = 3;
+  Nodes nodes(n);
+  const std::vector<int> all = {0, 1, 2};
+  std::vector<std::string> got(n);
+  // 3 x 700 KiB: over the store's 1 MiB per value, in two parts.
+  for (int i = 0; i < n; ++i) {
+    nodes.fences[static_cast<size_t>(i)]->enter(
+        "ns", "all", all, i, std::string(700 * 1024, static_cast<char>('a' + i)),
+        [&got, i](bool ok, std::string data) { got[static_cast<size_t>(i)] = ok ? data : "!"; });
+  }
+  nodes.settle();
+  const std::string expected =
+      std::string(700 * 1024, 'a') + std::string(700 * 1024, 'b') + std::string(700 * 1024, 'c');
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(got[static_cast<size_t>(i)].size(), expected.size()) << i;
+    EXPECT_TRUE(got[static_cast<size_t>(i)] == expected) << i;
+  }
+}
+
+TEST(FenceExchange, AnAbandonedFenceFailsOnEveryNodeStillInIt) {
+  Nodes nodes(2);
+  std::vector<std::string> got(2, "-");
+  nodes.fences[0]->enter("ns", "all", {0, 1}, 0, "x",
+                         [&got](bool ok, std::string d) { got[0] = ok ? d : "!"; });
+  nodes.settle();
+  nodes.fences[0]->abandon();
+  nodes.settle();
+  EXPECT_EQ(got[0], "!");
 }
 
 }  // namespace

@@ -218,17 +218,20 @@ TEST(Reap, ASubreaperFindsAndKillsOrphansThatLeftTheirWorkersGroup) {
 TEST(Guard, TheMarkerSweepKillsMarkedProcessesOnly) {
   const std::string marker = "test-" + std::to_string(::getpid());
   WorkerSpec marked;
-  marked.argv = {"/bin/sh", "-c", "setsid sleep 100 & exec sleep 100"};
+  // It says its setsid'd process's pid once that one is started.
+  marked.argv = {"/bin/sh", "-c", "setsid sleep 100 & echo $!; exec sleep 100"};
   auto env = std::make_shared<const EnvMap>(EnvMap{{"PATH", "/usr/bin:/bin"}});
   marked.env = WorkerEnv(env, EnvMap{{"PATH", "/usr/bin:/bin"}, {"DDPLAUNCH_AGENT_ID", marker}});
   std::vector<Child> children = spawn_workers({marked});
+  const pid_t escaped = std::stoi(first_line(children[0].out().get()));
   Child unmarked = start({"sleep", "100"});
-  // The setsid'd sleep may not have started yet: sweep until both are gone.
+  // The worker may not have exec'd its sleep yet: sweep until both are gone.
   const auto until = std::chrono::steady_clock::now() + 10s;
   int killed = 0;
   while (killed < 2 && std::chrono::steady_clock::now() < until) {
     killed += kill_marked_processes(marker);
   }
+  EXPECT_TRUE(await_ended(escaped));
   EXPECT_EQ(killed, 2);
   EXPECT_TRUE(wait_for(children[0]).by_signal());
   EXPECT_FALSE(ended(unmarked.pid()));
