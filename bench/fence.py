@@ -25,7 +25,7 @@ def one(build, nnodes, size):
     port = free_port()
     node0 = subprocess.Popen(
         [os.path.join(build, "ddplaunch"), "--nnodes", str(nnodes), "--node-rank", "0",
-         "--nproc-per-node", "1", "--master-port", str(port), "--heartbeat-timeout", "600",
+         "--nproc-per-node", "1", "--master-port", str(port),
          "--log-level", "error", "--", "sleep", "600"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         preexec_fn=raise_fds)

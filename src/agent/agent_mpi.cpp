@@ -70,7 +70,7 @@ void Agent::on_mpi() {
   if (m_mpi == nullptr) {
     return;
   }
-  for (auto& e : m_mpi->take_events()) {
+  for (auto& e : m_mpi->handle_upcalls()) {
     const int local = m_plan ? e.rank - m_plan->layout.rank_offset : -1;
     if (local < 0 || static_cast<size_t>(local) >= m_mpi_state.size()) {
       continue;

@@ -34,7 +34,7 @@
 #include "proc/guard.hpp"
 #include "proc/reap.hpp"
 #include "proc/spawn.hpp"
-#include "rendezvous/pmix_exchange.hpp"
+#include "mpi/pmix_exchange.hpp"
 #include "rendezvous/store_host.hpp"
 #include "rendezvous/store_link.hpp"
 #include "store/async_client.hpp"

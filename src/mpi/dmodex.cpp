@@ -1,9 +1,10 @@
 #include "mpi/dmodex.hpp"
 
-#include <charconv>
+#include <chrono>
 #include <limits>
 
 #include "config/integer.hpp"
+#include "log.hpp"
 
 namespace ddplaunch {
 
@@ -29,21 +30,30 @@ DirectModex::~DirectModex() {
   }
 }
 
-void DirectModex::request(const std::string& nspace, int self, int target, int rank, Reply reply) {
+void DirectModex::request(const std::string& nspace, int self, int target, int rank,
+                          StoreConnection::Duration timeout, Reply reply) {
   const std::string reply_key =
       "mpi/" + nspace + "/dmodex/reply/" + std::to_string(self) + "/" + std::to_string(m_replies++);
   StoreConnection& conn = m_connection;
-  conn.add(queue_key(nspace, target, "count"), 1,
-           [&conn, nspace, target, rank, reply_key, reply = std::move(reply)](int64_t slot) {
-             conn.set(queue_key(nspace, target, std::to_string(slot)),
-                      std::to_string(rank) + " " + reply_key, [] {});
-             conn.get(reply_key, StoreConnection::Duration(0),
-                      [reply](std::optional<std::string> answer) {
-                        // "1" and the data, or "0": no data for that rank.
-                        const bool ok = answer && !answer->empty() && answer->front() == '1';
-                        reply(ok, ok ? answer->substr(1) : std::string());
-                      });
-           });
+  conn.add(
+      queue_key(nspace, target, "count"), 1,
+      [&conn, nspace, target, rank, timeout, reply_key, reply = std::move(reply)](int64_t slot) {
+        conn.set(queue_key(nspace, target, std::to_string(slot)),
+                 std::to_string(rank) + " " + reply_key, [] {});
+        conn.get(reply_key, timeout,
+                 [reply, rank, target, timeout](std::optional<std::string> answer) {
+                   if (!answer) {
+                     log::warn(
+                         "rank {}'s PMIx data was asked of node {}, which did not answer "
+                         "within {} s: the asking rank's PMIx_Get fails",
+                         rank, target,
+                         std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
+                   }
+                   // "1" and the data, or "0": no data for that rank.
+                   const bool ok = answer && !answer->empty() && answer->front() == '1';
+                   reply(ok, ok ? answer->substr(1) : std::string());
+                 });
+      });
 }
 
 void DirectModex::serve(const std::string& nspace, int self, Lookup lookup) {

@@ -4,7 +4,8 @@
 // store: the asking node takes a slot in the target node's request queue
 // (ADD), writes "<rank> <reply key>" there, and waits for the reply key
 // (parked on the server); the target node watches its queue, slot by slot,
-// once one of its workers joined, and writes each answer. Driven by the
+// once one of its workers joined, and writes each answer; the asking node
+// waits at most its request's timeout. Driven by the
 // thread that drives the connection; not thread-safe.
 #pragma once
 
@@ -28,8 +29,11 @@ class DirectModex {
   ~DirectModex();
 
   // Asks node `target` of `nspace` for `rank`'s data, for this node `self`
-  // (its rank in the round, as rendezvous assigned it).
-  void request(const std::string& nspace, int self, int target, int rank, Reply reply);
+  // (its rank in the round, as rendezvous assigned it). No answer within
+  // `timeout` (the target's worker never joined, its node never serves) is
+  // no data, with a warning naming the rank and the node.
+  void request(const std::string& nspace, int self, int target, int rank,
+               StoreConnection::Duration timeout, Reply reply);
   // Answers the queue of `nspace`'s node `self` (this node's rank in the
   // round) with `lookup` from now on (a second call for the same namespace
   // does nothing).

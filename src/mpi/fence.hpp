@@ -1,14 +1,13 @@
 // FenceExchange: a PMIx fence across nodes, as an allgather through the job's
 // store. Each node's server hands in its local ranks' combined data; this
 // node writes it as one record and counts itself in (ADD). The node that
-// completes the count reads every record once (one MULTI_GET) and writes
-// their concatenation in node order into the fence's "done" key (or, past
-// one value's size, into parts that key names). Every node waits for that
-// key (parked on the server, never polled) and gets the whole fence's data
-// with it. Per node: three requests whatever the node count (one more for
-// data in parts; three more for the last to arrive); at the store, 2N reads
-// per fence, not N * N. Driven by the thread that drives the connection;
-// not thread-safe.
+// completes the count reads every record once (one MULTI_GET), writes their
+// concatenation in node order in parts of at most one value, and then the
+// fence's "done" key with the number of parts. Every node waits for that
+// key (parked on the server, never polled), then reads the parts (one MULTI_GET).
+// Per node: four requests whatever the node count (three more for the last
+// to arrive); at the store, about 3N values read per fence, not N * N.
+// Driven by the thread that drives the connection; not thread-safe.
 #pragma once
 
 #include <functional>

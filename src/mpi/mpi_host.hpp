@@ -41,9 +41,10 @@ class MpiHost {
   // local ranks before they start. Throws std::runtime_error when the
   // server refuses.
   virtual MpiRoundEnv start_round(const PmixJob& job) = 0;
-  // What the current round's workers told the server since the last call;
-  // also moves the fences they wait in along.
-  virtual std::vector<MpiEvent> take_events() = 0;
+  // Handles what the server was asked since the last call (its event fd
+  // was readable): fences and direct modex requests are answered or moved
+  // along, and what the current round's workers told it is returned.
+  virtual std::vector<MpiEvent> handle_upcalls() = 0;
 };
 
 }  // namespace ddplaunch

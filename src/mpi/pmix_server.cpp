@@ -9,12 +9,15 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <stdexcept>
+#include <variant>
 
 #include "config/integer.hpp"
 #include "log.hpp"
 #include "mpi/hwloc_topology.hpp"
+#include "mpi/libpmix.hpp"
+#include "mpi/pmix_info.hpp"
+#include "mpi/pmix_upcalls.hpp"
 #include "mpi/topology_cache.hpp"
 #include "posix/error.hpp"
 #include "posix/library.hpp"
@@ -29,6 +32,8 @@ namespace ddplaunch {
 #if !DDPLAUNCH_HAVE_PMIX
 
 struct PmixServer::Upcall {};
+struct FenceCall {};
+struct DmodexCall {};
 
 PmixServer::PmixServer(Options options) : m_options(std::move(options)) {}
 PmixServer::~PmixServer() = default;
@@ -43,14 +48,10 @@ void PmixServer::attach_store(StoreConnection*) {}
 MpiRoundEnv PmixServer::start_round(const PmixJob&) {
   return {};
 }
-std::vector<MpiEvent> PmixServer::take_events() {
+std::vector<MpiEvent> PmixServer::handle_upcalls() {
   return {};
 }
 void PmixServer::post(std::unique_ptr<Upcall>) {}
-void PmixServer::fence(Upcall&) {}
-void PmixServer::direct_modex(Upcall&) {}
-void PmixServer::complete(Upcall&, bool, std::string) {}
-void PmixServer::serve_direct_modex() {}
 void PmixServer::begin() {}
 MpiRoundEnv PmixServer::register_round(const PmixJob&) {
   return {};
@@ -65,86 +66,12 @@ PmixRunNames PmixServer::run_names(const std::string&, const std::string&) const
 
 namespace {
 
-// The server calls, loaded from Debian's libpmix2.
-struct ServerApi {
-  void* handle = nullptr;
-  decltype(&PMIx_server_init) init = nullptr;
-  decltype(&PMIx_server_finalize) finalize = nullptr;
-  decltype(&PMIx_server_register_nspace) register_nspace = nullptr;
-  decltype(&PMIx_server_deregister_nspace) deregister_nspace = nullptr;
-  decltype(&PMIx_server_register_client) register_client = nullptr;
-  decltype(&PMIx_server_setup_fork) setup_fork = nullptr;
-  decltype(&PMIx_server_dmodex_request) dmodex_request = nullptr;
-  decltype(&PMIx_generate_regex) generate_regex = nullptr;
-  decltype(&PMIx_generate_ppn) generate_ppn = nullptr;
-  decltype(&PMIx_Error_string) error_string = nullptr;
-
-  bool load(std::string& why) {
-    handle = posix::open_libpmix(why);
-    auto sym = [this, &why](auto& fn, const char* name) {
-      return posix::load_symbol(handle, fn, name, why);
-    };
-    return handle != nullptr && sym(init, "PMIx_server_init") &&
-           sym(finalize, "PMIx_server_finalize") &&
-           sym(register_nspace, "PMIx_server_register_nspace") &&
-           sym(deregister_nspace, "PMIx_server_deregister_nspace") &&
-           sym(register_client, "PMIx_server_register_client") &&
-           sym(setup_fork, "PMIx_server_setup_fork") &&
-           sym(dmodex_request, "PMIx_server_dmodex_request") &&
-           sym(generate_regex, "PMIx_generate_regex") && sym(generate_ppn, "PMIx_generate_ppn") &&
-           sym(error_string, "PMIx_Error_string");
-  }
-};
-
-ServerApi g_api;
+const Libpmix* g_api = nullptr;  // loaded by the first server
 // The server's own name; its rank is the launcher's pid (as libpmix's
 // default "pmix-server.<pid>").
 constexpr const char* k_server_nspace = "ddplaunch-server";
-// libpmix's upcalls carry no pointer of ours: the one server of this process.
-std::atomic<PmixServer*> g_server{nullptr};
-
-// pmix_info_t arrays built by hand (PMIx's macros call into the library,
-// which is not linked): every string they point at is owned here, and each
-// array stays put while libpmix reads it.
-class InfoList {
- public:
-  void u32(const char* key, uint32_t v) { add(key, PMIX_UINT32).data.uint32 = v; }
-  void rank(const char* key, uint32_t v) { add(key, PMIX_PROC_RANK).data.rank = v; }
-  void flag(const char* key, bool v) { add(key, PMIX_BOOL).data.flag = v; }
-  // `topology` must outlive the list's use.
-  void topology(const char* key, pmix_topology_t* topology) {
-    add(key, PMIX_TOPO).data.topo = topology;
-  }
-  void str(const char* key, std::string v) {
-    m_strings.push_back(std::move(v));
-    add(key, PMIX_STRING).data.string = m_strings.back().data();
-  }
-  pmix_info_t* data() { return m_info.empty() ? nullptr : m_info.data(); }
-  size_t size() const { return m_info.size(); }
-
- private:
-  pmix_value_t& add(const char* key, pmix_data_type_t type) {
-    pmix_info_t info;
-    std::memset(&info, 0, sizeof info);
-    std::strncpy(info.key, key, PMIX_MAX_KEYLEN);
-    info.value.type = type;
-    m_info.push_back(info);
-    return m_info.back().value;
-  }
-  std::vector<pmix_info_t> m_info;  // data() is read only once the list is complete
-  std::deque<std::string> m_strings;
-};
-
 std::string error_text(pmix_status_t rc) {
-  return g_api.error_string != nullptr ? g_api.error_string(rc) : std::to_string(rc);
-}
-
-pmix_proc_t make_proc(const std::string& nspace, uint32_t rank) {
-  pmix_proc_t p;
-  std::memset(&p, 0, sizeof p);
-  std::strncpy(p.nspace, nspace.c_str(), PMIX_MAX_NSLEN);
-  p.rank = rank;
-  return p;
+  return g_api != nullptr ? g_api->error_text(rc) : std::to_string(rc);
 }
 
 // A string libpmix malloc'd, freed when done with.
@@ -152,146 +79,6 @@ struct Malloced {
   char* p = nullptr;
   ~Malloced() { std::free(p); }
 };
-
-}  // namespace
-
-struct PmixServer::Upcall {
-  enum class Kind {
-    k_event,         // a worker's MpiEvent
-    k_fence,         // libpmix's fence_nb: the local ranks are all in
-    k_dmodex,        // libpmix's direct_modex: a remote rank's data wanted here
-    k_dmodex_local,  // libpmix's answer to a remote node's direct modex
-    k_started,       // a lazy server's libpmix is up (or failed to start)
-  } kind = Kind::k_event;
-  std::string nspace;
-  MpiEvent event;
-  // A fence's participants (rank -1: the whole namespace); a direct modex's
-  // one rank.
-  std::vector<int> ranks;
-  std::string data;  // this node's fence data; a local rank's modex data
-  bool ok = true;
-  // libpmix's completion (fence, direct modex), or the store's (local).
-  pmix_modex_cbfunc_t cbfunc = nullptr;
-  void* cbdata = nullptr;
-  DirectModex::Reply answer;
-};
-
-namespace {
-
-void post_event(const pmix_proc_t* proc, MpiEvent::Kind kind, int status, const char* message) {
-  PmixServer* server = g_server.load();
-  if (server == nullptr || proc == nullptr) {
-    return;
-  }
-  auto up = std::make_unique<PmixServer::Upcall>();
-  up->nspace = proc->nspace;
-  up->event.kind = kind;
-  up->event.rank = static_cast<int>(proc->rank);
-  up->event.status = status;
-  up->event.message = message != nullptr ? message : "";
-  server->post(std::move(up));
-}
-
-pmix_status_t on_connected(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t, void*) {
-  post_event(proc, MpiEvent::Kind::k_connected, 0, nullptr);
-  return PMIX_OPERATION_SUCCEEDED;
-}
-
-pmix_status_t on_connected2(const pmix_proc_t* proc, void*, pmix_info_t[], size_t, pmix_op_cbfunc_t,
-                            void*) {
-  post_event(proc, MpiEvent::Kind::k_connected, 0, nullptr);
-  return PMIX_OPERATION_SUCCEEDED;
-}
-
-pmix_status_t on_finalized(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t, void*) {
-  post_event(proc, MpiEvent::Kind::k_finalized, 0, nullptr);
-  return PMIX_OPERATION_SUCCEEDED;
-}
-
-// MPI_Abort: queued before the caller is released, so the main thread knows
-// of it before it can see the process end.
-pmix_status_t on_abort(const pmix_proc_t* proc, void*, int status, const char msg[], pmix_proc_t[],
-                       size_t, pmix_op_cbfunc_t, void*) {
-  post_event(proc, MpiEvent::Kind::k_aborted, status, msg);
-  return PMIX_OPERATION_SUCCEEDED;
-}
-
-pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
-                       size_t ninfo, char* data, size_t ndata, pmix_modex_cbfunc_t cbfunc,
-                       void* cbdata) {
-  PmixServer* server = g_server.load();
-  if (server == nullptr || cbfunc == nullptr) {
-    return PMIX_ERR_NOT_SUPPORTED;
-  }
-  auto up = std::make_unique<PmixServer::Upcall>();
-  up->kind = PmixServer::Upcall::Kind::k_fence;
-  for (size_t i = 0; i < nprocs; ++i) {
-    if (up->nspace.empty()) {
-      up->nspace = procs[i].nspace;
-    }
-    up->ranks.push_back(procs[i].rank == PMIX_RANK_WILDCARD ? -1 : static_cast<int>(procs[i].rank));
-  }
-  bool collect = false;
-  for (size_t i = 0; i < ninfo; ++i) {
-    if (std::strncmp(info[i].key, PMIX_COLLECT_DATA, PMIX_MAX_KEYLEN) == 0) {
-      collect = info[i].value.type != PMIX_BOOL || info[i].value.data.flag;
-    }
-  }
-  if (collect && data != nullptr) {
-    up->data.assign(data, ndata);
-  }
-  up->cbfunc = cbfunc;
-  up->cbdata = cbdata;
-  server->post(std::move(up));
-  return PMIX_SUCCESS;
-}
-
-void release_data(void* p) {
-  delete static_cast<std::string*>(p);
-}
-
-// A local worker wants a remote rank's data, which no fence brought
-// (direct modex): the node hosting that rank is asked through the store.
-pmix_status_t on_direct_modex(const pmix_proc_t* proc, const pmix_info_t[], size_t,
-                              pmix_modex_cbfunc_t cbfunc, void* cbdata) {
-  PmixServer* server = g_server.load();
-  if (server == nullptr || proc == nullptr || cbfunc == nullptr) {
-    return PMIX_ERR_NOT_SUPPORTED;
-  }
-  auto up = std::make_unique<PmixServer::Upcall>();
-  up->kind = PmixServer::Upcall::Kind::k_dmodex;
-  up->nspace = proc->nspace;
-  up->ranks.push_back(static_cast<int>(proc->rank));
-  up->cbfunc = cbfunc;
-  up->cbdata = cbdata;
-  server->post(std::move(up));
-  return PMIX_SUCCESS;
-}
-
-// libpmix's answer to PMIx_server_dmodex_request (a remote node asked for a
-// local rank's data): `cbdata` is the Upcall carrying the store's reply.
-void on_local_modex(pmix_status_t status, char* data, size_t size, void* cbdata) {
-  std::unique_ptr<PmixServer::Upcall> up(static_cast<PmixServer::Upcall*>(cbdata));
-  up->ok = status == PMIX_SUCCESS;
-  if (up->ok && data != nullptr) {
-    up->data.assign(data, size);
-  }
-  if (PmixServer* server = g_server.load(); server != nullptr) {
-    server->post(std::move(up));
-  }
-}
-
-pmix_server_module_t g_module = [] {
-  pmix_server_module_t m;
-  std::memset(&m, 0, sizeof m);
-  m.client_connected = on_connected;
-  m.client_connected2 = on_connected2;
-  m.client_finalized = on_finalized;
-  m.abort = on_abort;
-  m.fence_nb = on_fence;
-  m.direct_modex = on_direct_modex;
-  return m;
-}();
 
 }  // namespace
 
@@ -303,11 +90,11 @@ PmixServer::PmixServer(Options options)
 }
 
 std::unique_ptr<PmixServer> PmixServer::start(Options options) {
-  if (g_server.load() != nullptr) {
+  if (upcall_target() != nullptr) {
     return nullptr;  // libpmix holds one server per process
   }
   std::unique_ptr<PmixServer> server(new PmixServer(std::move(options)));
-  g_server = server.get();
+  set_upcall_target(server.get());
   if (server->m_options.env_template) {
     try {
       server->m_relay = std::make_unique<PmixRelay>();
@@ -333,19 +120,17 @@ void PmixServer::begin() {
   // The machine's topology from this user's cache when it still fits the
   // machine (~0.3 ms), where hwloc's discovery takes ~13 ms: read here,
   // before the server's thread exists (HwlocTopology::prepare).
-  if (m_options.cache_topology && (g_api.handle != nullptr || g_api.load(m_why))) {
-    m_topology = HwlocTopology::prepare(g_api.handle, m_topology_why);
+  if (m_options.cache_topology && (g_api != nullptr || (g_api = load_libpmix(m_why)) != nullptr)) {
+    m_topology = HwlocTopology::prepare(g_api->handle, m_topology_why);
   }
   const bool lazy = m_relay != nullptr;
   m_starting = std::thread([this, lazy, tmpdir = m_options.tmpdir] {
     auto started = [this, lazy] {
       if (lazy) {
-        auto up = std::make_unique<Upcall>();
-        up->kind = Upcall::Kind::k_started;
-        post(std::move(up));
+        post(std::make_unique<Upcall>(Upcall{ServerStarted{}}));
       }
     };
-    if (g_api.handle == nullptr && !g_api.load(m_why)) {
+    if (g_api == nullptr && (g_api = load_libpmix(m_why)) == nullptr) {
       started();
       return;
     }
@@ -368,7 +153,7 @@ void PmixServer::begin() {
     // The machine's topology, read once here, is handed to every client
     // (shared memory): N ranks do not each read it (PCI included) again.
     info.flag(PMIX_SERVER_SHARE_TOPOLOGY, true);
-    const pmix_status_t rc = g_api.init(&g_module, info.data(), info.size());
+    const pmix_status_t rc = g_api->server_init(pmix_upcall_module(), info.data(), info.size());
     if (rc != PMIX_SUCCESS) {
       m_why = "PMIx_server_init: " + error_text(rc);
       m_topology.reset();
@@ -400,12 +185,12 @@ bool PmixServer::ready() {
 
 PmixServer::~PmixServer() {
   if (!ready()) {
-    g_server = nullptr;
+    set_upcall_target(nullptr);
     return;
   }
-  const pmix_status_t rc = g_api.finalize();
+  const pmix_status_t rc = g_api->server_finalize();
   m_topology.reset();  // libpmix used it until now
-  g_server = nullptr;
+  set_upcall_target(nullptr);
   if (rc != PMIX_SUCCESS) {
     log::debug("PMIx_server_finalize: {}", error_text(rc));
   }
@@ -488,7 +273,7 @@ std::pair<std::string, int> uri_address(const std::string& uri) {
 // Where libpmix was loaded from (its file keys the kept environment).
 std::string library_path() {
   Dl_info info{};
-  if (g_api.init == nullptr || ::dladdr(reinterpret_cast<void*>(g_api.init), &info) == 0 ||
+  if (g_api == nullptr || ::dladdr(reinterpret_cast<void*>(g_api->server_init), &info) == 0 ||
       info.dli_fname == nullptr) {
     return "";
   }
@@ -567,15 +352,15 @@ MpiRoundEnv PmixServer::register_round(const PmixJob& job) {
 
   if (!m_registered.empty()) {
     // The previous round's namespace: its clients are gone.
-    g_api.deregister_nspace(m_registered.c_str(), nullptr, nullptr);
+    g_api->deregister_nspace(m_registered.c_str(), nullptr, nullptr);
     m_deregistered = m_registered;
     m_registered.clear();
   }
   m_job = job;
   Malloced node_map;
   Malloced proc_map;
-  if (g_api.generate_regex(job.node_list().c_str(), &node_map.p) != PMIX_SUCCESS ||
-      g_api.generate_ppn(job.proc_list().c_str(), &proc_map.p) != PMIX_SUCCESS) {
+  if (g_api->generate_regex(job.node_list().c_str(), &node_map.p) != PMIX_SUCCESS ||
+      g_api->generate_ppn(job.proc_list().c_str(), &proc_map.p) != PMIX_SUCCESS) {
     throw std::runtime_error("PMIx could not encode the job's node and process maps");
   }
   const auto world = static_cast<uint32_t>(job.world_size);
@@ -600,8 +385,8 @@ MpiRoundEnv PmixServer::register_round(const PmixJob& job) {
   info.str(PMIX_HOSTNAME, job.hosts.at(static_cast<size_t>(job.node_rank)));
   // No PMIX_PROC_DATA per rank: libpmix derives each local rank's local and
   // node rank from the maps above, and 4,096 of them would hold 20 MB.
-  pmix_status_t rc = g_api.register_nspace(job.nspace.c_str(), static_cast<int>(local), info.data(),
-                                           info.size(), nullptr, nullptr);
+  pmix_status_t rc = g_api->register_nspace(job.nspace.c_str(), static_cast<int>(local),
+                                            info.data(), info.size(), nullptr, nullptr);
   if (rc != PMIX_SUCCESS && rc != PMIX_OPERATION_SUCCEEDED) {
     throw std::runtime_error("PMIx_server_register_nspace: " + error_text(rc));
   }
@@ -631,7 +416,7 @@ MpiRoundEnv PmixServer::register_round(const PmixJob& job) {
       std::lock_guard lock(latch.mutex);
       ++latch.left;  // before the call: its completion may come at once
     }
-    rc = g_api.register_client(&proc, uid, gid, nullptr, registered, &latch);
+    rc = g_api->register_client(&proc, uid, gid, nullptr, registered, &latch);
     if (rc != PMIX_SUCCESS) {
       std::lock_guard lock(latch.mutex);
       --latch.left;  // it will not call back
@@ -654,7 +439,7 @@ MpiRoundEnv PmixServer::register_round(const PmixJob& job) {
   out.rank_variable = "PMIX_RANK";
   const pmix_proc_t first = make_proc(job.nspace, static_cast<uint32_t>(job.local_first()));
   char** env = nullptr;
-  rc = g_api.setup_fork(&first, &env);
+  rc = g_api->setup_fork(&first, &env);
   if (rc != PMIX_SUCCESS) {
     throw std::runtime_error("PMIx_server_setup_fork: " + error_text(rc));
   }
@@ -670,7 +455,7 @@ MpiRoundEnv PmixServer::register_round(const PmixJob& job) {
   return out;
 }
 
-std::vector<MpiEvent> PmixServer::take_events() {
+std::vector<MpiEvent> PmixServer::handle_upcalls() {
   if (!m_started) {
     return {};  // no libpmix thread yet: nothing was queued (a worker's end costs no read)
   }
@@ -682,127 +467,40 @@ std::vector<MpiEvent> PmixServer::take_events() {
     queue.swap(m_queue);
   }
   std::vector<MpiEvent> events;
+  const auto current = [this](const std::string& nspace) {
+    return m_job && nspace == m_job->nspace;
+  };
   for (auto& up : queue) {
-    if (up->kind == Upcall::Kind::k_started) {
-      on_started();
-      continue;
-    }
-    if (up->kind == Upcall::Kind::k_dmodex_local) {
-      up->answer(up->ok, std::move(up->data));
-      continue;
-    }
-    if (!m_job || up->nspace != m_job->nspace) {
-      complete(*up, false, {});  // a past round's, or not a job's
-      continue;
-    }
-    switch (up->kind) {
-      case Upcall::Kind::k_fence:
-        fence(*up);
-        break;
-      case Upcall::Kind::k_dmodex:
-        direct_modex(*up);
-        break;
-      default:
-        if (up->event.kind == MpiEvent::Kind::k_connected) {
-          serve_direct_modex();
-        }
-        events.push_back(std::move(up->event));
-        break;
-    }
+    std::visit(Overloaded{
+                   [this](ServerStarted&) { on_started(); },
+                   [](LocalModex& local) { local.answer(local.ok, std::move(local.data)); },
+                   [&](WorkerSaid& said) {
+                     if (!current(said.nspace)) {
+                       return;  // a past round's
+                     }
+                     if (said.event.kind == MpiEvent::Kind::k_connected) {
+                       serve_direct_modex();
+                     }
+                     events.push_back(std::move(said.event));
+                   },
+                   [&](FenceCall& call) {
+                     if (current(call.nspace)) {
+                       fence(call);
+                     } else {
+                       complete(call.done, call.nspace, false, {});
+                     }
+                   },
+                   [&](DmodexCall& call) {
+                     if (current(call.nspace)) {
+                       direct_modex(call);
+                     } else {
+                       complete(call.done, call.nspace, false, {});
+                     }
+                   },
+               },
+               up->message);
   }
   return events;
-}
-
-void PmixServer::fence(Upcall& call) {
-  const PmixJob& job = *m_job;
-  std::vector<int> nodes;
-  std::string signature = "all";
-  const bool all = std::find(call.ranks.begin(), call.ranks.end(), -1) != call.ranks.end();
-  if (all) {
-    for (int n = 0; n < job.nnodes(); ++n) {
-      nodes.push_back(n);
-    }
-  } else {
-    std::vector<int> ranks = call.ranks;
-    std::sort(ranks.begin(), ranks.end());
-    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-    uint64_t hash = 1469598103934665603ULL;  // FNV-1a of the rank list
-    for (int r : ranks) {
-      hash = (hash ^ static_cast<uint64_t>(r)) * 1099511628211ULL;
-      if (const int node = job.node_of(r); node >= 0) {
-        nodes.push_back(node);
-      }
-    }
-    std::sort(nodes.begin(), nodes.end());
-    nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-    signature = fmt::format("{:016x}", hash);
-  }
-  const bool only_here = nodes.size() <= 1;
-  if (only_here || !m_fences) {
-    complete(call, only_here, std::move(call.data));
-    return;
-  }
-  log::debug("PMIx fence among {} node(s): {} bytes from this node", nodes.size(),
-             call.data.size());
-  auto shared = std::make_shared<Upcall>(std::move(call));
-  m_fences->enter(
-      job.nspace, signature, nodes, job.node_rank, shared->data,
-      [this, shared](bool ok, std::string data) { complete(*shared, ok, std::move(data)); });
-}
-
-void PmixServer::direct_modex(Upcall& call) {
-  const int node = m_job->node_of(call.ranks.at(0));
-  if (!m_dmodex || node < 0 || node == m_job->node_rank) {
-    complete(call, false, {});  // nobody else to ask
-    return;
-  }
-  auto shared = std::make_shared<Upcall>(std::move(call));
-  m_dmodex->request(
-      m_job->nspace, m_job->node_rank, node, shared->ranks.at(0),
-      [this, shared](bool ok, std::string data) { complete(*shared, ok, std::move(data)); });
-}
-
-// Once a local worker joined, this node answers the others' direct modex
-// requests for its ranks (a job of programs that never call MPI_Init never
-// parks a request on the store for it).
-void PmixServer::serve_direct_modex() {
-  if (!m_dmodex || !m_job) {
-    return;
-  }
-  m_dmodex->serve(m_job->nspace, m_job->node_rank,
-                  [nspace = m_job->nspace](int rank, DirectModex::Reply answer) {
-                    auto up = std::make_unique<Upcall>();
-                    up->kind = Upcall::Kind::k_dmodex_local;
-                    up->answer = std::move(answer);
-                    const pmix_proc_t proc = make_proc(nspace, static_cast<uint32_t>(rank));
-                    Upcall* raw = up.release();
-                    if (g_api.dmodex_request(&proc, on_local_modex, raw) != PMIX_SUCCESS) {
-                      std::unique_ptr<Upcall> failed(raw);
-                      failed->answer(false, {});
-                    }
-                  });
-}
-
-void PmixServer::complete(Upcall& call, bool ok, std::string data) {
-  if (call.cbfunc == nullptr) {
-    return;
-  }
-  if (!m_job || call.nspace != m_job->nspace) {
-    // A past round's call was dropped by libpmix with its namespace
-    // (start_round deregistered it); any other is refused.
-    if (call.nspace != m_deregistered) {
-      call.cbfunc(PMIX_ERR_INVALID_NAMESPACE, nullptr, 0, call.cbdata, nullptr, nullptr);
-    }
-    return;
-  }
-  if (!ok) {
-    call.cbfunc(PMIX_ERROR, nullptr, 0, call.cbdata, nullptr, nullptr);
-    return;
-  }
-  auto owned = std::make_unique<std::string>(std::move(data));
-  const char* bytes = owned->data();
-  const size_t size = owned->size();
-  call.cbfunc(PMIX_SUCCESS, bytes, size, call.cbdata, release_data, owned.release());
 }
 
 #endif

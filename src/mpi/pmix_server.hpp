@@ -2,9 +2,11 @@
 // MPI's, MPICH's built with PMIx) finds the job ddplaunch started. It is the
 // reference implementation's server library (libpmix, loaded at run time, so
 // the launcher still needs only libc); this class is its host. libpmix calls
-// the host on its own thread: each call is queued and the queue's eventfd
-// wakes the main thread, which answers it in take_events(). Fences across
-// nodes go through the job's store (mpi/fence.hpp). One per process (libpmix
+// the host on its own thread: each call becomes one typed message there
+// (mpi/pmix_upcalls.hpp), queued, and the queue's eventfd wakes the main
+// thread, which handles it by family in handle_upcalls(): the workers'
+// events, fences and direct modex (pmix_modex.cpp). Fences across nodes go
+// through the job's store (mpi/fence.hpp). One per process (libpmix
 // is a process-wide library). Thread-safe where libpmix calls it; otherwise
 // the main thread's.
 #pragma once
@@ -26,6 +28,11 @@
 #include "store/connection.hpp"
 
 namespace ddplaunch {
+
+// libpmix's upcalls as typed messages (mpi/pmix_upcalls.hpp).
+struct FenceCall;
+struct DmodexCall;
+struct ModexDone;
 
 class PmixServer : public MpiHost {
  public:
@@ -57,7 +64,7 @@ class PmixServer : public MpiHost {
   // rank comes with each round (start_round's job), once rendezvous has
   // assigned it.
   void attach_store(StoreConnection* connection);
-  // Readable when take_events() has something to do.
+  // Readable when handle_upcalls() has something to do.
   int event_fd() const { return m_wake.get(); }
   // Readable when pump_relay() has something to do (-1: no relay).
   int relay_fd() const { return m_relay ? m_relay->fd() : -1; }
@@ -70,7 +77,7 @@ class PmixServer : public MpiHost {
   // A lazy server not started yet gives the workers the kept environment,
   // pointing at the relay, and registers the round when it starts.
   MpiRoundEnv start_round(const PmixJob& job) override;
-  std::vector<MpiEvent> take_events() override;
+  std::vector<MpiEvent> handle_upcalls() override;
 
   // --- libpmix's thread: queue an upcall and wake the main thread ----------
   struct Upcall;
@@ -88,11 +95,12 @@ class PmixServer : public MpiHost {
   void on_started();
   void keep_environment(const MpiRoundEnv& env);
   PmixRunNames run_names(const std::string& uri, const std::string& nspace) const;
-  void fence(Upcall& call);
-  void direct_modex(Upcall& call);
+  // The fence and direct modex families (pmix_modex.cpp).
+  void fence(FenceCall& call);
+  void direct_modex(DmodexCall& call);
   // Hands libpmix a fence's or a direct modex's data (for the round still
   // current: libpmix forgot a past round's calls with its namespace).
-  void complete(Upcall& call, bool ok, std::string data);
+  void complete(const ModexDone& done, const std::string& nspace, bool ok, std::string data);
   void serve_direct_modex();
 
   Options m_options;

@@ -105,7 +105,7 @@ struct FakeMpi : MpiHost {
     rounds.push_back(job);
     return MpiRoundEnv{{{"PMIX_NAMESPACE", job.nspace}}, "PMIX_RANK"};
   }
-  std::vector<MpiEvent> take_events() override { return std::exchange(queued, {}); }
+  std::vector<MpiEvent> handle_upcalls() override { return std::exchange(queued, {}); }
   void tell(MpiEvent::Kind kind, int rank, int status = 0, std::string message = "") {
     queued.push_back(MpiEvent{kind, rank, status, std::move(message)});
   }

@@ -7,8 +7,8 @@
 #include "cluster/precedence.hpp"
 #include "cluster/slurm.hpp"
 #include "ddplaunch/error.hpp"
+#include "mpi/pmix_exchange.hpp"
 #include "posix/interfaces.hpp"
-#include "rendezvous/pmix_exchange.hpp"
 
 namespace ddplaunch {
 namespace {

@@ -12,6 +12,9 @@ namespace ddplaunch {
 namespace {
 
 using namespace testing_store;
+using namespace std::chrono_literals;
+
+constexpr StoreConnection::Duration k_wait = 600s;
 
 struct Pair {
   FakeClock clock;
@@ -29,8 +32,10 @@ struct Pair {
 TEST(DirectModex, ARanksDataComesFromItsNodeOnceItServes) {
   Pair p;
   std::vector<std::string> got;
-  p.asking.request("ns", 0, 1, 3, [&got](bool ok, std::string d) { got.push_back(ok ? d : "!"); });
-  p.asking.request("ns", 0, 1, 2, [&got](bool ok, std::string d) { got.push_back(ok ? d : "!"); });
+  p.asking.request("ns", 0, 1, 3, k_wait,
+                   [&got](bool ok, std::string d) { got.push_back(ok ? d : "!"); });
+  p.asking.request("ns", 0, 1, 2, k_wait,
+                   [&got](bool ok, std::string d) { got.push_back(ok ? d : "!"); });
   p.settle();
   EXPECT_TRUE(got.empty());  // node 1 has no worker in MPI_Init yet
   std::vector<int> asked;
@@ -56,6 +61,22 @@ TEST(DirectModex, StoppingReleasesTheParkedWatch) {
   p.settle();
   EXPECT_TRUE(p.b.idle());
   EXPECT_EQ(asked, 0);
+}
+
+TEST(DirectModex, ANodeThatNeverServesIsNoDataAfterTheTimeout) {
+  Pair p;
+  std::vector<std::string> got;
+  p.asking.request("ns", 0, 1, 3, 5s,
+                   [&got](bool ok, std::string d) { got.push_back(ok ? d : "!"); });
+  p.settle();
+  p.clock.t += 4999ms;
+  p.store.route(p.store.core.expire(p.clock.t));
+  p.settle();
+  EXPECT_TRUE(got.empty());
+  p.clock.t += 1ms;
+  p.store.route(p.store.core.expire(p.clock.t));
+  p.settle();
+  EXPECT_EQ(got, std::vector<std::string>{"!"});
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "rendezvous/pmix_exchange.hpp"
+#include "mpi/pmix_exchange.hpp"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -12,9 +12,9 @@
 
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
+#include "mpi/libpmix.hpp"
 #include "posix/fd.hpp"
 #include "posix/interfaces.hpp"
-#include "posix/library.hpp"
 
 #if DDPLAUNCH_HAVE_PMIX
 #include <pmix.h>
@@ -40,28 +40,6 @@ std::vector<std::string> split(const std::string& text, char sep) {
 
 #if DDPLAUNCH_HAVE_PMIX
 
-// The few PMIx client calls, loaded from Debian's libpmix2.
-struct PmixApi {
-  void* handle = nullptr;
-  decltype(&PMIx_Init) init = nullptr;
-  decltype(&PMIx_Finalize) finalize = nullptr;
-  decltype(&PMIx_Put) put = nullptr;
-  decltype(&PMIx_Commit) commit = nullptr;
-  decltype(&PMIx_Fence) fence = nullptr;
-  decltype(&PMIx_Get) get = nullptr;
-  decltype(&PMIx_Error_string) error_string = nullptr;
-
-  bool load(std::string& why) {
-    handle = posix::open_libpmix(why);
-    auto sym = [this, &why](auto& fn, const char* name) {
-      return posix::load_symbol(handle, fn, name, why);
-    };
-    return handle != nullptr && sym(init, "PMIx_Init") && sym(finalize, "PMIx_Finalize") &&
-           sym(put, "PMIx_Put") && sym(commit, "PMIx_Commit") && sym(fence, "PMIx_Fence") &&
-           sym(get, "PMIx_Get") && sym(error_string, "PMIx_Error_string");
-  }
-};
-
 struct Outcome {
   std::string addrs;  // node 0's list, comma-separated
   std::string token;  // node 0's offered job token, if any
@@ -83,7 +61,7 @@ void set_info_int(pmix_info_t& info, const char* key, int value) {
 }
 
 // Blocking: init, put (node 0), commit, fence with the data, get, finalize.
-Outcome exchange(const PmixApi& api, int node_rank, const std::string& mine,
+Outcome exchange(const Libpmix& api, int node_rank, const std::string& mine,
                  const std::string& token, int timeout_s) {
   Outcome out;
   pmix_proc_t self;
@@ -172,9 +150,9 @@ PmixShared pmix_exchange(int node_rank, const std::vector<std::string>& own_addr
                          const std::string& offer_token, std::chrono::milliseconds timeout,
                          const WaitReadable& wait) {
 #if DDPLAUNCH_HAVE_PMIX
-  PmixApi api;
   std::string why;
-  if (!api.load(why)) {
+  const Libpmix* api = load_libpmix(why);
+  if (api == nullptr) {
     throw LaunchError(k_exit_rendezvous, "mpirun started ddplaunch but " + why +
                                              "; or give node 0's address with --master-addr");
   }
@@ -188,7 +166,7 @@ PmixShared pmix_exchange(int node_rank, const std::vector<std::string>& own_addr
   auto result = std::make_shared<Outcome>();
   auto done = std::make_shared<posix::Fd>(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   std::thread worker([api, node_rank, mine, offer_token, timeout_s, result, done] {
-    *result = exchange(api, node_rank, mine, offer_token, timeout_s);
+    *result = exchange(*api, node_rank, mine, offer_token, timeout_s);
     const uint64_t one = 1;
     (void)!::write(done->get(), &one, sizeof(one));
   });
