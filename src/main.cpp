@@ -19,7 +19,7 @@
 #include "cli/store_cli.hpp"
 #include "cluster/precedence.hpp"
 #include "config/env_map.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "launcher/agent_channel.hpp"
 #include "launcher/launch_hosts.hpp"
 #include "log.hpp"

@@ -1,10 +1,6 @@
-// Errors that end a ddplaunch run, and the exit codes they map to.
-// Exceptions are thrown only for conditions that end the run; main() catches
-// them once and turns them into a one-line message plus an exit code.
+// ddplaunch's exit codes, for the scripts and programs that run it: each
+// condition that ends a launcher run maps to one (README.md, "Exit codes").
 #pragma once
-
-#include <stdexcept>
-#include <string>
 
 namespace ddplaunch {
 
@@ -20,23 +16,5 @@ inline constexpr int k_exit_unhealthy = 5;   // this node failed its health chec
 // checkpoint and exit. EX_TEMPFAIL: a wrapper script may requeue it.
 inline constexpr int k_exit_preempted = 75;
 inline constexpr int k_exit_cannot_execute = 127;  // the worker program could not be executed
-
-// An error that ends the run with a specific exit code and a message meant
-// for the user (one line, saying what to do).
-class LaunchError : public std::runtime_error {
- public:
-  LaunchError(int exit_code, const std::string& message)
-      : std::runtime_error(message), m_exit_code(exit_code) {}
-  int exit_code() const { return m_exit_code; }
-
- private:
-  int m_exit_code;
-};
-
-// Bad input from the user: exit code 2.
-class UsageError : public LaunchError {
- public:
-  explicit UsageError(const std::string& message) : LaunchError(k_exit_usage, message) {}
-};
 
 }  // namespace ddplaunch

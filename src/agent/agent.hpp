@@ -158,6 +158,10 @@ class Agent : public JobLink::Listener {
   enum class Phase { k_joining, k_running, k_finishing, k_gathering, k_done };
 
   void begin(const Topology& topology, int node_rank);
+  // begin()'s steps (agent_begin.cpp).
+  JobLayout plan_round(const Topology& topology, int node_rank, bool& mpi_round);
+  void report_round(const JobLayout& layout, bool mpi) const;
+  bool spawn_round(const JobLayout& layout, int node_rank);
   void apply(const Supervisor::Actions& actions);
   void publish(const JobVerdict& verdict);
   void advance();

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "launcher/agent_channel.hpp"
 #include "log.hpp"
 #include "proc/reap.hpp"

@@ -12,7 +12,7 @@
 #include <deque>
 #include <memory>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "launcher/plan.hpp"
 #include "log.hpp"
 #include "node/resources.hpp"

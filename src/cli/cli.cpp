@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 
 namespace ddplaunch {
 

@@ -3,7 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "config/integer.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 
 namespace ddplaunch {
 

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "config/integer.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 
 namespace ddplaunch {
 

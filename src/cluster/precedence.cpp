@@ -7,7 +7,7 @@
 #include "cluster/pet.hpp"
 #include "cluster/platform.hpp"
 #include "cluster/slurm.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 
 namespace ddplaunch {
 

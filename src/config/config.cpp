@@ -4,7 +4,7 @@
 #include <cmath>
 #include <initializer_list>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 
 namespace ddplaunch {
 

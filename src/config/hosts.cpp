@@ -4,7 +4,7 @@
 #include <charconv>
 
 #include "config/integer.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 
 namespace ddplaunch {
 

@@ -8,7 +8,7 @@
 #include <cstdio>
 
 #include "config/integer.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 
 namespace ddplaunch {
 

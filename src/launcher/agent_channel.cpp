@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "log.hpp"
 
 namespace ddplaunch {

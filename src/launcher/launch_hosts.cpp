@@ -10,7 +10,7 @@
 #include <system_error>
 
 #include "config/integer.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "launcher/forward.hpp"
 #include "launcher/hosts_launcher.hpp"
 #include "launcher/plan.hpp"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 
 namespace ddplaunch {
 

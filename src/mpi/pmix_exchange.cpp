@@ -10,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "log.hpp"
 #include "mpi/libpmix.hpp"
 #include "posix/fd.hpp"

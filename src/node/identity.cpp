@@ -15,7 +15,7 @@
 #include <optional>
 
 #include "config/integer.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "log.hpp"
 #include "node/resources.hpp"
 #include "posix/fd.hpp"

@@ -12,7 +12,7 @@
 #include <system_error>
 
 #include "config/integer.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "posix/fd.hpp"
 
 namespace ddplaunch {

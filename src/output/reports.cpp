@@ -8,7 +8,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "log.hpp"
 #include "output/report_json.hpp"
 #include "posix/fd.hpp"

@@ -9,7 +9,7 @@
 #include <ctime>
 #include <filesystem>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "log.hpp"
 #include "posix/error.hpp"
 

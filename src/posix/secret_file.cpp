@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "posix/error.hpp"
 #include "posix/fd.hpp"
 

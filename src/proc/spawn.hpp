@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "env/launch_spec.hpp"
 #include "proc/child.hpp"
 

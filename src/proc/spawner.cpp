@@ -5,7 +5,7 @@
 #include <string>
 #include <thread>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "proc/guard.hpp"
 #include "proc/reap.hpp"
 #include "proc/spawn.hpp"

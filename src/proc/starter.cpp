@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "posix/fd.hpp"
 #include "posix/signals.hpp"
 #include "proc/reap.hpp"

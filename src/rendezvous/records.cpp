@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster/nodelist.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "output/json_fields.hpp"
 
 namespace ddplaunch {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <system_error>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "log.hpp"
 #include "posix/fd.hpp"
 #include "posix/interfaces.hpp"

@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "config/integer.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "node/health.hpp"
 
 namespace ddplaunch {

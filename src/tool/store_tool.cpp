@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "config/integer.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "ddplaunch/store_client.hpp"
 #include "log.hpp"
 #include "posix/secret_file.hpp"

@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "posix/secret_file.hpp"
 #include "rendezvous/store_host.hpp"
 

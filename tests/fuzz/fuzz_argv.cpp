@@ -8,7 +8,7 @@
 
 #include "cli/cli.hpp"
 #include "cluster/precedence.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 
 using namespace ddplaunch;
 

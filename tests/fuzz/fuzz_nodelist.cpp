@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "cluster/nodelist.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 
 using namespace ddplaunch;
 

@@ -6,7 +6,7 @@
 #include "cluster/openmpi.hpp"
 #include "cluster/precedence.hpp"
 #include "cluster/slurm.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "mpi/pmix_exchange.hpp"
 #include "posix/interfaces.hpp"
 

@@ -6,8 +6,8 @@
 #include "cli/completion.hpp"
 #include "cluster/precedence.hpp"
 #include "config/integer.hpp"
+#include "config/launch_error.hpp"
 #include "config/options.hpp"
-#include "ddplaunch/error.hpp"
 
 namespace ddplaunch {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "agent/driver.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "posix/fd.hpp"
 
 namespace ddplaunch {

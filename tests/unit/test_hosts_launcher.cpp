@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "fake_store.hpp"
 #include "launcher/channel.hpp"
 #include "launcher/hosts_launcher.hpp"

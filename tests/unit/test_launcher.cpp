@@ -4,7 +4,7 @@
 
 #include "cli/cli.hpp"
 #include "cluster/precedence.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "launcher/channel.hpp"
 #include "launcher/forward.hpp"
 #include "launcher/plan.hpp"

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "cluster/nodelist.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 
 namespace ddplaunch {
 namespace {

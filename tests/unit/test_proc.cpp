@@ -19,7 +19,7 @@
 #include <string>
 #include <thread>
 
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "posix/fd.hpp"
 #include "proc/clone3.hpp"
 #include "proc/guard.hpp"
@@ -225,14 +225,16 @@ TEST(Guard, TheMarkerSweepKillsMarkedProcessesOnly) {
   std::vector<Child> children = spawn_workers({marked});
   const pid_t escaped = std::stoi(first_line(children[0].out().get()));
   Child unmarked = start({"sleep", "100"});
-  // The worker may not have exec'd its sleep yet: sweep until both are gone.
+  // Swept until both are gone (a process killed but not yet gone may be
+  // found, and counted, again).
   const auto until = std::chrono::steady_clock::now() + 10s;
   int killed = 0;
-  while (killed < 2 && std::chrono::steady_clock::now() < until) {
+  while ((!ended(escaped) || !ended(children[0].pid())) &&
+         std::chrono::steady_clock::now() < until) {
     killed += kill_marked_processes(marker);
   }
   EXPECT_TRUE(await_ended(escaped));
-  EXPECT_EQ(killed, 2);
+  EXPECT_GE(killed, 2);
   EXPECT_TRUE(wait_for(children[0]).by_signal());
   EXPECT_FALSE(ended(unmarked.pid()));
 }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "config/env_map.hpp"
-#include "ddplaunch/error.hpp"
+#include "config/launch_error.hpp"
 #include "node/binding.hpp"
 #include "node/identity.hpp"
 #include "node/resources.hpp"
