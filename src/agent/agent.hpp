@@ -6,10 +6,10 @@
 // nodes meet for the next round), with TORCHELASTIC_RESTART_COUNT one more;
 // an elastic job's rounds also end when a node joins or is lost. It is told what
 // happened (a signal, a worker exit, output, the link's answers, time passing) and acts through
-// small interfaces: a Spawner, a Clock, a JobLink and a ConsoleSink, so it is unit-tested with
-// fakes; agent/launch.cpp drives the real one from an epoll loop. It is not free of system calls:
-// it logs, its OutputRouter writes the --log-dir and filtered files, and its ErrorFiles create and
-// read each rank's TORCHELASTIC_ERROR_FILE. Not thread-safe.
+// small interfaces: a Spawner, a Clock, a JobLink, a ConsoleSink and an MpiHost, so it is
+// unit-tested with fakes; the Driver (agent/driver.hpp) drives the real one from its loop. It is
+// not free of system calls: it logs, its OutputRouter writes the --log-dir and filtered files, and
+// its ErrorFiles create and read each rank's TORCHELASTIC_ERROR_FILE. Not thread-safe.
 #pragma once
 
 #include <functional>

@@ -4,7 +4,9 @@
 // (wait_readable()), the run (run(): the workers' pipes, their exits, the
 // store connection, the console's room, every timer), an internal error's
 // last word to the other nodes (publish_failure()) and the exit drain
-// (drain()). Nothing it calls waits on the network or a child; `--log-dir`
+// (drain()). It dispatches each ready fd to its owner: the workers' pipes to
+// a StreamPump whose sink is the Agent, the store's socket to the link's
+// connection. Nothing it calls waits on the network or a child; `--log-dir`
 // files and filter files are written with plain blocking writes. Not
 // thread-safe: the main thread owns it.
 #pragma once

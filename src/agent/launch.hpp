@@ -2,7 +2,8 @@
 // console, and drives it from one epoll loop that owns the run from the first
 // instruction to exit: the signals (a signalfd, set up before anything else),
 // the workers' pipes and exits, the store connections and every timer.
-// Called once from main(); errors that end the run are thrown (error.hpp).
+// The loop is the Driver's (agent/driver.hpp). Called once from main();
+// errors that end the run are thrown (config/launch_error.hpp).
 #pragma once
 
 #include "config/config.hpp"

@@ -4,7 +4,7 @@
 // is not the node rank). Node 0's address comes from AZ_BATCH_MASTER_NODE
 // (host:port) or AZ_BATCHAI_MPI_MASTER_NODE (host); when every process runs on
 // this host, loopback serves; otherwise node 0 tells the others its address
-// through mpirun's PMIx server (rendezvous/pmix_exchange.hpp). The job id
+// through mpirun's PMIx server (mpi/pmix_exchange.hpp). The job id
 // and a port derive from mpirun's job (PMIX_NAMESPACE), so two mpirun jobs on
 // one host do not meet. Pure.
 #pragma once

@@ -342,6 +342,11 @@ void HostsLauncher::on_exit(Started& s) {
     log::debug("{} ended with {} as it was stopped", describe_start(s.start), s.exit->describe());
   } else if (s.ready < s.start.hosts) {
     on_start_failed(s);
+  } else if (m_stop_signal || m_stopping) {
+    // This command stopped the job (a signal it relayed, a host that could
+    // not start, the grace stop): how each node then ends is its doing,
+    // neither a failure of that node nor a dropped connection.
+    log::debug("{} ended with {} as it was stopped", describe_start(s.start), s.exit->describe());
   } else if (!s.start.local && !s.exit->by_signal() && s.exit->code() == k_ssh_unreachable) {
     log::warn("the ssh connection to {} dropped{}: the agents there stop their workers",
               describe_start(s.start), s.ssh_said.empty() ? "" : " (" + s.ssh_said + ")");

@@ -6,7 +6,9 @@
 // command dies, even by SIGKILL, every agent's channel ends and every agent
 // stops its workers. Also the srun launcher: inside a Slurm allocation,
 // outside any step, the job runs on every node through one srun step.
-// Called from main() on the main thread, before any other thread exists.
+// The set-up is here; the state machine that runs the job is HostsLauncher
+// (launcher/hosts_launcher.hpp). Called from main() on the main thread,
+// before any other thread exists.
 #pragma once
 
 #include <string>

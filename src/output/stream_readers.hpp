@@ -1,5 +1,5 @@
 // StreamReaders: reader threads for the workers' streams that flood. The
-// agent's loop reads every pipe at first; a stream that fills its pipe (a
+// loop's StreamPump reads every pipe at first; a stream that fills its pipe (a
 // worker writing faster than one thread copies out of the kernel) is handed
 // to one of these threads, which reads it, cuts its lines and writes them to
 // the console from then on. Copying out of the pipes is most of the cost of a
@@ -11,7 +11,7 @@
 // ended worker's pipes before its failure is reported: read_now()), and a
 // stream the router closed (a round's end) is read no more. A stream that
 // ends on a thread is listed for the loop (ended_fd(), take_ended()), which
-// closes its own fd and tells the agent. While the console is behind, a
+// closes its own fd and tells its sink. While the console is behind, a
 // thread stops reading that stream (its worker waits, as it would writing to
 // the console itself) until there is room, unless the workers have ended.
 #pragma once

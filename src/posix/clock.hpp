@@ -1,5 +1,5 @@
-// Clock: the time the Agent and StoreLink read, as an interface so that
-// their unit tests move time by hand. SystemClock reads the real clocks.
+// Clock: the time the Agent, StoreLink and HostsLauncher read, as an
+// interface so that their unit tests move time by hand. SystemClock reads the real clocks.
 // Thread-compatible.
 #pragma once
 

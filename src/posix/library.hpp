@@ -1,8 +1,8 @@
 // Libraries loaded at run time (dlopen), so that the binary needs only libc
 // and a missing optional library is a message, not a failure to start:
-// libpmix for the PMIx client (rendezvous/pmix_exchange) and server (mpi/),
-// libpmix's hwloc (mpi/hwloc_topology), libcrypto for the store's
-// authentication (store/auth). NVML (node/nvml) still opens itself.
+// libpmix (its table of calls in mpi/libpmix, for the PMIx server and the
+// client half), libpmix's hwloc (mpi/hwloc_topology), libcrypto for the
+// store's authentication (store/auth). NVML (node/nvml) still opens itself.
 #pragma once
 
 #include <dlfcn.h>

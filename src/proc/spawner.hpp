@@ -1,7 +1,8 @@
 // Spawner: how the agent starts and stops its workers (ninja's CommandRunner
 // idea): the real ProcessSpawner below, or a fake in the agent's unit tests.
-// ProcessSpawner owns one Child per worker; the event loop reads their pipes
-// and reaps them. Not thread-safe.
+// ProcessSpawner owns one Child per worker (the Driver moves their pipes into
+// its StreamPump and reaps them) and the debuggers it starts through the
+// ChildStarter. Not thread-safe.
 #pragma once
 
 #include <sys/types.h>

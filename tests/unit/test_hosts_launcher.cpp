@@ -288,6 +288,24 @@ TEST(HostsLauncher, AHostSshCannotReachStopsTheJobWithSshsOwnWords) {
   EXPECT_EQ(l.launcher->exit_code(), k_exit_rendezvous);
 }
 
+TEST(HostsLauncher, NodesThatStartedAndWereStoppedForAHostThatCouldNotAreNotBlamedEither) {
+  Launch l;
+  l.start(Launch::plan(3));
+  l.ready(0);
+  l.ready(2);
+  l.end(1, code(255));                        // never started: the job is stopped on every node
+  l.end(0, code(143));                        // stopped as told, while node 2 is slower
+  EXPECT_FALSE(l.launcher->next_deadline());  // no grace stop: the job is stopping already
+  l.later(HostsLauncher::k_stop_grace * 2);
+  l.say(2, "Connection to node2 closed by remote host.\r\n", true);
+  l.end(2, code(255));
+  EXPECT_TRUE(l.log.has("node 1 (h1, over ssh) could not be started")) << l.log.all();
+  EXPECT_FALSE(l.log.has("143")) << l.log.all();
+  EXPECT_FALSE(l.log.has("still run")) << l.log.all();
+  EXPECT_FALSE(l.log.has("dropped")) << l.log.all();
+  EXPECT_EQ(l.launcher->exit_code(), k_exit_rendezvous);
+}
+
 TEST(HostsLauncher, EveryHostSshCannotReachIsNamed) {
   Launch l;
   l.start(Launch::plan(3));
