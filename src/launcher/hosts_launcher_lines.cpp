@@ -58,12 +58,22 @@ void HostsLauncher::on_bytes(StreamPump::Id id, std::string_view chunk) {
     // Whole lines with nothing to count: one write for all of them.
     const std::string_view whole = chunk.substr(0, last + 1);
     if (!is_out) {
+      // The last line explains a failure; ssh's own are looked for in each
+      // (a prefix compare, no copy, and only for a connection).
+      std::string_view last_line;
       for (size_t at = 0; at < whole.size();) {
         const size_t nl = whole.find('\n', at);
-        if (nl > at) {
-          s.note_error_line(whole.substr(at, nl - at));
+        const std::string_view line = whole.substr(at, nl - at);
+        if (!line.empty()) {
+          last_line = line;
+          if (!s.start.local && is_ssh_line(line)) {
+            s.ssh_said = trimmed(line);
+          }
         }
         at = nl + 1;
+      }
+      if (!last_line.empty()) {
+        s.last_error = trimmed(last_line);
       }
     }
     m_console.write(is_out ? 1 : 2, whole);

@@ -45,9 +45,10 @@ void DirectModex::request(const std::string& nspace, int self, int target, int r
                    if (!answer) {
                      log::warn(
                          "rank {}'s PMIx data was asked of node {}, which did not answer "
-                         "within {} s: the asking rank's PMIx_Get fails",
+                         "within {} s: the asking rank's PMIx_Get fails (did rank {} reach "
+                         "MPI_Init? PMIX_TIMEOUT sets this wait)",
                          rank, target,
-                         std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
+                         std::chrono::duration_cast<std::chrono::seconds>(timeout).count(), rank);
                    }
                    // "1" and the data, or "0": no data for that rank.
                    const bool ok = answer && !answer->empty() && answer->front() == '1';

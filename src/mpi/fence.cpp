@@ -109,9 +109,10 @@ void FenceExchange::gather(StoreConnection& conn, const std::shared_ptr<FenceKey
         std::max<size_t>(1, (all.size() + protocol::k_max_value - 1) / protocol::k_max_value);
     if (parts > static_cast<size_t>(k_max_fence_parts)) {
       log::warn(
-          "a PMIx fence's data is {} bytes, over the {} a node can read at once: the fence "
-          "fails",
-          all.size(), protocol::k_max_reply);
+          "a PMIx fence's data is {} bytes, over the {} a fence can carry: the fence fails; "
+          "fewer ranks per fence, or Open MPI's direct modex (OMPI_MCA_pmix_base_async_modex=1), "
+          "keep it smaller",
+          all.size(), static_cast<size_t>(k_max_fence_parts) * protocol::k_max_value);
       conn.set(keys->done, "too large", [] {});
       return;
     }
