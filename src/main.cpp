@@ -3,6 +3,7 @@
 // an exit code.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -73,33 +74,44 @@ int leave(int exit_code) {
   std::_Exit(exit_code);
 #endif
 }
+// ddplaunch's other commands (--completion, check, token, store): the exit
+// code of the one argv names, or nullopt for a launch.
+std::optional<int> run_subcommand(int argc, char** argv, const ddplaunch::EnvMap& env) {
+  using namespace ddplaunch;
+  const std::string first = argc > 1 ? argv[1] : "";
+  const std::vector<std::string> rest(argv + std::min(argc, 2), argv + argc);
+  if (first == "--completion") {
+    const auto script = completion_script(argc > 2 ? argv[2] : "");
+    if (!script || argc > 3) {
+      throw UsageError("--completion takes bash or zsh");
+    }
+    std::fputs(script->c_str(), stdout);
+    return k_exit_ok;
+  }
+  if (first == "check") {
+    return run_check_command(rest, env);
+  }
+  if (first == "token") {
+    return run_token_command(rest, env);
+  }
+  if (first == "store") {
+    const StoreCommand command = parse_store_command(rest);
+    if (command.print_and_exit) {
+      std::fputs(command.print_and_exit->c_str(), stdout);
+      return k_exit_ok;
+    }
+    return run_store_command(command, env);
+  }
+  return std::nullopt;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace ddplaunch;
   try {
     const EnvMap env = capture_environment(environ);
-    if (argc > 1 && std::string(argv[1]) == "--completion") {
-      const auto script = completion_script(argc > 2 ? argv[2] : "");
-      if (!script || argc > 3) {
-        throw UsageError("--completion takes bash or zsh");
-      }
-      std::fputs(script->c_str(), stdout);
-      return k_exit_ok;
-    }
-    if (argc > 1 && std::string(argv[1]) == "check") {
-      return run_check_command({argv + 2, argv + argc}, env);
-    }
-    if (argc > 1 && std::string(argv[1]) == "token") {
-      return run_token_command({argv + 2, argv + argc}, env);
-    }
-    if (argc > 1 && std::string(argv[1]) == "store") {
-      const StoreCommand command = parse_store_command({argv + 2, argv + argc});
-      if (command.print_and_exit) {
-        std::fputs(command.print_and_exit->c_str(), stdout);
-        return k_exit_ok;
-      }
-      return run_store_command(command, env);
+    if (const std::optional<int> done = run_subcommand(argc, argv, env)) {
+      return *done;
     }
     const CommandLine command_line = parse_command_line({argv + 1, argv + argc});
     if (command_line.print_and_exit) {

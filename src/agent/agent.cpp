@@ -330,17 +330,7 @@ void Agent::step() {
   const bool confirmation_overdue =
       m_published_stop && !m_verdict && m_publish_deadline && now >= *m_publish_deadline;
   if (m_pending_error) {
-    if (m_link != nullptr && m_verdict && !m_report_deadline) {
-      // No rank of this node ran: say so at once, so the store host does not
-      // wait for this node's results until the heartbeat timeout.
-      m_report_deadline = now + k_publish_wait;
-      m_link->finish({});
-      return;
-    }
-    const bool reported = m_gathered || (m_report_deadline && now >= *m_report_deadline);
-    if (m_link == nullptr || reported || confirmation_overdue) {
-      end_early(m_pending_error->first, StopReason::k_none, m_pending_error->second, true);
-    }
+    step_failed_start(now, confirmation_overdue);
     return;
   }
   switch (m_phase) {
@@ -372,38 +362,7 @@ void Agent::step() {
       return;
     }
     case Phase::k_finishing:
-      if (m_sweep_at && now >= *m_sweep_at && !m_router.all_closed()) {
-        // Pipes still held open: by processes that escaped deeper than
-        // kill_all()'s sweep reaches. Killed by the job's marker, they let
-        // go of them now, not at the drain deadline.
-        m_sweep_at.reset();
-        int killed = 0;
-        m_spawner.reclaim(std::chrono::milliseconds(0), killed);
-        m_swept += killed;  // reported with the restart's own count
-      }
-      if (m_router.all_closed() || now >= *m_drain_deadline) {
-        if (try_restart()) {
-          return;
-        }
-        if (m_swept > 0) {
-          log::info("killed {} process{} the workers left behind holding their output", m_swept,
-                    m_swept == 1 ? "" : "es");
-        }
-        std::vector<RankOutcome> local;
-        local.reserve(m_pids.size());
-        for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
-          local.push_back(outcome(lr));
-        }
-        if (m_link != nullptr && m_verdict && !m_late_signal) {
-          m_phase = Phase::k_gathering;
-          m_link->finish(local);
-        } else {
-          if (m_link != nullptr) {
-            m_link->finish(local);  // sent, not awaited: the store did not answer in time
-          }
-          end_gathering(std::nullopt);
-        }
-      }
+      step_finishing(now);
       return;
     case Phase::k_gathering:
       if (m_gathered) {
@@ -412,6 +371,55 @@ void Agent::step() {
       return;
     case Phase::k_done:
       return;
+  }
+}
+
+void Agent::step_failed_start(TimePoint now, bool confirmation_overdue) {
+  if (m_link != nullptr && m_verdict && !m_report_deadline) {
+    // No rank of this node ran: say so at once, so the store host does not
+    // wait for this node's results until the heartbeat timeout.
+    m_report_deadline = now + k_publish_wait;
+    m_link->finish({});
+    return;
+  }
+  const bool reported = m_gathered || (m_report_deadline && now >= *m_report_deadline);
+  if (m_link == nullptr || reported || confirmation_overdue) {
+    end_early(m_pending_error->first, StopReason::k_none, m_pending_error->second, true);
+  }
+}
+
+void Agent::step_finishing(TimePoint now) {
+  if (m_sweep_at && now >= *m_sweep_at && !m_router.all_closed()) {
+    // Pipes still held open: by processes that escaped deeper than
+    // kill_all()'s sweep reaches. Killed by the job's marker, they let
+    // go of them now, not at the drain deadline.
+    m_sweep_at.reset();
+    int killed = 0;
+    m_spawner.reclaim(std::chrono::milliseconds(0), killed);
+    m_swept += killed;  // reported with the restart's own count
+  }
+  if (m_router.all_closed() || now >= *m_drain_deadline) {
+    if (try_restart()) {
+      return;
+    }
+    if (m_swept > 0) {
+      log::info("killed {} process{} the workers left behind holding their output", m_swept,
+                m_swept == 1 ? "" : "es");
+    }
+    std::vector<RankOutcome> local;
+    local.reserve(m_pids.size());
+    for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
+      local.push_back(outcome(lr));
+    }
+    if (m_link != nullptr && m_verdict && !m_late_signal) {
+      m_phase = Phase::k_gathering;
+      m_link->finish(local);
+    } else {
+      if (m_link != nullptr) {
+        m_link->finish(local);  // sent, not awaited: the store did not answer in time
+      }
+      end_gathering(std::nullopt);
+    }
   }
 }
 

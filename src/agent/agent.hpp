@@ -166,6 +166,10 @@ class Agent : public JobLink::Listener {
   void publish(const JobVerdict& verdict);
   void advance();
   void step();
+  // step()'s cases: a node whose workers could not start; the round's end
+  // (its outputs drained, then a restart or the results gathered).
+  void step_failed_start(TimePoint now, bool confirmation_overdue);
+  void step_finishing(TimePoint now);
   void start_finishing();
   // Every node's results are in (nullopt: only this node's are known).
   void end_gathering(std::optional<std::vector<RankOutcome>> ranks);
@@ -208,6 +212,14 @@ class Agent : public JobLink::Listener {
   bool try_restart();
   // The next round, after one that ended with `decision`.
   void restart(const std::vector<RankOutcome>& local, const Decision& decision, NextRound next);
+  // restart()'s steps: the round counted and told; the last round's
+  // processes and GPU memory reclaimed; --health-check run again. The last
+  // two return false when this node ended instead (end_early).
+  void count_round(const Decision& decision, NextRound next);
+  bool reclaim_last_round();
+  bool check_health_again(std::optional<std::string>& unhealthy);
+  // The per-round state cleared for the next round.
+  void clear_round();
   // The rounds so far, and the current one if its workers started.
   std::vector<RoundSummary> rounds(const Decision& last) const;
   RankOutcome outcome(int local_rank) const;

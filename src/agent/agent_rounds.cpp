@@ -151,7 +151,7 @@ std::vector<RoundSummary> Agent::rounds(const Decision& last) const {
   return all;
 }
 
-void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, NextRound next) {
+void Agent::count_round(const Decision& d, NextRound next) {
   const bool regroup = next == NextRound::k_regroup;
   m_rounds.push_back(round_summary(d, regroup));
   ++m_round;
@@ -173,6 +173,9 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
     log::warn("{}: restarting every worker (restart {} of {})", describe_round_end(m_rounds.back()),
               m_restarts, m_config.max_restarts);
   }
+}
+
+bool Agent::reclaim_last_round() {
   for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
     m_router.on_close(lr, Stream::k_out);  // a last unfinished line is shown now
     m_router.on_close(lr, Stream::k_err);
@@ -193,40 +196,49 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
                           "this node leaves the job",
                           node_name(), left.front(), m_config.restart_reclaim_timeout_s),
               true);
-    return;
+    return false;
   }
   // Nor beside GPU memory the last round's workers still hold: the driver
   // frees a dead process's memory after it has gone (NVML, where present).
-  if (m_gpu_release_wait) {
-    const auto left_for_gpus = std::max(
-        std::chrono::milliseconds(0),
-        std::chrono::duration_cast<std::chrono::milliseconds>(reclaim_deadline - m_clock.now()));
-    if (const auto holding = m_gpu_release_wait(m_pids, left_for_gpus)) {
-      end_early(k_exit_node_lost, StopReason::k_none,
-                fmt::format("{} cannot start the next round: pid {} of the last round still holds "
-                            "GPU memory after --restart-reclaim-timeout {} s (nvidia-smi shows "
-                            "it); this node leaves the job: raise the timeout if the driver is "
-                            "only slow to free it",
-                            node_name(), *holding, m_config.restart_reclaim_timeout_s),
-                true);
-      return;
+  if (!m_gpu_release_wait) {
+    return true;
+  }
+  const auto left_for_gpus = std::max(
+      std::chrono::milliseconds(0),
+      std::chrono::duration_cast<std::chrono::milliseconds>(reclaim_deadline - m_clock.now()));
+  if (const auto holding = m_gpu_release_wait(m_pids, left_for_gpus)) {
+    end_early(k_exit_node_lost, StopReason::k_none,
+              fmt::format("{} cannot start the next round: pid {} of the last round still holds "
+                          "GPU memory after --restart-reclaim-timeout {} s (nvidia-smi shows "
+                          "it); this node leaves the job: raise the timeout if the driver is "
+                          "only slow to free it",
+                          node_name(), *holding, m_config.restart_reclaim_timeout_s),
+              true);
+    return false;
+  }
+  return true;
+}
+
+// --health-check again, before every round: a node that fails it does not
+// start the round (alone, or in an elastic job: it leaves; in a fixed-size
+// job: every node ends, naming it, and `unhealthy` says why).
+bool Agent::check_health_again(std::optional<std::string>& unhealthy) {
+  if (!m_health_check) {
+    return true;
+  }
+  if (auto failed = m_health_check()) {
+    unhealthy = fmt::format("{} failed its health check before round {}: {}", node_name(), m_round,
+                            *failed);
+    if (m_link == nullptr || m_config.elastic()) {
+      end_early(k_exit_unhealthy, StopReason::k_none,
+                *unhealthy + (m_link == nullptr ? "" : "; it leaves the job"), true);
+      return false;
     }
   }
-  // --health-check again, before every round: a node that fails it does not
-  // start the round (alone, or in an elastic job: it leaves; in a fixed-size
-  // job: every node ends, naming it).
-  std::optional<std::string> unhealthy;
-  if (m_health_check) {
-    if (auto failed = m_health_check()) {
-      unhealthy = fmt::format("{} failed its health check before round {}: {}", node_name(),
-                              m_round, *failed);
-      if (m_link == nullptr || m_config.elastic()) {
-        end_early(k_exit_unhealthy, StopReason::k_none,
-                  *unhealthy + (m_link == nullptr ? "" : "; it leaves the job"), true);
-        return;
-      }
-    }
-  }
+  return true;
+}
+
+void Agent::clear_round() {
   m_supervisor.reset();
   m_pids.clear();
   m_end_times.clear();
@@ -237,6 +249,15 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
   m_drain_deadline.reset();
   m_sweep_at.reset();
   m_gathered.reset();
+}
+
+void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, NextRound next) {
+  count_round(d, next);
+  std::optional<std::string> unhealthy;
+  if (!reclaim_last_round() || !check_health_again(unhealthy)) {
+    return;
+  }
+  clear_round();
   if (m_link != nullptr) {
     m_phase = Phase::k_joining;
     m_link->next_round(local, RoundStart{m_round, m_restarts, m_no_progress});

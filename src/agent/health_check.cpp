@@ -69,6 +69,60 @@ std::string seconds_text(double s) {
   return fmt::format("{:g} s", s);
 }
 
+// Reads what the check's output holds now into LINES; true once it ended.
+bool drain_output(Child& child, LastLines& lines) {
+  char buf[4096];
+  while (child.out()) {
+    const ssize_t n = ::read(child.out().get(), buf, sizeof buf);
+    if (n > 0) {
+      lines.add(std::string_view(buf, static_cast<size_t>(n)));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return n == 0;  // true: the output ended
+    }
+  }
+  return true;
+}
+
+// Its output and its end, watched together through one epoll fd (itself
+// readable) in the Driver's wait: a command that leaves a background
+// process holding its output has still ended when the shell has. False
+// when DEADLINE came first.
+bool watch_check(Child& child, LastLines& lines, std::chrono::steady_clock::time_point deadline,
+                 Driver& driver) {
+  const posix::Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, child.pid(), 0)));
+  const posix::Fd both(::epoll_create1(EPOLL_CLOEXEC));
+  for (int fd : {child.out().get(), pidfd.get()}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (fd >= 0 && both) {
+      ::epoll_ctl(both.get(), EPOLL_CTL_ADD, fd, &ev);
+    }
+  }
+  bool ended = true;
+  bool watching_output = true;
+  while (true) {
+    const bool output_ended = drain_output(child, lines);
+    // Without a pidfd (before Linux 5.3) its output's end stands for its end.
+    if (pidfd ? has_ended(pidfd.get()) : output_ended) {
+      break;
+    }
+    if (output_ended && watching_output && both) {
+      ::epoll_ctl(both.get(), EPOLL_CTL_DEL, child.out().get(), nullptr);  // at EOF for good
+      watching_output = false;
+    }
+    const int watch = both ? both.get() : child.out().get();
+    if (!driver.wait_readable(watch, deadline, "running the health check")) {
+      ended = false;
+      break;
+    }
+  }
+  drain_output(child, lines);
+  return ended;
+}
+
 }  // namespace
 
 HealthCheckResult run_health_check(const std::string& command, const EnvMap& env, double timeout_s,
@@ -99,52 +153,7 @@ HealthCheckResult run_health_check(const std::string& command, const EnvMap& env
   }
   Child& child = started.front();
   LastLines lines;
-  // Its output and its end, watched together through one epoll fd (itself
-  // readable): a command that leaves a background process holding its
-  // output has still ended when the shell has.
-  const posix::Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, child.pid(), 0)));
-  const posix::Fd both(::epoll_create1(EPOLL_CLOEXEC));
-  for (int fd : {child.out().get(), pidfd.get()}) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    if (fd >= 0 && both) {
-      ::epoll_ctl(both.get(), EPOLL_CTL_ADD, fd, &ev);
-    }
-  }
-  auto drain = [&] {
-    char buf[4096];
-    while (child.out()) {
-      const ssize_t n = ::read(child.out().get(), buf, sizeof buf);
-      if (n > 0) {
-        lines.add(std::string_view(buf, static_cast<size_t>(n)));
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else {
-        return n == 0;  // true: the output ended
-      }
-    }
-    return true;
-  };
-  bool timed_out = false;
-  bool watching_output = true;
-  while (true) {
-    const bool output_ended = drain();
-    // Without a pidfd (before Linux 5.3) its output's end stands for its end.
-    if (pidfd ? has_ended(pidfd.get()) : output_ended) {
-      break;
-    }
-    if (output_ended && watching_output && both) {
-      ::epoll_ctl(both.get(), EPOLL_CTL_DEL, child.out().get(), nullptr);  // at EOF for good
-      watching_output = false;
-    }
-    const int watch = both ? both.get() : child.out().get();
-    if (!driver.wait_readable(watch, deadline, "running the health check")) {
-      timed_out = true;
-      break;
-    }
-  }
-  drain();
+  const bool timed_out = !watch_check(child, lines, deadline, driver);
   // Whatever it left behind in its process group goes with it.
   child.signal(SIGKILL);
   int status = 0;

@@ -265,15 +265,8 @@ std::unique_ptr<ReachProbe> open_probe(const Config& config, NodeIdentity& self)
   return probe;
 }
 
-}  // namespace
-
-int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
-  // Signals first, before any thread (the store server, PMIx's) exists: from
-  // here to exit they arrive only through this signalfd, which the Driver
-  // always reads. A SIGHUP ignored at start (nohup) stays ignored: the job
-  // survives the terminal's hangup, as the user asked.
-  const bool nohup = posix::inherited_ignore(SIGHUP);
-  posix::SignalFd signals(handled_signals(nohup));
+// Process-wide settings made while this process has one thread.
+void prepare_process(const Config& config, const EnvMap& env) {
   ::signal(SIGPIPE, SIG_IGN);
   become_subreaper();
   raise_fd_limit_for_launcher();
@@ -287,6 +280,128 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
     // taken already and does not carry it.
     ::setenv("PMIX_MCA_gds", "hash", 0);
   }
+}
+
+// A name that resolves only once node 0 runs is waited for; signals still
+// end the wait (the Driver reads them).
+void wait_for_master(const Config& config, Driver& driver) {
+  const posix::Fd never(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  wait_for_master_name(config, [&](std::chrono::steady_clock::time_point until) {
+    driver.wait_readable(never.get(), until, "waiting for --master-addr to resolve");
+  });
+}
+
+// The PMIx server its MPI workers' MPI_Init finds, starting on its own
+// thread while this node finds its resources and joins.
+std::unique_ptr<PmixServer> start_pmix(const EnvMap& env, const JobGuard& guard) {
+  PmixServer::Options options;
+  options.tmpdir = guard.job_dir();
+  options.cache_topology = topology_cache_enabled(env);
+  if (pmix_lazy_enabled(env)) {
+    // The environment an earlier launch's server gave its workers: with it,
+    // the workers start at once and the server only when one of them
+    // connects (a job that never calls MPI_Init never loads libpmix).
+    options.env_fingerprint = pmix_env_fingerprint(env);
+    options.env_template = read_pmix_env_cache(pmix_env_cache_path(), options.env_fingerprint);
+  }
+  return PmixServer::start(std::move(options));
+}
+
+// A job of several nodes: node 0 hosts the store; every agent holds one
+// connection to it, and its network preflight's probe.
+struct NodeStore {
+  std::unique_ptr<StoreServer> server;
+  std::unique_ptr<AsyncClient> client;
+  std::unique_ptr<ReachProbe> probe;
+  std::unique_ptr<StoreLink> link;
+
+  NodeStore(const Config& config, const StoreAddress& address, Clock& clock, NodeIdentity& self,
+            Driver& driver) {
+    if (config.nnodes <= 1) {
+      return;
+    }
+    server = host_store(config, address);
+    if (config.pick_store_port && server) {
+      announce_store_port(address.port);
+    }
+    client = std::make_unique<AsyncClient>(
+        address.host, address.port, millis(config.rdzv_timeout_s),
+        millis(config.heartbeat_timeout_s), clock.now(), address.token);
+    probe = open_probe(config, self);
+    link = make_store_link(config, address, *client, clock, server.get());
+    link->set_probe(probe.get());
+    driver.watch_probe(probe.get());
+  }
+
+  // The connection first, so that node 0's store sees it close, not a
+  // reset; node 0's store goes away only now.
+  void close() {
+    link.reset();
+    client.reset();
+    if (server && !server->wait_until_idle(k_store_linger)) {
+      log::debug("leaving with nodes still connected to the store");
+    }
+    server.reset();
+  }
+};
+
+// The PMIx server's store, upcalls and relay, on the Driver's loop.
+void watch_pmix(PmixServer& pmix, NodeStore& store, Driver& driver) {
+  pmix.attach_store(store.client.get());
+  driver.watch_mpi(pmix.event_fd());
+  if (pmix.relay_fd() >= 0) {
+    driver.watch_relay(pmix.relay_fd(), [&pmix] { pmix.pump_relay(); });
+  }
+}
+
+// What the Agent calls out to: the health check, the GPU release wait, and
+// the store link's events.
+void hook_agent(const Config& config, const EnvMap& env, Agent& agent, Driver& driver,
+                NodeStore& store) {
+  if (!config.health_check.empty()) {
+    // Again before each restart, while the nodes meet: it holds this node's
+    // loop (bounded by --health-check-timeout; signals still end it).
+    agent.set_health_check([&config, &env, &driver]() -> std::optional<std::string> {
+      const HealthCheckResult result = run_and_show_health_check(config, env, driver);
+      return result.ok ? std::nullopt : std::optional<std::string>(result.describe());
+    });
+  }
+  agent.set_gpu_release_wait(gpu_release_wait(env, driver));
+  if (store.link) {
+    store.link->set_listener(agent);
+  }
+}
+
+// Runs the agent's rounds to the end on the Driver's loop.
+void run_rounds(const EnvMap& env, Agent& agent, Driver& driver, ProcessSpawner& spawner,
+                NodeStore& store, const std::unique_ptr<StoreServer>& workers_store) {
+  auto fault = env.find("DDPLAUNCH_FAULT");
+  try {
+    agent.start();
+    if (workers_store) {
+      // Its thread starts when a worker first connects: a job whose workers
+      // never use the store pays one epoll_ctl for it, after the spawn.
+      driver.serve_when_connected(workers_store->listen_fd(),
+                                  [&workers_store] { workers_store->serve(); });
+    }
+    driver.run(agent, spawner, store.link.get(), store.client.get(),
+               fault != env.end() && fault->second == "output");
+  } catch (const std::exception& e) {
+    driver.publish_failure(agent.node_name() + " hit an internal error: " + e.what());
+    throw;
+  }
+}
+
+}  // namespace
+
+int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
+  // Signals first, before any thread (the store server, PMIx's) exists: from
+  // here to exit they arrive only through this signalfd, which the Driver
+  // always reads. A SIGHUP ignored at start (nohup) stays ignored: the job
+  // survives the terminal's hangup, as the user asked.
+  const bool nohup = posix::inherited_ignore(SIGHUP);
+  posix::SignalFd signals(handled_signals(nohup));
+  prepare_process(config, env);
   // Before any thread (PMIx's, the store's) exists: the guard is a fork.
   std::optional<JobGuard> guard;
   EnvMap worker_env = env;
@@ -311,32 +426,11 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
     log::debug("SIGHUP is ignored (nohup): the job survives a hangup; stop it with SIGTERM");
   }
   check_summary_path(summary_path(config.summary_json, config.node_rank).value_or(""));
-  {
-    // A name that resolves only once node 0 runs is waited for; signals
-    // still end the wait (the Driver reads them).
-    const posix::Fd never(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    wait_for_master_name(config, [&](std::chrono::steady_clock::time_point until) {
-      driver.wait_readable(never.get(), until, "waiting for --master-addr to resolve");
-    });
-  }
+  wait_for_master(config, driver);
   const StoreAddress address = resolve_store_address(config, env, driver);
-  // The PMIx server its MPI workers' MPI_Init finds, starting on its own
-  // thread while this node finds its resources and joins: after the PMIx
-  // exchange above (a client of mpirun's, done), before the first round.
-  std::unique_ptr<PmixServer> pmix;
-  if (config.pmix && !config.dry_run && guard) {
-    PmixServer::Options options;
-    options.tmpdir = guard->job_dir();
-    options.cache_topology = topology_cache_enabled(env);
-    if (pmix_lazy_enabled(env)) {
-      // The environment an earlier launch's server gave its workers: with
-      // it, the workers start at once and the server only when one of
-      // them connects (a job that never calls MPI_Init never loads libpmix).
-      options.env_fingerprint = pmix_env_fingerprint(env);
-      options.env_template = read_pmix_env_cache(pmix_env_cache_path(), options.env_fingerprint);
-    }
-    pmix = PmixServer::start(std::move(options));
-  }
+  // After the PMIx exchange above (a client of mpirun's, done), before the
+  // first round.
+  std::unique_ptr<PmixServer> pmix = config.pmix && guard ? start_pmix(env, *guard) : nullptr;
   NodeIdentity self = identify_node(config, env, address.host);
   if (guard) {
     self.job_dir = guard->job_dir();
@@ -358,73 +452,20 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
     spawner.spare(guard->guard_pid());
     spawner.set_marker(guard->marker());
   }
-  // Node 0 hosts the store; every agent holds one connection to it.
-  std::unique_ptr<StoreServer> store_server;
-  std::unique_ptr<AsyncClient> store;
-  std::unique_ptr<ReachProbe> probe;  // the network preflight's connects
-  std::unique_ptr<StoreLink> link;
-  if (config.nnodes > 1) {
-    store_server = host_store(config, address);
-    if (config.pick_store_port && store_server) {
-      announce_store_port(address.port);
-    }
-    store = std::make_unique<AsyncClient>(address.host, address.port, millis(config.rdzv_timeout_s),
-                                          millis(config.heartbeat_timeout_s), clock.now(),
-                                          address.token);
-    probe = open_probe(config, self);
-    link = make_store_link(config, address, *store, clock, store_server.get());
-    link->set_probe(probe.get());
-    driver.watch_probe(probe.get());
-  }
+  NodeStore store(config, address, clock, self, driver);
   if (pmix) {
-    pmix->attach_store(store.get());
-    driver.watch_mpi(pmix->event_fd());
-    if (pmix->relay_fd() >= 0) {
-      driver.watch_relay(pmix->relay_fd(), [&pmix] { pmix->pump_relay(); });
-    }
+    watch_pmix(*pmix, store, driver);
   }
-  Agent agent(config, worker_env, self, spawner, clock, link.get(), console, pmix.get());
-  if (!config.health_check.empty()) {
-    // Again before each restart, while the nodes meet: it holds this node's
-    // loop (bounded by --health-check-timeout; signals still end it).
-    agent.set_health_check([&config, &env, &driver]() -> std::optional<std::string> {
-      const HealthCheckResult result = run_and_show_health_check(config, env, driver);
-      return result.ok ? std::nullopt : std::optional<std::string>(result.describe());
-    });
-  }
-  agent.set_gpu_release_wait(gpu_release_wait(env, driver));
-  if (link) {
-    link->set_listener(agent);
-  }
-  auto fault = env.find("DDPLAUNCH_FAULT");
-  try {
-    agent.start();
-    if (workers_store) {
-      // Its thread starts when a worker first connects: a job whose workers
-      // never use the store pays one epoll_ctl for it, after the spawn.
-      driver.serve_when_connected(workers_store->listen_fd(),
-                                  [&workers_store] { workers_store->serve(); });
-    }
-    driver.run(agent, spawner, link.get(), store.get(),
-               fault != env.end() && fault->second == "output");
-  } catch (const std::exception& e) {
-    driver.publish_failure(agent.node_name() + " hit an internal error: " + e.what());
-    throw;
-  }
+  Agent agent(config, worker_env, self, spawner, clock, store.link.get(), console, pmix.get());
+  hook_agent(config, env, agent, driver, store);
+  run_rounds(env, agent, driver, spawner, store, workers_store);
   // Every round is over and its workers reaped: the second spawning thread
   // may go, while this one reports.
   retire_spawn_thread();
-  // The connection first, so that node 0's store sees it close, not a reset;
-  // node 0's store goes away only now.
   if (pmix) {
     pmix->attach_store(nullptr);
   }
-  link.reset();
-  store.reset();
-  if (store_server && !store_server->wait_until_idle(k_store_linger)) {
-    log::debug("leaving with nodes still connected to the store");
-  }
-  store_server.reset();
+  store.close();
 
   const int exit_code = report(config, env, agent, console, health);
   // The exit drain, still watching the signals: a stop signal ends it at

@@ -5,6 +5,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -314,32 +315,25 @@ void rewrite_mca(std::vector<std::string>& argv_rev, size_t& i) {
   argv_rev[i - 1] = setting;
 }
 
-}  // namespace
-
-CommandLine parse_command_line(const std::vector<std::string>& args) {
-  CommandLine result;
-  CLI::App app{
-      "ddplaunch: launch and supervise distributed training workers "
-      "(torchrun-compatible flags)",
-      "ddplaunch"};
-  auto help_layout = std::make_shared<Help>();
-  help_layout->column_width(Help::k_indent);
-  app.formatter(help_layout);
-  app.footer(k_help_footer);
-  app.prefix_command();
-  app.set_version_flag("--version", std::string("ddplaunch ") + DDPLAUNCH_VERSION);
-
-  // mpirun's -np, which CLI11 cannot name (one dash, two letters), is --np
-  // among the options; the program's own arguments are left alone. On the
-  // way, the options this command line names are noted: only those are built
-  // (with the short ones, whose letters may be packed in one argument), since
-  // building all of them cost every launch 0.4 ms, most of it CLI11 checking
-  // each new name against every other. --help builds all of them.
-  const auto table = option_table();
-  std::vector<bool> named(table.size(), false);
+// The command line, reversed (as CLI11 takes it) with mpirun's spellings
+// rewritten, and which options it names.
+struct Prescan {
+  std::vector<std::string> argv_rev;
+  std::vector<bool> named;
   bool help = false;
+};
+
+// mpirun's -np, which CLI11 cannot name (one dash, two letters), is --np
+// among the options; the program's own arguments are left alone. On the
+// way, the options this command line names are noted: only those are built
+// (with the short ones, whose letters may be packed in one argument), since
+// building all of them cost every launch 0.4 ms, most of it CLI11 checking
+// each new name against every other. --help builds all of them.
+Prescan prescan(const std::vector<std::string>& args, std::span<const OptionSpec> table) {
+  Prescan out{std::vector<std::string>(args.rbegin(), args.rend()),
+              std::vector<bool>(table.size(), false)};
+  auto& argv_rev = out.argv_rev;
   auto names_of = [](const OptionSpec& o) { return std::string(",") + o.names + ","; };
-  std::vector<std::string> argv_rev(args.rbegin(), args.rend());
   for (size_t i = argv_rev.size(); i-- > 0;) {
     if (argv_rev[i] == "--" || !argv_rev[i].starts_with("-")) {
       break;
@@ -354,29 +348,36 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (arg == "-np" || arg.starts_with("-np=")) {
       arg.insert(0, "-");
     }
-    help = help || arg == "-h" || arg == "--help";
+    out.help = out.help || arg == "-h" || arg == "--help";
     const std::string name = "," + arg.substr(0, arg.find('=')) + ",";
     const bool packed = !arg.starts_with("--");
     const OptionSpec* exact = nullptr;
     for (size_t k = 0; k < table.size(); ++k) {
       const std::string names = names_of(table[k]);
       if (names.find(name) != std::string::npos) {
-        named[k] = true;
+        out.named[k] = true;
         exact = names.find("," + arg + ",") != std::string::npos ? &table[k] : exact;
       } else if (packed && names.size() > 2 && names[1] == '-' && names[2] != '-') {
-        named[k] = true;  // "-r3", "-mx": CLI11 splits them
+        out.named[k] = true;  // "-r3", "-mx": CLI11 splits them
       }
     }
     if (exact != nullptr && !exact->is_flag && i > 0) {
       --i;  // its value
     }
   }
+  return out;
+}
 
+using BoundOptions = std::vector<std::pair<const OptionSpec*, CLI::Option*>>;
+
+// The options the prescan found named (every one for --help), bound to
+// VALUES (a deque: stable addresses for CLI11's bindings).
+BoundOptions bind_options(CLI::App& app, std::span<const OptionSpec> table, const Prescan& scan,
+                          std::deque<std::string>& values) {
   const Config defaults;
-  std::deque<std::string> values;  // stable addresses for CLI11's bindings
-  std::vector<std::pair<const OptionSpec*, CLI::Option*>> bound;
+  BoundOptions bound;
   for (size_t k = 0; k < table.size(); ++k) {
-    if (!help && !named[k]) {
+    if (!scan.help && !scan.named[k]) {
       continue;
     }
     const OptionSpec& spec = table[k];
@@ -400,8 +401,30 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     }
     bound.emplace_back(&spec, opt);
   }
+  return bound;
+}
+
+}  // namespace
+
+CommandLine parse_command_line(const std::vector<std::string>& args) {
+  CommandLine result;
+  CLI::App app{
+      "ddplaunch: launch and supervise distributed training workers "
+      "(torchrun-compatible flags)",
+      "ddplaunch"};
+  auto help_layout = std::make_shared<Help>();
+  help_layout->column_width(Help::k_indent);
+  app.formatter(help_layout);
+  app.footer(k_help_footer);
+  app.prefix_command();
+  app.set_version_flag("--version", std::string("ddplaunch ") + DDPLAUNCH_VERSION);
+
+  const auto table = option_table();
+  Prescan scan = prescan(args, table);
+  std::deque<std::string> values;
+  const BoundOptions bound = bind_options(app, table, scan, values);
   try {
-    app.parse(argv_rev);
+    app.parse(scan.argv_rev);
   } catch (const CLI::CallForHelp&) {
     result.print_and_exit = app.help();
     return result;

@@ -1,6 +1,7 @@
 #include "cli/store_cli.hpp"
 
 #include <CLI/CLI.hpp>
+#include <stdexcept>
 
 #include "config/integer.hpp"
 #include "config/launch_error.hpp"
@@ -31,6 +32,67 @@ constexpr Shape k_shapes[] = {
     {"keys", "Print every key, one a line", "", 0, 0, false},
     {"num-keys", "Print how many keys there are", "", 0, 0, false},
 };
+
+// The first word that is not an option (nor an option's value) names the
+// subcommand: one that is none is named, with the list.
+void check_subcommand(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.starts_with("-")) {
+      const bool takes_value = a == "--addr" || a == "--port" || a == "--token-file" ||
+                               a == "--prefix" || a == "--timeout";
+      i += takes_value ? 1 : 0;
+      continue;
+    }
+    std::string names;
+    bool known = false;
+    for (const auto& s : k_shapes) {
+      names += (names.empty() ? "" : ", ") + std::string(s.name);
+      known = known || a == s.name;
+    }
+    if (!known) {
+      throw UsageError("store: '" + a + "' is not a subcommand; the subcommands are " + names);
+    }
+    return;
+  }
+}
+
+void check_arguments(const std::string& op, const std::vector<std::string>& positional) {
+  for (const auto& s : k_shapes) {
+    if (op != s.name) {
+      continue;
+    }
+    if (positional.size() < s.min_args || (s.max_args != 0 && positional.size() > s.max_args)) {
+      throw UsageError(std::string("store ") + s.name + " takes " +
+                       (s.args[0] != 0 ? s.args : "no arguments") + "; got " +
+                       std::to_string(positional.size()) + " argument(s)");
+    }
+  }
+}
+
+// --timeout's seconds and --port's number, checked.
+void parse_numbers(StoreCommand& cmd, const std::string& timeout_text,
+                   const std::string& port_text) {
+  if (!timeout_text.empty()) {
+    try {
+      size_t used = 0;
+      cmd.timeout_s = std::stod(timeout_text, &used);
+      if (used != timeout_text.size() || !(cmd.timeout_s >= 0) || cmd.timeout_s > 1e6) {
+        throw std::invalid_argument("range");
+      }
+    } catch (const std::exception&) {
+      throw UsageError("store " + cmd.op + " --timeout " + timeout_text +
+                       ": give seconds, 0 or more (0: no limit)");
+    }
+  }
+  if (!port_text.empty()) {
+    const auto port = parse_integer_in(port_text, 1, 65535);
+    if (!port) {
+      throw UsageError("store --port " + port_text + ": give a port from 1 to 65535");
+    }
+    cmd.port = static_cast<int>(*port);
+  }
+}
 
 }  // namespace
 
@@ -67,27 +129,7 @@ StoreCommand parse_store_command(const std::vector<std::string>& args) {
     }
     sub->callback([&cmd, &s] { cmd.op = s.name; });
   }
-  // The first word that is not an option (nor an option's value) names the
-  // subcommand: one that is none is named, with the list.
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.starts_with("-")) {
-      const bool takes_value = a == "--addr" || a == "--port" || a == "--token-file" ||
-                               a == "--prefix" || a == "--timeout";
-      i += takes_value ? 1 : 0;
-      continue;
-    }
-    std::string names;
-    bool known = false;
-    for (const auto& s : k_shapes) {
-      names += (names.empty() ? "" : ", ") + std::string(s.name);
-      known = known || a == s.name;
-    }
-    if (!known) {
-      throw UsageError("store: '" + a + "' is not a subcommand; the subcommands are " + names);
-    }
-    break;
-  }
+  check_subcommand(args);
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {
     app.parse(rev);
@@ -98,40 +140,13 @@ StoreCommand parse_store_command(const std::vector<std::string>& args) {
     throw UsageError(std::string("store: ") + e.what() +
                      "; run 'ddplaunch store --help' for the subcommands");
   }
-  for (const auto& s : k_shapes) {
-    if (cmd.op != s.name) {
-      continue;
-    }
-    if (positional.size() < s.min_args || (s.max_args != 0 && positional.size() > s.max_args)) {
-      throw UsageError(std::string("store ") + s.name + " takes " +
-                       (s.args[0] != 0 ? s.args : "no arguments") + "; got " +
-                       std::to_string(positional.size()) + " argument(s)");
-    }
-  }
+  check_arguments(cmd.op, positional);
   cmd.args = positional;
   if (cmd.op == "set" && (cmd.args.size() == 1 || cmd.args[1] == "-")) {
     cmd.value_from_stdin = true;
     cmd.args.resize(1);
   }
-  if (!timeout_text.empty()) {
-    try {
-      size_t used = 0;
-      cmd.timeout_s = std::stod(timeout_text, &used);
-      if (used != timeout_text.size() || !(cmd.timeout_s >= 0) || cmd.timeout_s > 1e6) {
-        throw std::invalid_argument("range");
-      }
-    } catch (const std::exception&) {
-      throw UsageError("store " + cmd.op + " --timeout " + timeout_text +
-                       ": give seconds, 0 or more (0: no limit)");
-    }
-  }
-  if (!port_text.empty()) {
-    const auto port = parse_integer_in(port_text, 1, 65535);
-    if (!port) {
-      throw UsageError("store --port " + port_text + ": give a port from 1 to 65535");
-    }
-    cmd.port = static_cast<int>(*port);
-  }
+  parse_numbers(cmd, timeout_text, port_text);
   if (prefix_opt->count() > 0) {
     cmd.prefix = prefix;
   }

@@ -1,6 +1,8 @@
-// Slurm's host-list syntax, expanded: "n[01-04,07]", "gpu-[1-2],cpu3",
+// Slurm's host-list syntax: "n[01-04,07]", "gpu-[1-2],cpu3",
 // "rack[1-2]-n[01-02]" (several bracket groups multiply), zero padding kept,
-// names with dashes and dots. Pure.
+// names with dashes and dots. Expanded, counted without expanding, and
+// written back from a list of names; and Slurm's tasks-per-node counts.
+// Pure.
 #pragma once
 
 #include <string>

@@ -37,6 +37,42 @@ void note_disagreements(Config& c, const std::vector<Detection>& detections) {
   }
 }
 
+// What a detector found beyond option values: its notes, its error, the
+// Slurm allocation, PMIx's part, the values it needs given.
+void apply_detection(Config& c, const Detection& d, const CommandLine& command_line) {
+  c.notes.insert(c.notes.end(), d.notes.begin(), d.notes.end());
+  if (!d.error.empty()) {
+    if (!command_line.flags.contains("nnodes")) {
+      throw UsageError(d.error);
+    }
+    c.notes.push_back(d.error + " (going on: --nnodes was given)");
+  }
+  if (d.token_via_pmix) {
+    c.token_via_pmix = true;
+  }
+  if (d.allocation_nodes > 1) {
+    // An sbatch script: the srun launcher starts every node, unless the
+    // command line keeps the job here (--nnodes 1) or names its hosts.
+    const bool kept_here = command_line.flags.contains("nnodes") && c.nnodes == 1;
+    if (c.launcher == Launcher::k_srun ||
+        (c.launcher == Launcher::k_auto && !kept_here && c.hosts.empty() && c.hostfile.empty())) {
+      c.slurm_nodes = d.allocation_nodes;
+    } else if (kept_here) {
+      c.notes.push_back("this is a Slurm allocation of " + std::to_string(d.allocation_nodes) +
+                        " nodes: --nnodes 1 keeps the job on this node");
+    }
+  }
+  if (d.master_via_pmix && c.source_of("master_addr") == "default") {
+    c.master_via_pmix = true;
+    c.sources["master_addr"] = "PMIx";
+  }
+  for (const auto& [key, message] : d.needs) {
+    if (c.source_of(key) == "default") {
+      throw UsageError(message);
+    }
+  }
+}
+
 }  // namespace
 
 Config resolve(const CommandLine& command_line, const std::vector<Detection>& detections) {
@@ -76,37 +112,7 @@ Config resolve(const CommandLine& command_line, const std::vector<Detection>& de
     }
   }
   for (const auto& d : detections) {
-    c.notes.insert(c.notes.end(), d.notes.begin(), d.notes.end());
-    if (!d.error.empty()) {
-      if (!command_line.flags.contains("nnodes")) {
-        throw UsageError(d.error);
-      }
-      c.notes.push_back(d.error + " (going on: --nnodes was given)");
-    }
-    if (d.token_via_pmix) {
-      c.token_via_pmix = true;
-    }
-    if (d.allocation_nodes > 1) {
-      // An sbatch script: the srun launcher starts every node, unless the
-      // command line keeps the job here (--nnodes 1) or names its hosts.
-      const bool kept_here = command_line.flags.contains("nnodes") && c.nnodes == 1;
-      if (c.launcher == Launcher::k_srun ||
-          (c.launcher == Launcher::k_auto && !kept_here && c.hosts.empty() && c.hostfile.empty())) {
-        c.slurm_nodes = d.allocation_nodes;
-      } else if (kept_here) {
-        c.notes.push_back("this is a Slurm allocation of " + std::to_string(d.allocation_nodes) +
-                          " nodes: --nnodes 1 keeps the job on this node");
-      }
-    }
-    if (d.master_via_pmix && c.source_of("master_addr") == "default") {
-      c.master_via_pmix = true;
-      c.sources["master_addr"] = "PMIx";
-    }
-    for (const auto& [key, message] : d.needs) {
-      if (c.source_of(key) == "default") {
-        throw UsageError(message);
-      }
-    }
+    apply_detection(c, d, command_line);
   }
   const bool in_allocation = std::any_of(detections.begin(), detections.end(),
                                          [](const Detection& d) { return d.allocation_nodes > 0; });

@@ -4,8 +4,9 @@
 // (the first of SLURM_STEP_NODELIST), the job id (SLURM_JOB_ID, with the step
 // id) and a master port derived from them, so nothing is typed. More than one
 // task on a node is refused (each would start its own workers). In a batch
-// script outside srun, nothing is taken and a note says how to use every node.
-// Pure.
+// script outside srun only the allocation's node count is taken: the launch
+// then starts one agent per node through srun itself (--launcher srun,
+// cluster/precedence.cpp). Pure.
 #pragma once
 
 #include "cluster/detection.hpp"

@@ -28,6 +28,66 @@ std::vector<std::string> worker_argv(const Config& config, const EnvMap& env) {
   return argv;
 }
 
+namespace {
+
+// One worker's argv: torchrun's ${local_rank} macro replaced, and
+// torch.distributed.launch's --local-rank argument where asked for.
+std::vector<std::string> argv_of(const Config& config, const std::vector<std::string>& argv,
+                                 int local_rank) {
+  std::vector<std::string> out = argv;
+  const size_t first_arg = argv.size() - config.program_args.size();
+  for (size_t i = first_arg; i < out.size(); ++i) {
+    for (size_t at; (at = out[i].find("${local_rank}")) != std::string::npos;) {
+      out[i].replace(at, 13, std::to_string(local_rank));
+    }
+  }
+  if (!config.local_rank_arg.empty()) {
+    const char* name = config.local_rank_arg == "dash" ? "--local-rank=" : "--local_rank=";
+    out.insert(out.begin() + static_cast<std::ptrdiff_t>(first_arg),
+               name + std::to_string(local_rank));
+  }
+  return out;
+}
+
+// The worker's binding: its CPUs (into SPEC), its GPUs and OpenMP threads
+// (into ENV).
+void apply_binding(WorkerSpec& spec, EnvMap& env, const Binding& b, const EnvMap& base_env) {
+  spec.cpus = b.cpus;
+  if (b.set_gpus) {
+    std::string list;
+    for (const auto& g : b.gpus) {
+      list += (list.empty() ? "" : ",") + g;
+    }
+    env["CUDA_VISIBLE_DEVICES"] = list;
+  }
+  if (b.omp_threads > 0 && !base_env.contains("OMP_NUM_THREADS")) {
+    env["OMP_NUM_THREADS"] = std::to_string(b.omp_threads);
+  }
+}
+
+// A worker's whole environment: the frameworks' variables over STRIPPED
+// (the launcher's environment less an outer launcher's MPI identity).
+EnvMap env_of(const Config& config, const JobLayout& layout, const EnvMap& stripped,
+              int local_rank) {
+  EnvMap env = build_torch_env(stripped, layout, local_rank);
+  if (config.virtual_local_rank) {
+    env["LOCAL_RANK"] = "0";  // its one GPU is device 0 (CUDA_VISIBLE_DEVICES, bindings)
+  }
+  rewrite_slurm_identity(env, layout, local_rank);
+  if (config.env_mpi) {
+    add_mpi_env(env, layout, local_rank);
+  }
+  if (config.env_tf) {
+    if (auto tf = tf_config(layout, local_rank, TfRoles{config.tf_chief, config.tf_ps});
+        !tf.empty()) {
+      env["TF_CONFIG"] = tf;
+    }
+  }
+  return env;
+}
+
+}  // namespace
+
 LaunchSpec make_launch_spec(const Config& config, const JobLayout& layout, const EnvMap& base_env,
                             const std::vector<Binding>& bindings,
                             const std::vector<std::pair<std::string, std::string>>& runtime) {
@@ -48,59 +108,20 @@ LaunchSpec make_launch_spec(const Config& config, const JobLayout& layout, const
     WorkerSpec spec;
     spec.local_rank = local_rank;
     spec.rank = layout.rank_offset + local_rank;
-    spec.argv = argv;
-    // torchrun's macro, and torch.distributed.launch's script argument.
-    const size_t first_arg = argv.size() - config.program_args.size();
-    for (size_t i = first_arg; i < spec.argv.size(); ++i) {
-      for (size_t at; (at = spec.argv[i].find("${local_rank}")) != std::string::npos;) {
-        spec.argv[i].replace(at, 13, std::to_string(local_rank));
-      }
-    }
-    if (!config.local_rank_arg.empty()) {
-      const char* name = config.local_rank_arg == "dash" ? "--local-rank=" : "--local_rank=";
-      spec.argv.insert(spec.argv.begin() + static_cast<std::ptrdiff_t>(first_arg),
-                       name + std::to_string(local_rank));
-    }
-    // Built whole, kept as its difference from the first worker's.
-    EnvMap env = build_torch_env(stripped, layout, local_rank);
-    if (config.virtual_local_rank) {
-      env["LOCAL_RANK"] = "0";  // its one GPU is device 0 (CUDA_VISIBLE_DEVICES, bindings)
-    }
-    rewrite_slurm_identity(env, layout, local_rank);
-    if (config.env_mpi) {
-      add_mpi_env(env, layout, local_rank);
-    }
-    if (config.env_tf) {
-      if (auto tf = tf_config(layout, local_rank, TfRoles{config.tf_chief, config.tf_ps});
-          !tf.empty()) {
-        env["TF_CONFIG"] = tf;
-      }
-    }
+    spec.argv = argv_of(config, argv, local_rank);
+    EnvMap env = env_of(config, layout, stripped, local_rank);
     if (static_cast<size_t>(local_rank) < bindings.size()) {
-      const Binding& b = bindings[static_cast<size_t>(local_rank)];
-      spec.cpus = b.cpus;
-      if (b.set_gpus) {
-        std::string list;
-        for (const auto& g : b.gpus) {
-          list += (list.empty() ? "" : ",") + g;
-        }
-        env["CUDA_VISIBLE_DEVICES"] = list;
-      }
-      if (b.omp_threads > 0 && !base_env.contains("OMP_NUM_THREADS")) {
-        env["OMP_NUM_THREADS"] = std::to_string(b.omp_threads);
-      }
+      apply_binding(spec, env, bindings[static_cast<size_t>(local_rank)], base_env);
     }
     if (config.hang_timeout_s > 0 || config.progress_restarts()) {
       // Progress for --hang-timeout and --restart-min-progress.
       spec.progress_pipe = true;
       env["DDPLAUNCH_PROGRESS_FD"] = std::to_string(k_progress_fd);
     }
-    if (config.hang_timeout_s > 0) {
+    if (config.hang_timeout_s > 0 && !base_env.contains("PYTHONFAULTHANDLER")) {
       // Python's faulthandler prints every thread's stack when the launcher
       // stops a hung rank (SIGABRT).
-      if (!base_env.contains("PYTHONFAULTHANDLER")) {
-        env["PYTHONFAULTHANDLER"] = "1";
-      }
+      env["PYTHONFAULTHANDLER"] = "1";
     }
     if (!first) {
       first = std::make_shared<const EnvMap>(env);

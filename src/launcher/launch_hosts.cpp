@@ -85,22 +85,17 @@ void print_plan(const HostsPlan& plan, ConsoleWriter& console) {
   console.write_own(1, text);
 }
 
-}  // namespace
-
-int run_hosts_launch(const Config& config, const CommandLine& command_line, const EnvMap& env,
-                     AgentChannel* upstream) {
-  posix::SignalFd signals(handled_signals(posix::inherited_ignore(SIGHUP)));
-  ::signal(SIGPIPE, SIG_IGN);
-
+// Where the job's nodes are and how node 0 is reached: this command's own
+// host list, or (--subtree) the part of the job its parent gave it. Node
+// 0's store port, when this command picked it for a node 0 here, is held in
+// STORE_PORT until the job ends, so that no other launcher on this host
+// picks it while node 0's agent starts (its store binds beside the holder).
+PlanContext plan_context(const Config& config, const AgentChannel* upstream,
+                         posix::Fd& store_port) {
   PlanContext context;
-  // Node 0's store port, when this command picked it for a node 0 here:
-  // held until the job ends, so that no other launcher on this host picks it
-  // while node 0's agent starts (its store binds beside the holder).
-  posix::Fd store_port;
   context.self_path = self_path();
   context.cwd = current_dir();
-  const bool subtree = config.subtree >= 0;
-  if (subtree) {
+  if (config.subtree >= 0) {
     if (upstream == nullptr) {
       throw UsageError("--subtree is for the ddplaunch a launching command starts");
     }
@@ -111,33 +106,56 @@ int run_hosts_launch(const Config& config, const CommandLine& command_line, cons
     context.master_port = config.master_port;
     context.is_local.assign(context.hosts.size(), false);
     context.is_local.front() = true;
-  } else {
-    context.hosts = order_hosts(config, hosts_of(config));
-    const bool local = config.launcher == Launcher::k_local;
-    for (const auto& h : context.hosts) {
-      context.is_local.push_back(local ? context.is_local.empty() : is_this_host(h.host));
-    }
-    if (config.source_of("master_addr") == "flag") {
-      context.master_addr = config.master_addr;
-    } else if (local) {
-      context.master_addr = "127.0.0.1";
-    }
-    if (config.source_of("master_port") == "flag") {
-      context.master_port = config.master_port;
-    } else {
-      // Node 0 here: a port free now, and held; elsewhere, its agent picks
-      // one free there and says it, and the other agents are told (so that
-      // two jobs on the same hosts never share one).
-      context.master_port = config.master_port;
-      if (context.is_local.front()) {
-        posix::HeldPort held = posix::hold_free_port();
-        context.master_port = held.port;
-        store_port = std::move(held.holder);
-      } else if (config.source_of("master_port") == "default") {
-        context.node0_picks_store_port = true;
-      }
+    return context;
+  }
+  context.hosts = order_hosts(config, hosts_of(config));
+  const bool local = config.launcher == Launcher::k_local;
+  for (const auto& h : context.hosts) {
+    context.is_local.push_back(local ? context.is_local.empty() : is_this_host(h.host));
+  }
+  if (config.source_of("master_addr") == "flag") {
+    context.master_addr = config.master_addr;
+  } else if (local) {
+    context.master_addr = "127.0.0.1";
+  }
+  context.master_port = config.master_port;
+  if (config.source_of("master_port") != "flag") {
+    // Node 0 here: a port free now, and held; elsewhere, its agent picks one
+    // free there and says it, and the other agents are told (so that two
+    // jobs on the same hosts never share one).
+    if (context.is_local.front()) {
+      posix::HeldPort held = posix::hold_free_port();
+      context.master_port = held.port;
+      store_port = std::move(held.holder);
+    } else if (config.source_of("master_port") == "default") {
+      context.node0_picks_store_port = true;
     }
   }
+  return context;
+}
+
+// What every agent is told first: the parent's header, or the job's token
+// and the environment it forwards.
+ChannelHeader channel_header(const Config& config, const EnvMap& env,
+                             const AgentChannel* upstream) {
+  if (upstream != nullptr) {
+    return upstream->header;
+  }
+  ChannelHeader header;
+  const bool users_token = !config.rdzv_token_file.empty() || env.contains("DDPLAUNCH_RDZV_TOKEN");
+  header.token = users_token ? load_token(config, env) : random_secret();
+  header.env = forwarded_environment(env, config.env_export, config.env_forward);
+  return header;
+}
+
+}  // namespace
+
+int run_hosts_launch(const Config& config, const CommandLine& command_line, const EnvMap& env,
+                     AgentChannel* upstream) {
+  posix::SignalFd signals(handled_signals(posix::inherited_ignore(SIGHUP)));
+  ::signal(SIGPIPE, SIG_IGN);
+  posix::Fd store_port;
+  const PlanContext context = plan_context(config, upstream, store_port);
   if (config.launcher == Launcher::k_srun) {
     throw UsageError(
         "--launcher srun starts every node of a Slurm allocation; it takes no host "
@@ -150,16 +168,8 @@ int run_hosts_launch(const Config& config, const CommandLine& command_line, cons
     print_plan(plan, console);
     return k_exit_ok;
   }
-  ChannelHeader header;
-  if (upstream != nullptr) {
-    header = upstream->header;
-  } else {
-    const bool users_token =
-        !config.rdzv_token_file.empty() || env.contains("DDPLAUNCH_RDZV_TOKEN");
-    header.token = users_token ? load_token(config, env) : random_secret();
-    header.env = forwarded_environment(env, config.env_export, config.env_forward);
-  }
-  if (!subtree) {
+  ChannelHeader header = channel_header(config, env, upstream);
+  if (config.subtree < 0) {
     log::debug("starting {} nodes from here; node 0 is {}:{}", plan.nnodes, plan.master_addr,
                context.master_port);
   }

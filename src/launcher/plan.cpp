@@ -117,66 +117,75 @@ std::vector<HostSlots> order_hosts(const Config& config, std::vector<HostSlots> 
   return hosts;
 }
 
-HostsPlan plan_hosts(const Config& config, const CommandLine& command_line,
-                     const PlanContext& context) {
-  const auto& hosts = context.hosts;
-  HostsPlan plan;
-  plan.nnodes = context.nnodes > 0 ? context.nnodes : static_cast<int>(hosts.size());
-  plan.master_host = context.first_node_rank == 0 ? hosts.front().host : "";
-  plan.master_addr = !context.master_addr.empty() ? context.master_addr : plan.master_host;
-  const bool local_launcher = config.launcher == Launcher::k_local;
+namespace {
 
-  // What every agent is given: the user's options less the launcher's own.
-  std::vector<std::string> common;
-  std::vector<std::string> subtree_only;
-  bool prefix_given = false;
-  std::string summary_json;
-  for (const auto& spec : option_table()) {
-    auto it = command_line.flags.find(spec.key);
-    if (it == command_line.flags.end()) {
-      continue;
-    }
-    const std::string_view key = spec.key;
-    prefix_given = prefix_given || key == "prefix" || key == "no_prefix";
-    if (key == "summary_json") {
-      // Node 0's summary holds every rank: one writer, even on a shared
-      // file system.
-      summary_json = it->second.value;
-      continue;
-    }
-    if (k_subtree_keys.contains(key)) {
-      add_flag(subtree_only, spec, it->second);
-    } else if (!k_launcher_keys.contains(key)) {
-      add_flag(common, spec, it->second);
-    }
+// Builds each agent's command line from the user's options and the plan's
+// context; plan_hosts() decides which agents are started and how.
+class AgentArgs {
+ public:
+  AgentArgs(const Config& config, const CommandLine& command_line, const PlanContext& context,
+            const HostsPlan& plan)
+      : m_config(config), m_context(context) {
+    gather_flags(command_line);
+    m_common.push_back(
+        "--nnodes=" + (config.source_of("nnodes") == "flag" && config.elastic()
+                           ? std::to_string(config.nnodes_min) + ":" + std::to_string(config.nnodes)
+                           : std::to_string(plan.nnodes)));
+    m_common.push_back("--master-addr=" + plan.master_addr);
+    m_common.push_back("--master-port=" + std::to_string(context.master_port));
+    m_common.push_back("--launcher-channel");
+    m_program.push_back("--");
+    m_program.push_back(config.program);
+    m_program.insert(m_program.end(), config.program_args.begin(), config.program_args.end());
   }
-  if (!prefix_given) {
-    common.push_back("--prefix=" + std::string(k_hosts_prefix));
+
+  // One agent's own arguments (host i of the context's list).
+  std::vector<std::string> agent(size_t i) const {
+    const auto& hosts = m_context.hosts;
+    const int node_rank = m_context.first_node_rank + static_cast<int>(i);
+    std::vector<std::string> args = m_common;
+    if (node_rank == 0 && !m_summary_json.empty()) {
+      args.push_back("--summary-json=" + m_summary_json);
+    }
+    if (!m_config.elastic() || node_rank < m_config.nnodes) {
+      args.push_back("--node-rank=" + std::to_string(node_rank));
+    }  // else a host beyond MAX: a hot spare, ranked when it takes a node's place
+    if (node_rank == 0 && m_context.node0_picks_store_port && !m_context.is_local[i]) {
+      args.push_back("--pick-store-port");
+    }
+    if (hosts[i].slots && m_config.source_of("nproc_per_node") != "flag") {
+      args.push_back("--nproc-per-node=" + std::to_string(*hosts[i].slots));
+    }
+    args.insert(args.end(), m_program.begin(), m_program.end());
+    return args;
   }
-  common.push_back("--nnodes=" +
-                   (config.source_of("nnodes") == "flag" && config.elastic()
-                        ? std::to_string(config.nnodes_min) + ":" + std::to_string(config.nnodes)
-                        : std::to_string(plan.nnodes)));
-  common.push_back("--master-addr=" + plan.master_addr);
-  common.push_back("--master-port=" + std::to_string(context.master_port));
-  common.push_back("--launcher-channel");
 
-  std::vector<std::string> program{"--"};
-  program.push_back(config.program);
-  program.insert(program.end(), config.program_args.begin(), config.program_args.end());
+  // A subtree root's arguments: it starts hosts [first, last) itself.
+  std::vector<std::string> subtree(size_t first, size_t last) const {
+    const int node_rank = m_context.first_node_rank + static_cast<int>(first);
+    std::vector<std::string> args = m_common;
+    if (node_rank == 0 && !m_summary_json.empty()) {
+      args.push_back("--summary-json=" + m_summary_json);
+    }
+    args.insert(args.end(), m_subtree_only.begin(), m_subtree_only.end());
+    args.push_back("--hosts=" + host_list(m_context.hosts, first, last));
+    args.push_back("--subtree=" + std::to_string(node_rank));
+    args.insert(args.end(), m_program.begin(), m_program.end());
+    return args;
+  }
 
-  const std::string remote_dir = config.remote_cwd.empty() ? context.cwd : config.remote_cwd;
-  auto ssh_argv = [&](const std::string& host, std::vector<std::string> args) {
-    if (local_launcher) {
-      // --launcher local: the same command, started here without ssh.
-      args.insert(args.begin(), context.self_path);
+  // The command that starts ARGS on HOST: ssh running them in the remote
+  // directory, or (--launcher local) this binary here.
+  std::vector<std::string> remote(const std::string& host, std::vector<std::string> args) const {
+    if (m_config.launcher == Launcher::k_local) {
+      args.insert(args.begin(), m_context.self_path);
       return args;
     }
     std::vector<std::string> argv{"ssh"};
-    for (auto& w : split_words(config.ssh_args)) {
+    for (auto& w : split_words(m_config.ssh_args)) {
       argv.push_back(std::move(w));  // first: ssh keeps the first value of an option
     }
-    const int connect_timeout = static_cast<int>(std::clamp(config.rdzv_timeout_s, 1.0, 60.0));
+    const int connect_timeout = static_cast<int>(std::clamp(m_config.rdzv_timeout_s, 1.0, 60.0));
     const std::string options[] = {"BatchMode=yes",
                                    "ConnectTimeout=" + std::to_string(connect_timeout),
                                    "ServerAliveInterval=5", "ServerAliveCountMax=3"};
@@ -185,58 +194,87 @@ HostsPlan plan_hosts(const Config& config, const CommandLine& command_line,
       argv.push_back(option);
     }
     argv.push_back("-T");
-    if (config.ssh_port != 0) {
+    if (m_config.ssh_port != 0) {
       argv.push_back("-p");
-      argv.push_back(std::to_string(config.ssh_port));
+      argv.push_back(std::to_string(m_config.ssh_port));
     }
     argv.push_back(host);
-    // What the remote login shell runs (POSIX sh syntax).
+    argv.push_back(remote_command(args));
+    return argv;
+  }
+
+ private:
+  // The user's options less the launcher's own; the subtree roots' extra.
+  void gather_flags(const CommandLine& command_line) {
+    bool prefix_given = false;
+    for (const auto& spec : option_table()) {
+      auto it = command_line.flags.find(spec.key);
+      if (it == command_line.flags.end()) {
+        continue;
+      }
+      const std::string_view key = spec.key;
+      prefix_given = prefix_given || key == "prefix" || key == "no_prefix";
+      if (key == "summary_json") {
+        // Node 0's summary holds every rank: one writer, even on a shared
+        // file system.
+        m_summary_json = it->second.value;
+        continue;
+      }
+      if (k_subtree_keys.contains(key)) {
+        add_flag(m_subtree_only, spec, it->second);
+      } else if (!k_launcher_keys.contains(key)) {
+        add_flag(m_common, spec, it->second);
+      }
+    }
+    if (!prefix_given) {
+      m_common.push_back("--prefix=" + std::string(k_hosts_prefix));
+    }
+  }
+
+  // What the remote login shell runs (POSIX sh syntax).
+  std::string remote_command(const std::vector<std::string>& args) const {
     std::string quoted;
     for (const auto& a : args) {
       quoted += " " + shell_quote(a);
     }
-    std::string command = "cd " + shell_quote(remote_dir) + " && ";
-    if (!config.remote_ddplaunch.empty()) {
-      command += "exec " + shell_quote(config.remote_ddplaunch) + quoted;
-    } else {
-      command += "d=" + shell_quote(context.self_path) +
-                 "; [ -x \"$d\" ] || d=ddplaunch; exec \"$d\"" + quoted;
+    const std::string dir = m_config.remote_cwd.empty() ? m_context.cwd : m_config.remote_cwd;
+    std::string command = "cd " + shell_quote(dir) + " && ";
+    if (!m_config.remote_ddplaunch.empty()) {
+      return command + "exec " + shell_quote(m_config.remote_ddplaunch) + quoted;
     }
-    argv.push_back(std::move(command));
-    return argv;
-  };
+    return command + "d=" + shell_quote(m_context.self_path) +
+           "; [ -x \"$d\" ] || d=ddplaunch; exec \"$d\"" + quoted;
+  }
 
-  auto agent_args = [&](size_t i) {
-    std::vector<std::string> args = common;
-    if (context.first_node_rank + static_cast<int>(i) == 0 && !summary_json.empty()) {
-      args.push_back("--summary-json=" + summary_json);
-    }
-    const int node_rank = context.first_node_rank + static_cast<int>(i);
-    if (!config.elastic() || node_rank < config.nnodes) {
-      args.push_back("--node-rank=" + std::to_string(node_rank));
-    }  // else a host beyond MAX: a hot spare, ranked when it takes a node's place
-    if (context.first_node_rank + static_cast<int>(i) == 0 && context.node0_picks_store_port &&
-        !context.is_local[i]) {
-      args.push_back("--pick-store-port");
-    }
-    if (hosts[i].slots && config.source_of("nproc_per_node") != "flag") {
-      args.push_back("--nproc-per-node=" + std::to_string(*hosts[i].slots));
-    }
-    args.insert(args.end(), program.begin(), program.end());
-    return args;
-  };
-  auto subtree_args = [&](size_t first, size_t last) {
-    std::vector<std::string> args = common;
-    if (context.first_node_rank + static_cast<int>(first) == 0 && !summary_json.empty()) {
-      args.push_back("--summary-json=" + summary_json);
-    }
-    args.insert(args.end(), subtree_only.begin(), subtree_only.end());
-    args.push_back("--hosts=" + host_list(hosts, first, last));
-    args.push_back("--subtree=" +
-                   std::to_string(context.first_node_rank + static_cast<int>(first)));
-    args.insert(args.end(), program.begin(), program.end());
-    return args;
-  };
+  const Config& m_config;
+  const PlanContext& m_context;
+  std::vector<std::string> m_common;
+  std::vector<std::string> m_subtree_only;
+  std::vector<std::string> m_program;
+  std::string m_summary_json;
+};
+
+AgentStart direct_start(const Config& config, const PlanContext& context, const AgentArgs& args,
+                        size_t i) {
+  AgentStart s;
+  s.node_rank = context.first_node_rank + static_cast<int>(i);
+  s.host = context.hosts[i].host;
+  s.local = config.launcher == Launcher::k_local;
+  s.connection = true;
+  s.argv = args.remote(s.host, args.agent(i));
+  return s;
+}
+
+}  // namespace
+
+HostsPlan plan_hosts(const Config& config, const CommandLine& command_line,
+                     const PlanContext& context) {
+  const auto& hosts = context.hosts;
+  HostsPlan plan;
+  plan.nnodes = context.nnodes > 0 ? context.nnodes : static_cast<int>(hosts.size());
+  plan.master_host = context.first_node_rank == 0 ? hosts.front().host : "";
+  plan.master_addr = !context.master_addr.empty() ? context.master_addr : plan.master_host;
+  const AgentArgs args(config, command_line, context, plan);
 
   // Local agents first, then the remote ones, directly up to --fanout, in
   // contiguous groups above it.
@@ -247,7 +285,7 @@ HostsPlan plan_hosts(const Config& config, const CommandLine& command_line,
       s.node_rank = context.first_node_rank + static_cast<int>(i);
       s.host = hosts[i].host;
       s.local = true;
-      s.argv = agent_args(i);
+      s.argv = args.agent(i);
       s.argv.insert(s.argv.begin(), context.self_path);
       plan.starts.push_back(std::move(s));
     } else {
@@ -257,13 +295,7 @@ HostsPlan plan_hosts(const Config& config, const CommandLine& command_line,
   const size_t fanout = static_cast<size_t>(config.fanout);
   if (remote.size() <= fanout) {
     for (const size_t i : remote) {
-      AgentStart s;
-      s.node_rank = context.first_node_rank + static_cast<int>(i);
-      s.host = hosts[i].host;
-      s.local = local_launcher;
-      s.connection = true;
-      s.argv = ssh_argv(hosts[i].host, agent_args(i));
-      plan.starts.push_back(std::move(s));
+      plan.starts.push_back(direct_start(config, context, args, i));
     }
     return plan;
   }
@@ -276,27 +308,20 @@ HostsPlan plan_hosts(const Config& config, const CommandLine& command_line,
     const size_t end = begin + size;
     const size_t first = remote[begin];
     const size_t last = remote[end - 1] + 1;
-    const bool contiguous = last - first == size;
-    AgentStart s;
-    s.node_rank = context.first_node_rank + static_cast<int>(first);
-    s.host = hosts[first].host;
-    if (size == 1 || !contiguous) {
+    if (size == 1 || last - first != size) {
       // A group that this host splits (listed in its middle): each of its
       // hosts directly.
       for (size_t k = begin; k < end; ++k) {
-        AgentStart one;
-        one.node_rank = context.first_node_rank + static_cast<int>(remote[k]);
-        one.host = hosts[remote[k]].host;
-        one.local = local_launcher;
-        one.connection = true;
-        one.argv = ssh_argv(one.host, agent_args(remote[k]));
-        plan.starts.push_back(std::move(one));
+        plan.starts.push_back(direct_start(config, context, args, remote[k]));
       }
     } else {
+      AgentStart s;
+      s.node_rank = context.first_node_rank + static_cast<int>(first);
+      s.host = hosts[first].host;
       s.hosts = static_cast<int>(size);
-      s.local = local_launcher;
+      s.local = config.launcher == Launcher::k_local;
       s.connection = true;
-      s.argv = ssh_argv(s.host, subtree_args(first, last));
+      s.argv = args.remote(s.host, args.subtree(first, last));
       plan.starts.push_back(std::move(s));
     }
     begin = end;

@@ -10,7 +10,7 @@ namespace ddplaunch {
 
 namespace {
 
-bool bind(Libpmix& api, std::string& why) {
+bool bind_libpmix(Libpmix& api, std::string& why) {
   api.handle = posix::open_libpmix(why);
   auto sym = [&api, &why](auto& fn, const char* name) {
     return posix::load_symbol(api.handle, fn, name, why);
@@ -40,7 +40,7 @@ const Libpmix* load_libpmix(std::string& why) {
   static std::string failure;
   static std::once_flag once;
   std::call_once(once, [] {
-    if (!bind(api, failure)) {
+    if (!bind_libpmix(api, failure)) {
       api = Libpmix{};
     }
   });

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -73,12 +72,6 @@ constexpr const char* k_server_nspace = "ddplaunch-server";
 std::string error_text(pmix_status_t rc) {
   return g_api != nullptr ? g_api->error_text(rc) : std::to_string(rc);
 }
-
-// A string libpmix malloc'd, freed when done with.
-struct Malloced {
-  char* p = nullptr;
-  ~Malloced() { std::free(p); }
-};
 
 }  // namespace
 
@@ -339,120 +332,6 @@ void PmixServer::on_started() {
   log::debug("the PMIx server started for the first worker that connected; relayed to {}:{}", host,
              port);
   m_relay->set_server(host, port);
-}
-
-MpiRoundEnv PmixServer::register_round(const PmixJob& job) {
-  if (!ready()) {
-    return {};
-  }
-  if (m_fences) {
-    m_fences->abandon();
-    m_dmodex->stop_serving();
-  }
-
-  if (!m_registered.empty()) {
-    // The previous round's namespace: its clients are gone.
-    g_api->deregister_nspace(m_registered.c_str(), nullptr, nullptr);
-    m_deregistered = m_registered;
-    m_registered.clear();
-  }
-  m_job = job;
-  Malloced node_map;
-  Malloced proc_map;
-  if (g_api->generate_regex(job.node_list().c_str(), &node_map.p) != PMIX_SUCCESS ||
-      g_api->generate_ppn(job.proc_list().c_str(), &proc_map.p) != PMIX_SUCCESS) {
-    throw std::runtime_error("PMIx could not encode the job's node and process maps");
-  }
-  const auto world = static_cast<uint32_t>(job.world_size);
-  const auto local = static_cast<uint32_t>(job.local_size());
-  InfoList info;
-  info.u32(PMIX_UNIV_SIZE, world);
-  info.u32(PMIX_JOB_SIZE, world);
-  info.u32(PMIX_MAX_PROCS, world);
-  info.u32(PMIX_APP_SIZE, world);
-  info.u32(PMIX_APPNUM, 0);
-  info.rank(PMIX_APPLDR, 0);
-  info.flag(PMIX_SPAWNED, false);
-  info.str(PMIX_JOBID, job.nspace);
-  info.u32(PMIX_NUM_NODES, static_cast<uint32_t>(job.nnodes()));
-  info.str(PMIX_NODE_MAP, node_map.p);
-  info.str(PMIX_PROC_MAP, proc_map.p);
-  info.u32(PMIX_LOCAL_SIZE, local);
-  info.u32(PMIX_NODE_SIZE, local);
-  info.str(PMIX_LOCAL_PEERS, job.local_peers());
-  info.rank(PMIX_LOCALLDR, static_cast<uint32_t>(job.local_first()));
-  info.u32(PMIX_NODEID, static_cast<uint32_t>(job.node_rank));
-  info.str(PMIX_HOSTNAME, job.hosts.at(static_cast<size_t>(job.node_rank)));
-  // No PMIX_PROC_DATA per rank: libpmix derives each local rank's local and
-  // node rank from the maps above, and 4,096 of them would hold 20 MB.
-  pmix_status_t rc = g_api->register_nspace(job.nspace.c_str(), static_cast<int>(local),
-                                            info.data(), info.size(), nullptr, nullptr);
-  if (rc != PMIX_SUCCESS && rc != PMIX_OPERATION_SUCCEEDED) {
-    throw std::runtime_error("PMIx_server_register_nspace: " + error_text(rc));
-  }
-  m_registered = job.nspace;
-  // Every local rank, registered at once; their completions are awaited together.
-  struct Latch {
-    std::mutex mutex;
-    std::condition_variable cv;
-    uint32_t left = 0;
-    pmix_status_t status = PMIX_SUCCESS;
-  } latch;
-  auto registered = [](pmix_status_t status, void* cbdata) {
-    auto* l = static_cast<Latch*>(cbdata);
-    std::lock_guard lock(l->mutex);
-    if (status != PMIX_SUCCESS) {
-      l->status = status;
-    }
-    if (--l->left == 0) {
-      l->cv.notify_all();
-    }
-  };
-  const uid_t uid = ::getuid();
-  const gid_t gid = ::getgid();
-  for (uint32_t i = 0; i < local; ++i) {
-    const pmix_proc_t proc = make_proc(job.nspace, static_cast<uint32_t>(job.local_first()) + i);
-    {
-      std::lock_guard lock(latch.mutex);
-      ++latch.left;  // before the call: its completion may come at once
-    }
-    rc = g_api->register_client(&proc, uid, gid, nullptr, registered, &latch);
-    if (rc != PMIX_SUCCESS) {
-      std::lock_guard lock(latch.mutex);
-      --latch.left;  // it will not call back
-      if (rc != PMIX_OPERATION_SUCCEEDED) {
-        latch.status = rc;
-        break;
-      }
-    }
-  }
-  {
-    std::unique_lock lock(latch.mutex);
-    latch.cv.wait(lock, [&latch] { return latch.left == 0; });
-  }
-  if (latch.status != PMIX_SUCCESS) {
-    throw std::runtime_error("PMIx_server_register_client: " + error_text(latch.status));
-  }
-  // What setup_fork gives every local rank is the same but for its rank:
-  // asked for the first rank only.
-  MpiRoundEnv out;
-  out.rank_variable = "PMIX_RANK";
-  const pmix_proc_t first = make_proc(job.nspace, static_cast<uint32_t>(job.local_first()));
-  char** env = nullptr;
-  rc = g_api->setup_fork(&first, &env);
-  if (rc != PMIX_SUCCESS) {
-    throw std::runtime_error("PMIx_server_setup_fork: " + error_text(rc));
-  }
-  for (char** e = env; e != nullptr && *e != nullptr; ++e) {
-    std::string entry(*e);
-    std::free(*e);
-    const auto eq = entry.find('=');
-    if (eq != std::string::npos && entry.compare(0, eq, out.rank_variable) != 0) {
-      out.shared.emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
-    }
-  }
-  std::free(env);
-  return out;
 }
 
 std::vector<MpiEvent> PmixServer::handle_upcalls() {

@@ -1,7 +1,5 @@
 #include "node/nvml.hpp"
 
-#include <dlfcn.h>
-
 #include <limits>
 #include <sstream>
 
@@ -33,6 +31,8 @@ struct NvmlProcessV1 {
 
 }  // namespace
 
+// The calls this launcher makes into NVML, typed here: nvml.h comes with the
+// CUDA toolkit, which a build need not have. Bound once per process.
 struct NvmlSession::Api {
   NvmlReturn (*init)() = nullptr;
   NvmlReturn (*shutdown)() = nullptr;
@@ -46,9 +46,9 @@ struct NvmlSession::Api {
   NvmlReturn (*processes_v1)(NvmlDevice, unsigned*, NvmlProcessV1*) = nullptr;
 
   bool load(std::string& why) {
-    void* h = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    void* h = posix::open_library("libnvidia-ml.so.1", nullptr, why);
     if (h == nullptr) {
-      why = "no NVML (libnvidia-ml.so.1 cannot be loaded)";
+      why = "no NVML (" + why + ")";
       return false;
     }
     auto sym = [h, &why](auto& fn, const char* name) {
@@ -63,11 +63,10 @@ struct NvmlSession::Api {
     for (const char* name :
          {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"}) {
       if (processes == nullptr) {
-        processes = reinterpret_cast<decltype(processes)>(::dlsym(h, name));
+        posix::find_symbol(h, processes, name);
       }
     }
-    processes_v1 = reinterpret_cast<decltype(processes_v1)>(
-        ::dlsym(h, "nvmlDeviceGetComputeRunningProcesses"));
+    posix::find_symbol(h, processes_v1, "nvmlDeviceGetComputeRunningProcesses");
     return true;  // the library stays loaded for the process's life
   }
 };

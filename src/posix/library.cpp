@@ -17,8 +17,9 @@ void* open_library(const char* soname, const char* package, std::string& why) {
   if (void* handle = dlopen(soname, RTLD_NOW | RTLD_LOCAL); handle != nullptr) {
     return handle;
   }
-  why = "cannot load " + std::string(soname) + " (install Debian's " + package +
-        "): " + std::string(dlerror());
+  why = "cannot load " + std::string(soname) +
+        (package != nullptr ? " (install Debian's " + std::string(package) + ")" : "") + ": " +
+        std::string(dlerror());
   return nullptr;
 }
 

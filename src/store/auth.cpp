@@ -24,36 +24,52 @@ namespace {
 // never pays its start-up, about 0.4 ms of every launch when it was linked
 // in statically (its tables' relocations, its CPUID probe). Each pointer has
 // the type of the function the header declares.
-// clang-format off
-#define DDPLAUNCH_CRYPTO_FUNCTIONS(X) \
-  X(HMAC) \
-  X(EVP_sha256) \
-  X(CRYPTO_memcmp) \
-  X(EVP_PKEY_CTX_new_id) \
-  X(EVP_PKEY_derive_init) \
-  X(EVP_PKEY_CTX_set_hkdf_md) \
-  X(EVP_PKEY_CTX_set1_hkdf_salt) \
-  X(EVP_PKEY_CTX_set1_hkdf_key) \
-  X(EVP_PKEY_CTX_add1_hkdf_info) \
-  X(EVP_PKEY_derive) \
-  X(EVP_PKEY_CTX_free) \
-  X(OPENSSL_cleanse) \
-  X(EVP_MAC_fetch) \
-  X(EVP_MAC_CTX_new) \
-  X(EVP_MAC_free) \
-  X(OSSL_PARAM_construct_utf8_string) \
-  X(OSSL_PARAM_construct_end) \
-  X(EVP_MAC_init) \
-  X(EVP_MAC_CTX_free) \
-  X(EVP_MAC_update) \
-  X(EVP_MAC_final)
-// clang-format on
-
 struct Crypto {
-#define DDPLAUNCH_CRYPTO_POINTER(name) decltype(&::name) name;
-  DDPLAUNCH_CRYPTO_FUNCTIONS(DDPLAUNCH_CRYPTO_POINTER)
-#undef DDPLAUNCH_CRYPTO_POINTER
+  decltype(&::HMAC) HMAC = nullptr;
+  decltype(&::EVP_sha256) EVP_sha256 = nullptr;
+  decltype(&::CRYPTO_memcmp) CRYPTO_memcmp = nullptr;
+  decltype(&::EVP_PKEY_CTX_new_id) EVP_PKEY_CTX_new_id = nullptr;
+  decltype(&::EVP_PKEY_derive_init) EVP_PKEY_derive_init = nullptr;
+  decltype(&::EVP_PKEY_CTX_set_hkdf_md) EVP_PKEY_CTX_set_hkdf_md = nullptr;
+  decltype(&::EVP_PKEY_CTX_set1_hkdf_salt) EVP_PKEY_CTX_set1_hkdf_salt = nullptr;
+  decltype(&::EVP_PKEY_CTX_set1_hkdf_key) EVP_PKEY_CTX_set1_hkdf_key = nullptr;
+  decltype(&::EVP_PKEY_CTX_add1_hkdf_info) EVP_PKEY_CTX_add1_hkdf_info = nullptr;
+  decltype(&::EVP_PKEY_derive) EVP_PKEY_derive = nullptr;
+  decltype(&::EVP_PKEY_CTX_free) EVP_PKEY_CTX_free = nullptr;
+  decltype(&::OPENSSL_cleanse) OPENSSL_cleanse = nullptr;
+  decltype(&::EVP_MAC_fetch) EVP_MAC_fetch = nullptr;
+  decltype(&::EVP_MAC_CTX_new) EVP_MAC_CTX_new = nullptr;
+  decltype(&::EVP_MAC_free) EVP_MAC_free = nullptr;
+  decltype(&::OSSL_PARAM_construct_utf8_string) OSSL_PARAM_construct_utf8_string = nullptr;
+  decltype(&::OSSL_PARAM_construct_end) OSSL_PARAM_construct_end = nullptr;
+  decltype(&::EVP_MAC_init) EVP_MAC_init = nullptr;
+  decltype(&::EVP_MAC_CTX_free) EVP_MAC_CTX_free = nullptr;
+  decltype(&::EVP_MAC_update) EVP_MAC_update = nullptr;
+  decltype(&::EVP_MAC_final) EVP_MAC_final = nullptr;
 };
+
+bool bind_crypto(Crypto& c, std::string& why) {
+  void* handle = posix::open_library("libcrypto.so.3", "libssl3", why);
+  auto sym = [handle, &why](auto& fn, const char* name) {
+    return posix::load_symbol(handle, fn, name, why, "libcrypto");
+  };
+  return handle != nullptr && sym(c.HMAC, "HMAC") && sym(c.EVP_sha256, "EVP_sha256") &&
+         sym(c.CRYPTO_memcmp, "CRYPTO_memcmp") &&
+         sym(c.EVP_PKEY_CTX_new_id, "EVP_PKEY_CTX_new_id") &&
+         sym(c.EVP_PKEY_derive_init, "EVP_PKEY_derive_init") &&
+         sym(c.EVP_PKEY_CTX_set_hkdf_md, "EVP_PKEY_CTX_set_hkdf_md") &&
+         sym(c.EVP_PKEY_CTX_set1_hkdf_salt, "EVP_PKEY_CTX_set1_hkdf_salt") &&
+         sym(c.EVP_PKEY_CTX_set1_hkdf_key, "EVP_PKEY_CTX_set1_hkdf_key") &&
+         sym(c.EVP_PKEY_CTX_add1_hkdf_info, "EVP_PKEY_CTX_add1_hkdf_info") &&
+         sym(c.EVP_PKEY_derive, "EVP_PKEY_derive") &&
+         sym(c.EVP_PKEY_CTX_free, "EVP_PKEY_CTX_free") &&
+         sym(c.OPENSSL_cleanse, "OPENSSL_cleanse") && sym(c.EVP_MAC_fetch, "EVP_MAC_fetch") &&
+         sym(c.EVP_MAC_CTX_new, "EVP_MAC_CTX_new") && sym(c.EVP_MAC_free, "EVP_MAC_free") &&
+         sym(c.OSSL_PARAM_construct_utf8_string, "OSSL_PARAM_construct_utf8_string") &&
+         sym(c.OSSL_PARAM_construct_end, "OSSL_PARAM_construct_end") &&
+         sym(c.EVP_MAC_init, "EVP_MAC_init") && sym(c.EVP_MAC_CTX_free, "EVP_MAC_CTX_free") &&
+         sym(c.EVP_MAC_update, "EVP_MAC_update") && sym(c.EVP_MAC_final, "EVP_MAC_final");
+}
 
 // Loaded once, by whichever thread first needs it; throws
 // std::runtime_error, naming the package, where libcrypto is missing.
@@ -61,13 +77,7 @@ const Crypto& lib() {
   static const Crypto crypto = [] {
     Crypto c{};
     std::string why;
-    void* handle = posix::open_library("libcrypto.so.3", "libssl3", why);
-    bool ok = handle != nullptr;
-#define DDPLAUNCH_CRYPTO_LOAD(name) \
-  ok = ok && posix::load_symbol(handle, c.name, #name, why, "libcrypto");
-    DDPLAUNCH_CRYPTO_FUNCTIONS(DDPLAUNCH_CRYPTO_LOAD)
-#undef DDPLAUNCH_CRYPTO_LOAD
-    if (!ok) {
+    if (!bind_crypto(c, why)) {
       throw std::runtime_error("the store's authentication needs OpenSSL 3: " + why);
     }
     return c;

@@ -92,45 +92,49 @@ void append_traceback(std::string& out, const std::string& traceback) {
 
 }  // namespace
 
-std::string format_failure_report(const JobSummary& s) {
-  if (s.exit_code == 0 && s.reason == StopReason::k_none) {
-    return {};
+namespace {
+
+bool no_progress(const RoundSummary& r) {
+  return r.made_progress == false;  // --restart-min-progress: no restart used
+}
+
+std::string progress_events(const RoundSummary& r) {
+  return r.progress_events < 0
+             ? std::string()
+             : fmt::format(" ({} progress events on this node)", r.progress_events);
+}
+
+void append_spares(std::string& out, const RoundSummary& r) {
+  for (const auto& x : r.replaced) {
+    out += fmt::format("ddplaunch: round {} began with spare {} in the place of node {} ({})\n",
+                       r.round, x.spare, x.node_rank, x.lost);
   }
-  std::string out;
-  // Rounds without progress (--restart-min-progress) used no restart.
-  auto no_progress = [](const RoundSummary& r) { return r.made_progress == false; };
-  auto events = [](const RoundSummary& r) {
-    return r.progress_events < 0
-               ? std::string()
-               : fmt::format(" ({} progress events on this node)", r.progress_events);
-  };
+}
+
+// How each round before the last ended and what it used; the last round's
+// spares; the rounds in a row that ended without progress.
+void append_rounds(std::string& out, const JobSummary& s) {
   int used = s.restarts;
   for (size_t i = 0; i + 1 < s.rounds.size(); ++i) {
     used -= s.rounds[i].regroup || no_progress(s.rounds[i]) ? 0 : 1;
   }
-  auto spares = [&out](const RoundSummary& r) {
-    for (const auto& x : r.replaced) {
-      out += fmt::format("ddplaunch: round {} began with spare {} in the place of node {} ({})\n",
-                         r.round, x.spare, x.node_rank, x.lost);
-    }
-  };
   for (size_t i = 0; i + 1 < s.rounds.size(); ++i) {
     const auto& r = s.rounds[i];
-    spares(r);
+    append_spares(out, r);
     if (r.regroup) {
       out += fmt::format("ddplaunch: round {} ended: {}; the nodes met again (no restart used)\n",
                          r.round, describe_round_end(r));
     } else if (no_progress(r)) {
       out += fmt::format(
           "ddplaunch: round {} failed without progress{}: {}; restarted (no restart used)\n",
-          r.round, events(r), describe_round_end(r));
+          r.round, progress_events(r), describe_round_end(r));
     } else {
       out += fmt::format("ddplaunch: round {} failed{}: {}; restarted ({} of {})\n", r.round,
-                         events(r), describe_round_end(r), ++used, s.max_restarts);
+                         progress_events(r), describe_round_end(r), ++used, s.max_restarts);
     }
   }
   if (!s.rounds.empty()) {
-    spares(s.rounds.back());
+    append_spares(out, s.rounds.back());
   }
   size_t stalled = 0;  // the last rounds, in a row, without progress
   while (stalled < s.rounds.size() && no_progress(s.rounds[s.rounds.size() - 1 - stalled])) {
@@ -140,49 +144,57 @@ std::string format_failure_report(const JobSummary& s) {
     out += fmt::format(
         "ddplaunch: {} round{} in a row failed without progress{}: the job ends rather than "
         "repeat the same failure (--max-no-progress-restarts)\n",
-        stalled, stalled == 1 ? "" : "s", events(s.rounds.back()));
+        stalled, stalled == 1 ? "" : "s", progress_events(s.rounds.back()));
   }
-  if (s.root_cause) {
-    const auto& r = *s.root_cause;
-    out += fmt::format(
-        "ddplaunch: job failed: rank {} (node {}, local rank {}, host {}, pid {}) {}, "
-        "{:.2f} s after the start\n",
-        r.rank, r.node_rank, r.local_rank, r.host, r.pid, ending(r),
-        r.end_time > 0 ? r.end_time - s.start_time : s.end_time - s.start_time);
-    if (r.error) {
-      out += fmt::format("ddplaunch: rank {} raised {}\n", r.rank, r.error->message);
-      append_traceback(out, r.error->traceback);
+}
+
+// The rank that failed first: how it ended, what it raised, its stderr's
+// tail, the job's message and the hung ranks' stacks.
+void append_root_cause(std::string& out, const JobSummary& s) {
+  const auto& r = *s.root_cause;
+  out += fmt::format(
+      "ddplaunch: job failed: rank {} (node {}, local rank {}, host {}, pid {}) {}, "
+      "{:.2f} s after the start\n",
+      r.rank, r.node_rank, r.local_rank, r.host, r.pid, ending(r),
+      r.end_time > 0 ? r.end_time - s.start_time : s.end_time - s.start_time);
+  if (r.error) {
+    out += fmt::format("ddplaunch: rank {} raised {}\n", r.rank, r.error->message);
+    append_traceback(out, r.error->traceback);
+  }
+  // An @record error file's traceback is what the rank printed last: its
+  // stderr's tail is shown only where it says more.
+  auto in_error = [&r](const std::string& line) {
+    const auto start = line.find_first_not_of(" \t");
+    return start == std::string::npos ||
+           r.error->traceback.find(line.substr(start)) != std::string::npos ||
+           r.error->message.find(line.substr(start)) != std::string::npos;
+  };
+  const bool adds = !r.error || !std::all_of(r.last_stderr.begin(), r.last_stderr.end(), in_error);
+  if (!r.last_stderr.empty() && !adds) {
+    out += fmt::format("ddplaunch: (rank {}'s stderr ends with that traceback)\n", r.rank);
+  } else if (!r.last_stderr.empty()) {
+    out += fmt::format("ddplaunch: last lines of rank {}'s stderr:\n", r.rank);
+    for (const auto& line : r.last_stderr) {
+      out += "  | " + line + "\n";
     }
-    // An @record error file's traceback is what the rank printed last: its
-    // stderr's tail is shown only where it says more.
-    auto in_error = [&r](const std::string& line) {
-      const auto start = line.find_first_not_of(" \t");
-      return start == std::string::npos ||
-             r.error->traceback.find(line.substr(start)) != std::string::npos ||
-             r.error->message.find(line.substr(start)) != std::string::npos;
-    };
-    const bool adds =
-        !r.error || !std::all_of(r.last_stderr.begin(), r.last_stderr.end(), in_error);
-    if (!r.last_stderr.empty() && !adds) {
-      out += fmt::format("ddplaunch: (rank {}'s stderr ends with that traceback)\n", r.rank);
-    } else if (!r.last_stderr.empty()) {
-      out += fmt::format("ddplaunch: last lines of rank {}'s stderr:\n", r.rank);
-      for (const auto& line : r.last_stderr) {
-        out += "  | " + line + "\n";
-      }
-    } else {
-      out += fmt::format("ddplaunch: rank {} wrote nothing to stderr\n", r.rank);
-    }
-    if (!s.message.empty()) {
-      out += "ddplaunch: " + s.message + "\n";
-    }
-    if (const std::string stacks = format_hung_stacks(s.ranks); !stacks.empty()) {
-      out +=
-          "ddplaunch: the stacks of the ranks without progress (innermost call first; a stack "
-          "no other rank shares comes first):\n" +
-          stacks;
-    }
-  } else if (s.reason == StopReason::k_preempted) {
+  } else {
+    out += fmt::format("ddplaunch: rank {} wrote nothing to stderr\n", r.rank);
+  }
+  if (!s.message.empty()) {
+    out += "ddplaunch: " + s.message + "\n";
+  }
+  if (const std::string stacks = format_hung_stacks(s.ranks); !stacks.empty()) {
+    out +=
+        "ddplaunch: the stacks of the ranks without progress (innermost call first; a stack "
+        "no other rank shares comes first):\n" +
+        stacks;
+  }
+}
+
+// A job that no rank's failure ended: preempted, stopped by a signal, or
+// ended for the reason its message gives.
+void append_stop(std::string& out, const JobSummary& s) {
+  if (s.reason == StopReason::k_preempted) {
     out += "ddplaunch: job preempted: " +
            (s.message.empty() ? std::string("--preempt-signal") : s.message) +
            "; every rank was told to checkpoint and exit (exit 75: requeue it)\n";
@@ -194,6 +206,21 @@ std::string format_failure_report(const JobSummary& s) {
     const bool stopped = s.reason == StopReason::k_signal || s.exit_code > 128;
     out += std::string(stopped ? "ddplaunch: job stopped: " : "ddplaunch: job failed: ") +
            s.message + "\n";
+  }
+}
+
+}  // namespace
+
+std::string format_failure_report(const JobSummary& s) {
+  if (s.exit_code == 0 && s.reason == StopReason::k_none) {
+    return {};
+  }
+  std::string out;
+  append_rounds(out, s);
+  if (s.root_cause) {
+    append_root_cause(out, s);
+  } else {
+    append_stop(out, s);
   }
   for (const auto& o : s.ranks) {
     if (s.root_cause && o.rank == s.root_cause->rank) {

@@ -12,6 +12,9 @@
 //   topology           each rank also prints the machine's topology as its PMIx server
 //                      shares it (PMIX_HWLOC_XML_V2, what Open MPI reads):
 //                      "rank R topology BYTES HASH machine=yes|no"
+//   required           each rank also calls PMIx_Fence across the job with a directive its
+//                      server cannot know, marked required (PMIX_INFO_REQD), and prints
+//                      "rank R required fence: <PMIx status>" (built with libpmix)
 //   barriers:N         every rank does N barriers, then rank 0 prints
 //                      "barriers N took S seconds" (a waiting rank's cost)
 //   show:A,B,...       each rank prints "rank R A=<value>" for each variable, as it found
@@ -93,6 +96,31 @@ static void print_topology(int rank) {
 #endif
 }
 
+// A fence whose required directive the server does not know: PMIx says
+// the server must refuse it (PMIX_ERR_NOT_SUPPORTED), not ignore it.
+static void required_fence(int rank) {
+#if HELLO_HAVE_PMIX
+  pmix_proc_t me;
+  if (PMIx_Init(&me, NULL, 0) != PMIX_SUCCESS) {
+    printf("rank %d required fence: PMIx_Init failed\n", rank);
+    return;
+  }
+  pmix_proc_t all = me;
+  all.rank = PMIX_RANK_WILDCARD;
+  pmix_info_t info;
+  bool yes = true;
+  PMIX_INFO_LOAD(&info, "ddplaunch.test.no-such-directive", &yes, PMIX_BOOL);
+  PMIX_INFO_REQUIRED(&info);
+  const pmix_status_t rc = PMIx_Fence(&all, 1, &info, 1);
+  printf("rank %d required fence: %s\n", rank, PMIx_Error_string(rc));
+  fflush(stdout);
+  PMIX_INFO_DESTRUCT(&info);
+  PMIx_Finalize(NULL, 0);
+#else
+  printf("rank %d required fence: built without libpmix\n", rank);
+#endif
+}
+
 static int target_rank(const char* arg, const char* mode) {
   size_t n = strlen(mode);
   return strncmp(arg, mode, n) == 0 && arg[n] == ':' ? atoi(arg + n + 1) : -1;
@@ -159,6 +187,9 @@ int main(int argc, char** argv) {
   }
   if (strcmp(mode, "topology") == 0) {
     print_topology(rank);
+  }
+  if (strcmp(mode, "required") == 0) {
+    required_fence(rank);
   }
   if (g_shown[0] != '\0') {
     printf("rank %d%s\n", rank, g_shown);

@@ -126,6 +126,19 @@ def topology_lines(out):
     return sorted(re.findall(r"rank \d+ (topology .*)", out))
 
 
+def test_a_fence_with_a_required_directive_the_server_does_not_know_is_refused(jobs):
+    # PMIx's rule for PMIX_INFO_REQD: a server that cannot honour a required
+    # directive refuses the call rather than ignore it; on a fence across
+    # both nodes, each rank's PMIx_Fence returns the refusal, and MPI goes on.
+    r = jobs.run([*LOCAL2x2, "--", MPI_HELLO, "required"])
+    assert r.returncode == 0, r.stderr
+    said = dict(re.findall(r"rank (\d) required fence: (\S+)", r.stdout))
+    if set(said.values()) == {"built"}:
+        pytest.skip("the MPI helper was built without libpmix")
+    assert said == {str(k): "NOT-SUPPORTED" for k in range(4)}, r.stdout  # PMIX_ERR_NOT_SUPPORTED
+    assert one_world(r.stdout, 4), r.stdout
+
+
 def test_the_machine_topology_is_cached_and_shared_to_the_byte(jobs, tmp_path):
     """The PMIx server's topology is discovered once, cached for this user,
     and read back at the next launch: the ranks get the same XML (what
