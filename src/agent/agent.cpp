@@ -47,6 +47,17 @@ std::optional<int> Agent::node_rank() const {
 
 void Agent::start() {
   m_start_time = m_clock.wall_now();
+  m_agent_began = m_start_time;
+  if (m_events != nullptr) {
+    if (m_link == nullptr || m_config.node_rank) {
+      m_events->set_node_rank(m_link == nullptr ? 0 : *m_config.node_rank);
+    }
+    event("agent_start", EventFields()
+                             .text("run_id", m_config.rdzv_id)
+                             .num("nnodes", m_config.nnodes)
+                             .num("nproc", m_self.nproc)
+                             .num("max_restarts", m_config.max_restarts));
+  }
   if (m_link == nullptr) {
     const int port = m_config.worker_port.value_or(m_self.free_port);
     Topology t =
@@ -76,6 +87,8 @@ void Agent::start() {
   self.job_id = m_self.job_id;
   self.restart_min_progress = m_config.restart_min_progress;
   self.max_no_progress_restarts = m_config.max_no_progress_restarts;
+  m_rendezvous_began = m_clock.wall_now();
+  event("rendezvous_start", EventFields().num("round", m_round));
   m_link->join(self);
 }
 
@@ -151,6 +164,19 @@ void Agent::on_worker_exit(int local_rank, const ExitInfo& info) {
   }
   m_end_times.at(static_cast<size_t>(local_rank)) = m_clock.wall_now();
   log::debug("local rank {} ended: {}", local_rank, info.describe());
+  if (m_events != nullptr && m_plan) {
+    const auto lr = static_cast<size_t>(local_rank);
+    EventFields f;
+    f.num("round", m_round)
+        .num("rank", m_plan->layout.rank_offset + local_rank)
+        .num("local_rank", local_rank)
+        .num("pid", lr < m_pids.size() ? m_pids[lr] : -1)
+        .num("exit_code", info.shell_code());
+    f.text_or_null("signal",
+                   info.by_signal() ? std::optional(signal_name(info.signal())) : std::nullopt);
+    f.real("seconds", m_end_times[lr] - m_start_time);
+    event("rank_exit", f);
+  }
   apply(m_supervisor->on_worker_exit(local_rank, mpi_exit(local_rank, info), m_clock.now()));
   advance();
 }
@@ -229,6 +255,23 @@ void Agent::on_joined(const Topology& topology, int node_rank, const RoundStart&
   m_restarts = round.restarts;
   m_no_progress = round.no_progress;
   m_replaced = round.replaced;
+  if (m_events != nullptr) {
+    m_events->set_node_rank(node_rank);
+    event("rendezvous_end", EventFields()
+                                .num("round", m_round)
+                                .real("seconds", m_clock.wall_now() - m_rendezvous_began)
+                                .num("nnodes", topology.nnodes())
+                                .num("world_size", topology.world_size));
+    if (writes_job_events()) {
+      for (const auto& r : round.replaced) {
+        event("spare_taken", EventFields()
+                                 .num("round", m_round)
+                                 .num("node_rank", r.node_rank)
+                                 .text("spare", r.spare)
+                                 .text("lost", r.lost));
+      }
+    }
+  }
   if (m_join_signal) {
     m_topology = topology;  // stopping already: no worker starts
     advance();
@@ -267,6 +310,24 @@ void Agent::on_verdict(const JobVerdict& verdict) {
     return;
   }
   m_verdict = verdict;
+  if (writes_job_events()) {
+    EventFields f;
+    f.num("round", m_round).num("exit_code", verdict.exit_code).text("message", verdict.message);
+    f.num_or_null("root_rank", verdict.root_cause
+                                   ? std::optional<long long>(verdict.root_cause->rank)
+                                   : std::nullopt);
+    f.num_or_null("decided_by",
+                  verdict.node >= 0 ? std::optional<long long>(verdict.node) : std::nullopt);
+    f.flag("regroup", verdict.regroup);
+    event("verdict", f);
+    if (verdict.lost >= 0) {
+      event("node_lost", EventFields().num("round", m_round).num("node_rank", verdict.lost));
+    }
+    if (verdict.preempt > 0) {
+      event("preempted",
+            EventFields().num("round", m_round).text("signal", signal_name(verdict.preempt)));
+    }
+  }
   if (m_phase == Phase::k_joining && !m_join_signal) {
     // Another node stopped the job before it started.
     m_summary.root_cause = verdict.root_cause;

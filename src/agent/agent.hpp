@@ -26,6 +26,7 @@
 #include "mpi/mpi_host.hpp"
 #include "node/identity.hpp"
 #include "output/error_files.hpp"
+#include "output/event_log.hpp"
 #include "output/router.hpp"
 #include "posix/clock.hpp"
 #include "proc/spawner.hpp"
@@ -71,6 +72,9 @@ class Agent : public JobLink::Listener {
   using GpuReleaseWait = std::function<std::optional<pid_t>(const std::vector<pid_t>& pids,
                                                             std::chrono::milliseconds timeout)>;
   void set_gpu_release_wait(GpuReleaseWait wait) { m_gpu_release_wait = std::move(wait); }
+  // --event-log: where this node's events go (docs/EVENTS.md); none: no
+  // event is built.
+  void set_event_log(EventLog* log) { m_events = log; }
 
   // Joins the job (multi-node) or starts the workers (one node).
   void start();
@@ -220,6 +224,12 @@ class Agent : public JobLink::Listener {
   bool check_health_again(std::optional<std::string>& unhealthy);
   // The per-round state cleared for the next round.
   void clear_round();
+  // --event-log: one event now; whether this node writes the job's events
+  // (node 0, or the only node); the events of a round's end.
+  void event(std::string_view name, const EventFields& fields) const;
+  bool writes_job_events() const;
+  void round_ended(const Decision& decision, std::string_view next) const;
+  void job_ended() const;
   // The rounds so far, and the current one if its workers started.
   std::vector<RoundSummary> rounds(const Decision& last) const;
   RankOutcome outcome(int local_rank) const;
@@ -270,6 +280,9 @@ class Agent : public JobLink::Listener {
   std::string m_preempted_by;               // --preempt-signal: who received it, for the report
   HealthCheck m_health_check;
   GpuReleaseWait m_gpu_release_wait;
+  EventLog* m_events = nullptr;
+  double m_rendezvous_began = 0;  // wall time this round's rendezvous began
+  double m_agent_began = 0;       // wall time start() was called
   long long m_round_progress = 0;
   std::vector<RoundSummary> m_rounds;  // the rounds that ended in a restart
   // --hang-timeout: each rank's last progress; the rank found hung, how long

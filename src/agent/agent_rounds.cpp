@@ -66,6 +66,8 @@ void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
       }
     }
   }
+  round_ended(d, "none");
+  job_ended();
   m_phase = Phase::k_done;
 }
 
@@ -153,6 +155,10 @@ std::vector<RoundSummary> Agent::rounds(const Decision& last) const {
 
 void Agent::count_round(const Decision& d, NextRound next) {
   const bool regroup = next == NextRound::k_regroup;
+  const char* kind = regroup                                    ? "regroup"
+                     : next == NextRound::k_restart_no_progress ? "restart_without_progress"
+                                                                : "restart";
+  round_ended(d, kind);
   m_rounds.push_back(round_summary(d, regroup));
   ++m_round;
   if (regroup) {
@@ -172,6 +178,14 @@ void Agent::count_round(const Decision& d, NextRound next) {
     }
     log::warn("{}: restarting every worker (restart {} of {})", describe_round_end(m_rounds.back()),
               m_restarts, m_config.max_restarts);
+  }
+  if (writes_job_events()) {
+    event("restart", EventFields()
+                         .num("round", m_round)
+                         .text("kind", kind)
+                         .num("restarts", m_restarts)
+                         .num("max_restarts", m_config.max_restarts)
+                         .num("rounds_without_progress", m_no_progress));
   }
 }
 
@@ -260,6 +274,8 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
   clear_round();
   if (m_link != nullptr) {
     m_phase = Phase::k_joining;
+    m_rendezvous_began = m_clock.wall_now();
+    event("rendezvous_start", EventFields().num("round", m_round));
     m_link->next_round(local, RoundStart{m_round, m_restarts, m_no_progress});
     if (unhealthy) {
       publish(JobVerdict{k_exit_unhealthy, *unhealthy, std::nullopt, m_plan->layout.node_rank});
@@ -301,6 +317,7 @@ void Agent::end_early(int exit_code, StopReason reason, const std::string& messa
   if (is_error) {
     m_error = message;
   }
+  job_ended();
   m_phase = Phase::k_done;
 }
 

@@ -25,6 +25,7 @@
 #include "node/identity.hpp"
 #include "node/resources.hpp"
 #include "output/console.hpp"
+#include "output/event_log.hpp"
 #include "output/report_json.hpp"
 #include "output/reports.hpp"
 #include "posix/fd.hpp"
@@ -345,6 +346,19 @@ struct NodeStore {
   }
 };
 
+// --event-log's health_check event: before joining, or before a round.
+void health_event(EventLog* events, const HealthCheckResult& result, std::string_view before) {
+  if (events != nullptr) {
+    events->emit(SystemClock().wall_now(), "health_check",
+                 EventFields()
+                     .text("before", before)
+                     .flag("ok", result.ok)
+                     .text("status", result.status)
+                     .real("seconds", result.seconds)
+                     .text("command", result.command));
+  }
+}
+
 // The PMIx server's store, upcalls and relay, on the Driver's loop.
 void watch_pmix(PmixServer& pmix, NodeStore& store, Driver& driver) {
   pmix.attach_store(store.client.get());
@@ -357,15 +371,17 @@ void watch_pmix(PmixServer& pmix, NodeStore& store, Driver& driver) {
 // What the Agent calls out to: the health check, the GPU release wait, and
 // the store link's events.
 void hook_agent(const Config& config, const EnvMap& env, Agent& agent, Driver& driver,
-                NodeStore& store) {
+                NodeStore& store, EventLog* events) {
   if (!config.health_check.empty()) {
     // Again before each restart, while the nodes meet: it holds this node's
     // loop (bounded by --health-check-timeout; signals still end it).
-    agent.set_health_check([&config, &env, &driver]() -> std::optional<std::string> {
+    agent.set_health_check([&config, &env, &driver, events]() -> std::optional<std::string> {
       const HealthCheckResult result = run_and_show_health_check(config, env, driver);
+      health_event(events, result, "round");
       return result.ok ? std::nullopt : std::optional<std::string>(result.describe());
     });
   }
+  agent.set_event_log(events);
   agent.set_gpu_release_wait(gpu_release_wait(env, driver));
   if (store.link) {
     store.link->set_listener(agent);
@@ -438,11 +454,15 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   if (config.dry_run) {
     return dry_run(config, env, self, console);
   }
+  std::unique_ptr<EventLog> events =
+      config.event_log.empty() ? nullptr
+                               : std::make_unique<EventLog>(config.event_log, console, self.host);
   // Before this node joins: a node that fails it says so in its join record
   // (node 0 ends the job, or an elastic one goes on without it).
   std::optional<HealthCheckResult> health;
   if (!config.health_check.empty()) {
     health = check_health(config, env, driver, self);
+    health_event(events.get(), *health, "join");
   }
   const auto workers_store = give_workers_a_store(config, address, worker_env);
 
@@ -457,7 +477,7 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
     watch_pmix(*pmix, store, driver);
   }
   Agent agent(config, worker_env, self, spawner, clock, store.link.get(), console, pmix.get());
-  hook_agent(config, env, agent, driver, store);
+  hook_agent(config, env, agent, driver, store, events.get());
   run_rounds(env, agent, driver, spawner, store, workers_store);
   // Every round is over and its workers reaped: the second spawning thread
   // may go, while this one reports.

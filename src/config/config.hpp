@@ -186,6 +186,7 @@ struct Config {
   double term_timeout_s = 30;  // Default: 30 seconds between SIGTERM and SIGKILL
   double hang_timeout_s = 0;   // a rank without progress this long is hung; 0: off
   std::string summary_json;    // Default: empty = no JSON summary file
+  std::string event_log;       // Default: empty = no event log; "-": stderr
   // A shell command each node runs before it joins (README, Health checks): a node
   // whose check fails does not join. Default: empty = no check.
   std::string health_check;

@@ -763,6 +763,10 @@ const OptionSpec k_options[] = {
   {"summary_json", "--summary-json,--summary_json", k_supervision,
    "Write every rank's outcome to this file as JSON", false, nullptr, nullptr,
    DDPLAUNCH_STRING(summary_json)},
+  {"event_log", "--event-log,--event_log", k_supervision,
+   "Append every event of the job to this file, one JSON object a line ({node_rank} is this "
+   "node's rank; -: stderr; docs/EVENTS.md)",
+   false, nullptr, nullptr, DDPLAUNCH_STRING(event_log)},
   {"monitor_interval", "--monitor-interval,--monitor_interval", k_supervision,
    "Accepted for torchrun scripts; ignored (ddplaunch is event-driven)", false,
    "PET_MONITOR_INTERVAL", nullptr, apply_nothing, nullptr},
@@ -770,13 +774,18 @@ const OptionSpec k_options[] = {
    "Accepted for torchrun scripts; ignored", false, "PET_START_METHOD", nullptr, apply_nothing,
    nullptr},
   {"event_log_handler", "--event-log-handler,--event_log_handler", k_supervision,
-   "Accepted for torchrun scripts: ddplaunch has no event handlers (--summary-json has the "
-   "job's events)", false, "PET_EVENT_LOG_HANDLER", nullptr,
+   "Accepted for torchrun scripts: console writes the event log to stderr (as --event-log -), "
+   "null none",
+   false, "PET_EVENT_LOG_HANDLER", nullptr,
    [](Config& c, const std::string& v, const std::string& f) {
-     if (v != "null" && !v.empty()) {
+     if (v == "console") {
+       if (c.event_log.empty()) {
+         c.event_log = "-";  // torchrun's console handler logs each event; --event-log wins
+       }
+     } else if (v != "null" && !v.empty()) {
        c.notes.push_back(f + " " + v +
-                         " is ignored: ddplaunch has no event handlers; --summary-json writes "
-                         "the job's outcome");
+                         " is ignored: ddplaunch's events go to --event-log (console: to "
+                         "stderr)");
      }
    },
    nullptr},

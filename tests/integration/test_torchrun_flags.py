@@ -77,10 +77,11 @@ def test_run_path_runs_a_script_without_py_under_python(jobs, tmp_path):
 
 
 def test_ignored_flags_say_so_once(jobs):
-    r = jobs.run(["--logs-specs", "fancy", "--event-log-handler", "console", "--", *worker()])
+    r = jobs.run(["--logs-specs", "fancy", "--event-log-handler", "dynamic_rendezvous", "--",
+                  *worker()])
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("--logs-specs fancy is ignored") == 1
-    assert r.stderr.count("--event-log-handler console is ignored") == 1
+    assert r.stderr.count("--event-log-handler dynamic_rendezvous is ignored") == 1
 
 
 def test_signals_to_handle_is_checked(jobs):
