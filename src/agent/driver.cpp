@@ -334,11 +334,13 @@ void Driver::dispatch(const posix::EventLoop::Ready& ready) {
 }
 
 void Driver::reap() {
-  // A round may have started within this batch of events (a restart), and
-  // its workers may have ended already: their pipes go into the pump first,
-  // so that what they wrote is read before their exit is handled.
-  sync_worker_fds();
   while (auto reaped = reap_any()) {
+    // A round may have started within this batch of events, or within this
+    // loop (the last exit handled ended the round and the Agent restarted
+    // it), and its workers may have ended already: their pipes go into the
+    // pump first, so that what they wrote is read before their exit is
+    // handled.
+    sync_worker_fds();
     if (auto dumped = m_spawner->debugger_of(reaped->first)) {
       m_agent->on_stacks_dumped(*dumped);
       continue;
