@@ -15,6 +15,10 @@ inline constexpr int k_exit_unhealthy = 5;   // this node failed its health chec
 // The job was preempted (--preempt-signal): its ranks were told to
 // checkpoint and exit. EX_TEMPFAIL: a wrapper script may requeue it.
 inline constexpr int k_exit_preempted = 75;
+// Retrying cannot help: --max-no-progress-restarts rounds in a row failed
+// before any progress. A wrapper that requeues failed jobs should not
+// (NVIDIA's ft_launcher uses the same value).
+inline constexpr int k_exit_no_requeue = 93;
 inline constexpr int k_exit_cannot_execute = 127;  // the worker program could not be executed
 
 }  // namespace ddplaunch

@@ -276,6 +276,7 @@ class Agent : public JobLink::Listener {
   // --restart-min-progress: failed rounds without progress in a row (the
   // job's), and this round's progress events on this node.
   int m_no_progress = 0;
+  bool m_stalled = false;                   // the job ends: its rounds without progress are spent
   std::vector<NodeReplacement> m_replaced;  // the spares this round started with
   std::string m_preempted_by;               // --preempt-signal: who received it, for the report
   HealthCheck m_health_check;

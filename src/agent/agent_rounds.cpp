@@ -34,7 +34,7 @@ void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
   m_summary.restarts = m_restarts;
   m_summary.max_restarts = m_config.max_restarts;
   m_summary.run_id = m_config.rdzv_id;
-  m_summary.exit_code = d.exit_code;
+  m_summary.exit_code = m_stalled ? k_exit_no_requeue : d.exit_code;
   m_summary.reason = d.reason;
   m_summary.stop_signal = d.stop_signal;
   m_summary.root_cause = d.root_cause;
@@ -102,7 +102,8 @@ bool Agent::try_restart() {
   const NextRound next =
       next_round_after(d, m_link != nullptr ? m_verdict : std::nullopt, m_config.elastic(),
                        m_plan->layout.node_rank, budget, round_made_progress());
-  if (next == NextRound::k_none) {
+  if (next == NextRound::k_none || next == NextRound::k_stalled) {
+    m_stalled = next == NextRound::k_stalled;
     return false;
   }
   std::vector<RankOutcome> local;

@@ -241,6 +241,7 @@ constexpr const char* k_help_footer =
     "  4      a node or the store was lost during the job\n"
     "  5      this node failed its health check (--health-check)\n"
     "  75     the job was preempted (--preempt-signal): requeue it\n"
+    "  93     retrying cannot help (--max-no-progress-restarts): do not requeue\n"
     "  127    the program cannot be executed\n"
     "See /usr/share/doc/ddplaunch/README.md (README.md in the source).";
 

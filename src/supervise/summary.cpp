@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "ddplaunch/error.hpp"
 #include "supervise/hang_stacks.hpp"
 
 namespace ddplaunch {
@@ -143,8 +144,11 @@ void append_rounds(std::string& out, const JobSummary& s) {
   if (stalled > 0 && s.root_cause) {
     out += fmt::format(
         "ddplaunch: {} round{} in a row failed without progress{}: the job ends rather than "
-        "repeat the same failure (--max-no-progress-restarts)\n",
-        stalled, stalled == 1 ? "" : "s", progress_events(s.rounds.back()));
+        "repeat the same failure (--max-no-progress-restarts){}\n",
+        stalled, stalled == 1 ? "" : "s", progress_events(s.rounds.back()),
+        s.exit_code == k_exit_no_requeue
+            ? fmt::format("; exit code {}: retrying cannot help, do not requeue", k_exit_no_requeue)
+            : std::string());
   }
 }
 

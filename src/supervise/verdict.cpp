@@ -52,7 +52,8 @@ NextRound next_round_after(const Decision& d, const std::optional<JobVerdict>& j
     // --max-restarts 0 means no restart, with or without progress.
     return budget.max_restarts > 0 && budget.no_progress < budget.max_no_progress
                ? NextRound::k_restart_no_progress
-               : NextRound::k_none;
+           : budget.max_restarts > 0 ? NextRound::k_stalled
+                                     : NextRound::k_none;
   }
   if (budget.restarts >= budget.max_restarts) {
     return NextRound::k_none;

@@ -63,6 +63,7 @@ enum class NextRound {
   k_restart,              // every node meets again; one restart is used
   k_regroup,              // an elastic job meets again to admit a node; no restart is used
   k_restart_no_progress,  // a rank failed in a round without progress: one of those is used
+  k_stalled,  // the job ends: its rounds without progress are spent (exit k_exit_no_requeue)
 };
 
 // The restarts a job may still use, the same on every node.
@@ -82,7 +83,7 @@ struct RestartBudget {
 // cannot start or an internal error) or, in an elastic job, another node
 // than this one and the store host was lost; else k_none. Following
 // progress, a rank's failure in a round the verdict says made no progress
-// is k_restart_no_progress while those remain (k_none after), whatever
+// is k_restart_no_progress while those remain (k_stalled after), whatever
 // --max-restarts has left. `progress` is this round's (the verdict's where
 // it says; one node: its own). Every node of a job decides alike: the
 // verdict and the budget are the same everywhere.

@@ -233,8 +233,11 @@ def test_following_progress_rounds_without_progress_use_no_restart_and_end_the_j
     times; --max-no-progress-restarts rounds in a row end the job."""
     r = jobs.run(["--max-restarts", 5, "--restart-min-progress", 1, "--max-no-progress-restarts", 2,
                   "--summary-json", tmp_path / "s.json", "--", "sh", "-c", "exit 3"])
-    assert r.returncode == 3, r.stderr
+    # Retrying cannot help: 93, for a wrapper that would requeue the job.
+    assert r.returncode == 93, r.stderr
     s = json.loads((tmp_path / "s.json").read_text())
+    assert s["exit_code"] == 93 and s["root_cause"]["exit_code"] == 3, s
+    assert "exit code 93: retrying cannot help, do not requeue" in r.stderr, r.stderr
     assert s["restarts"] == 0, "--max-restarts was not used"
     assert [(x["round"], x["made_progress"], x["progress_events"]) for x in s["rounds"]] == \
         [(0, False, 0), (1, False, 0), (2, False, 0)]
@@ -254,7 +257,7 @@ def test_following_progress_a_round_with_progress_uses_a_restart(jobs, tmp_path)
     # Fewer output lines than --restart-min-progress asks for are no progress.
     r = jobs.run(["--max-restarts", 1, "--restart-min-progress", 3, "--max-no-progress-restarts", 1,
                   "--", "sh", "-c", "echo one; echo two; exit 3"])
-    assert r.returncode == 3, r.stderr
+    assert r.returncode == 93, r.stderr
     assert "round 0 failed without progress (2 progress events on this node)" in r.stderr, r.stderr
     assert "(1 of 1)" not in r.stderr, "--max-restarts was not used"
 
@@ -271,7 +274,7 @@ def test_the_progress_flags_as_typed(jobs, tmp_path):
     counts = tmp_path / "counts"
     r = jobs.run(["--max-restarts", 3, "--max-no-progress-restarts", 1, "--", "sh", "-c",
                   f"echo $TORCHELASTIC_RESTART_COUNT >> {counts}; exit 3"])
-    assert r.returncode == 3, r.stderr
+    assert r.returncode == 93, r.stderr
     assert "--restart-min-progress 1" in r.stderr, r.stderr
     assert "round 0 failed without progress" in r.stderr, r.stderr
     assert counts.read_text().split() == ["0", "1"], counts.read_text()
@@ -283,7 +286,7 @@ def test_following_progress_every_node_agrees(jobs):
                          "--max-no-progress-restarts", 1])
     for p in procs:
         _, err = p.communicate(timeout=120)
-        assert p.returncode == 4, err
+        assert p.returncode == 93, err
         assert "round 0 failed without progress" in err and "2 rounds in a row" in err, err
 
 

@@ -136,7 +136,7 @@ def test_help_fits_100_columns_names_every_value_and_lists_commands_and_exit_cod
     for command in ("ddplaunch check", "ddplaunch store", "ddplaunch token"):
         assert command in out, out
     codes = out[out.index("Exit status:"):]
-    for code in ("0", "1", "2", "3", "4", "5", "75", "127", "128+N"):
+    for code in ("0", "1", "2", "3", "4", "5", "75", "93", "127", "128+N"):
         assert re.search(rf"^  {re.escape(code)} ", codes, re.M), codes
     # A wrapped description never starts a line with an option's name.
     assert not re.search(r"^ {20,}-", out, re.M), out

@@ -130,7 +130,7 @@ TEST(Verdict, FollowingProgressOnlyRoundsThatMadeProgressUseRestarts) {
       {"progress, none remain", failed, true, 2, 0, NextRound::k_none},
       {"no progress: --max-restarts is not used", failed, false, 2, 0,
        NextRound::k_restart_no_progress},
-      {"no progress, 3 in a row already", failed, false, 0, 3, NextRound::k_none},
+      {"no progress, 3 in a row already", failed, false, 0, 3, NextRound::k_stalled},
       {"a lost node is not a rank's failure", lost, false, 0, 3, NextRound::k_restart},
   };
   for (const auto& c : cases) {
