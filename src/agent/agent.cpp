@@ -140,6 +140,19 @@ RankOutcome Agent::outcome(int local_rank) const {
   return o;
 }
 
+std::vector<RankOutcome> Agent::outcomes() const {
+  std::vector<RankOutcome> local;
+  local.reserve(m_pids.size());
+  for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
+    local.push_back(outcome(lr));
+    if (failed_by_itself(local.back())) {
+      local.back().last_stderr = m_router.stderr_tail(lr);
+    }
+  }
+  keep_fold_tails(local);
+  return local;
+}
+
 RankOutcome Agent::root_outcome(int local_rank) const {
   RankOutcome o = outcome(local_rank);
   o.last_stderr = m_router.stderr_tail(local_rank);
@@ -467,11 +480,7 @@ void Agent::step_finishing(TimePoint now) {
       log::info("killed {} process{} the workers left behind holding their output", m_swept,
                 m_swept == 1 ? "" : "es");
     }
-    std::vector<RankOutcome> local;
-    local.reserve(m_pids.size());
-    for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
-      local.push_back(outcome(lr));
-    }
+    const std::vector<RankOutcome> local = outcomes();
     if (m_link != nullptr && m_verdict && !m_late_signal) {
       m_phase = Phase::k_gathering;
       m_link->finish(local);

@@ -233,6 +233,8 @@ class Agent : public JobLink::Listener {
   // The rounds so far, and the current one if its workers started.
   std::vector<RoundSummary> rounds(const Decision& last) const;
   RankOutcome outcome(int local_rank) const;
+  // Every local rank's outcome, with keep_fold_tails()'s last lines.
+  std::vector<RankOutcome> outcomes() const;
   // outcome() with what explains a failure: the stderr tail and the error file.
   RankOutcome root_outcome(int local_rank) const;
 

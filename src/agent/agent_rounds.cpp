@@ -48,11 +48,7 @@ void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
   if (ranks) {
     m_summary.ranks = std::move(*ranks);
   } else {
-    m_summary.ranks.clear();
-    m_summary.ranks.reserve(m_pids.size());
-    for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
-      m_summary.ranks.push_back(outcome(lr));
-    }
+    m_summary.ranks = outcomes();
   }
   // A hung job: every node's hung ranks and their stacks are known now, and
   // the rank to blame may be another node's than the verdict's first one.
@@ -106,12 +102,7 @@ bool Agent::try_restart() {
     m_stalled = next == NextRound::k_stalled;
     return false;
   }
-  std::vector<RankOutcome> local;
-  local.reserve(m_pids.size());
-  for (int lr = 0; lr < static_cast<int>(m_pids.size()); ++lr) {
-    local.push_back(outcome(lr));
-  }
-  restart(local, d, next);
+  restart(outcomes(), d, next);
   return true;
 }
 

@@ -5,12 +5,15 @@
 // '+', no "0x") that fits in a long long; anything else is nullopt, so that
 // each caller can say which source held the bad value. parse_hex() is the
 // same in base 16; leading_integer() reads the number a /proc field starts
-// with. Pure; no system call.
+// with. format_ranges() writes a sorted list of numbers as "0,2-7,9" (CPU
+// lists, rank lists). Pure; no system call.
 #pragma once
 
 #include <charconv>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace ddplaunch {
 
@@ -57,6 +60,23 @@ inline std::optional<long long> leading_integer(std::string_view text) {
   text.remove_prefix(begin);
   const size_t digits = text.find_first_not_of("0123456789");
   return parse_integer(text.substr(0, digits == 0 ? 0 : digits));
+}
+
+// `sorted` (ascending) as "0,2-7,9".
+inline std::string format_ranges(const std::vector<int>& sorted) {
+  std::string out;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) {
+      ++j;
+    }
+    out += (out.empty() ? "" : ",") + std::to_string(sorted[i]);
+    if (j > i) {
+      out += "-" + std::to_string(sorted[j]);
+    }
+    i = j + 1;
+  }
+  return out;
 }
 
 }  // namespace ddplaunch

@@ -96,19 +96,7 @@ std::optional<std::vector<int>> parse_cpu_list(std::string_view text) {
 }
 
 std::string format_cpu_list(const std::vector<int>& cpus) {
-  std::string out;
-  for (size_t i = 0; i < cpus.size();) {
-    size_t j = i;
-    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) {
-      ++j;
-    }
-    out += (out.empty() ? "" : ",") + std::to_string(cpus[i]);
-    if (j > i) {
-      out += "-" + std::to_string(cpus[j]);
-    }
-    i = j + 1;
-  }
-  return out;
+  return format_ranges(cpus);
 }
 
 namespace {

@@ -8,6 +8,8 @@
 #include <map>
 #include <string_view>
 
+#include "config/integer.hpp"
+
 namespace ddplaunch {
 
 namespace {
@@ -66,24 +68,6 @@ std::string join(const std::vector<std::string>& calls) {
   return out;
 }
 
-// "0,2-7,9".
-std::string rank_list(std::vector<int> ranks) {
-  std::sort(ranks.begin(), ranks.end());
-  std::string out;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) {
-      ++j;
-    }
-    out += (out.empty() ? "" : ",") + std::to_string(ranks[i]);
-    if (j > i) {
-      out += "-" + std::to_string(ranks[j]);
-    }
-    i = j + 1;
-  }
-  return out;
-}
-
 // Whether a stack waits in communication (a collective, a point-to-point
 // call, MPI, NCCL, gloo): where the ranks a hung peer holds up wait.
 bool waits_on_peers(const std::string& stack) {
@@ -138,6 +122,11 @@ std::vector<Group> groups_of(const std::vector<RankOutcome>& ranks) {
 }
 
 }  // namespace
+
+std::string rank_list(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  return format_ranges(ranks);
+}
 
 std::string main_thread_stack(const std::vector<std::string>& lines) {
   // The last traceback block wins: faulthandler prints the current thread

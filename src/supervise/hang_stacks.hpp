@@ -35,4 +35,7 @@ std::optional<size_t> hang_culprit(const std::vector<RankOutcome>& ranks);
 // "  ranks 0,2-7: all_reduce ← step ← main". "" when no rank hung.
 std::string format_hung_stacks(const std::vector<RankOutcome>& ranks);
 
+// Ranks (or node ranks) as a short list, sorted: "0,2-7,9".
+std::string rank_list(std::vector<int> ranks);
+
 }  // namespace ddplaunch

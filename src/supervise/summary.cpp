@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <utility>
 
 #include "ddplaunch/error.hpp"
 #include "supervise/hang_stacks.hpp"
@@ -53,6 +55,40 @@ const char* stop_reason_name(StopReason reason) {
 std::string describe_outcome(const RankOutcome& o) {
   return fmt::format("rank {} (node {}, local rank {}, host {}, pid {}): {}", o.rank, o.node_rank,
                      o.local_rank, o.host, o.pid, ending(o));
+}
+
+std::vector<std::string> fold_tail(const std::vector<std::string>& lines) {
+  const size_t first = lines.size() > k_fold_lines ? lines.size() - k_fold_lines : 0;
+  std::vector<std::string> tail(lines.begin() + static_cast<std::ptrdiff_t>(first), lines.end());
+  for (auto& line : tail) {
+    if (line.size() > k_fold_line_bytes) {
+      size_t cut = k_fold_line_bytes;
+      while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) {
+        --cut;  // not inside a UTF-8 character
+      }
+      line.resize(cut);
+    }
+  }
+  return tail;
+}
+
+bool failed_by_itself(const RankOutcome& o) {
+  return o.exit && !o.exit->success() && !o.preempted && o.hung_for_s == 0 &&
+         !(o.stopped_by_launcher && o.exit->by_signal());
+}
+
+void keep_fold_tails(std::vector<RankOutcome>& ranks) {
+  size_t bytes = 0;
+  for (auto& o : ranks) {
+    std::vector<std::string> tail;
+    if (failed_by_itself(o)) {
+      tail = fold_tail(o.last_stderr);
+    }
+    for (const auto& line : tail) {
+      bytes += line.size();
+    }
+    o.last_stderr = bytes <= k_fold_node_bytes ? std::move(tail) : std::vector<std::string>();
+  }
 }
 
 std::string HealthCheckResult::describe() const {
@@ -195,6 +231,82 @@ void append_root_cause(std::string& out, const JobSummary& s) {
   }
 }
 
+// At most this many ranks that ended alike without lines of their own are
+// listed one by one in the report.
+constexpr size_t k_listed_alike = 8;
+
+// Ranks that ended alike: the same ending and the same last lines.
+struct Alike {
+  std::string ending;
+  std::vector<std::string> tail;
+  std::vector<const RankOutcome*> ranks;
+};
+
+// The ranks' group headline: one rank as describe_outcome() says it, several
+// as "ranks 0-31,48 (nodes 0-3): exited with exit code 1".
+std::string headline(const Alike& g) {
+  if (g.ranks.size() == 1) {
+    return describe_outcome(*g.ranks.front());
+  }
+  std::vector<int> ranks;
+  std::vector<int> nodes;
+  for (const RankOutcome* o : g.ranks) {
+    ranks.push_back(o->rank);
+    if (nodes.empty() || nodes.back() != o->node_rank) {
+      nodes.push_back(o->node_rank);
+    }
+  }
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  const std::string where = nodes.size() == 1
+                                ? fmt::format("node {}, host {}", nodes[0], g.ranks[0]->host)
+                                : "nodes " + rank_list(nodes);
+  return fmt::format("ranks {} ({}): {}", rank_list(ranks), where, g.ending);
+}
+
+// Every rank but the root cause: those that failed alike with the same last
+// lines in one line, and the lines once (as PRRTE folds the same message
+// from many ranks); more than k_listed_alike ranks that ended alike without
+// lines of their own (stopped by ddplaunch, succeeded) in one line too,
+// fewer each with its pid and host.
+void append_other_ranks(std::string& out, const JobSummary& s) {
+  std::vector<Alike> groups;
+  std::map<std::pair<std::string, std::vector<std::string>>, size_t> index;
+  for (const auto& o : s.ranks) {
+    if (s.root_cause && o.rank == s.root_cause->rank) {
+      continue;
+    }
+    auto key = std::make_pair(ending(o), o.last_stderr);
+    auto [it, added] = index.emplace(key, groups.size());
+    if (added) {
+      groups.push_back(Alike{std::move(key.first), std::move(key.second), {}});
+    }
+    groups[it->second].ranks.push_back(&o);
+  }
+  const std::vector<std::string> root_tail =
+      s.root_cause ? fold_tail(s.root_cause->last_stderr) : std::vector<std::string>();
+  for (const auto& g : groups) {
+    if (g.tail.empty() && g.ranks.size() <= k_listed_alike) {
+      for (const RankOutcome* o : g.ranks) {
+        out += "ddplaunch:   " + describe_outcome(*o) + "\n";
+      }
+      continue;
+    }
+    out += "ddplaunch:   " + headline(g) + "\n";
+    if (g.tail.empty()) {
+      continue;
+    }
+    if (g.tail == root_tail) {
+      out += fmt::format("ddplaunch:     {} last lines: the same as rank {}'s\n",
+                         g.ranks.size() == 1 ? "its" : "their", s.root_cause->rank);
+      continue;
+    }
+    for (const auto& line : g.tail) {
+      out += "    | " + line + "\n";
+    }
+  }
+}
+
 // A job that no rank's failure ended: preempted, stopped by a signal, or
 // ended for the reason its message gives.
 void append_stop(std::string& out, const JobSummary& s) {
@@ -226,12 +338,7 @@ std::string format_failure_report(const JobSummary& s) {
   } else {
     append_stop(out, s);
   }
-  for (const auto& o : s.ranks) {
-    if (s.root_cause && o.rank == s.root_cause->rank) {
-      continue;
-    }
-    out += "ddplaunch:   " + describe_outcome(o) + "\n";
-  }
+  append_other_ranks(out, s);
   out += fmt::format("ddplaunch: exit code {}\n", s.exit_code);
   return out;
 }

@@ -34,8 +34,10 @@ struct RankOutcome {
   bool stopped_by_launcher = false;  // it was still running when ddplaunch stopped the job
   double start_time = 0;             // seconds since the Unix epoch
   double end_time = 0;
-  std::vector<std::string> last_stderr;  // root cause only
-  std::optional<WorkerError> error;      // root cause only, when it wrote its error file
+  // The root cause's last k_report_lines; another rank that failed by
+  // itself: its fold_tail() (the report folds those alike); others: none.
+  std::vector<std::string> last_stderr;
+  std::optional<WorkerError> error;  // root cause only, when it wrote its error file
   double hung_for_s = 0;   // --hang-timeout found it hung after this long without progress
   std::string stack = {};  // a hung rank's main thread's stack (supervise/hang_stacks.hpp)
   // It exited 0 after the job was preempted (--preempt-signal): a clean
@@ -43,6 +45,27 @@ struct RankOutcome {
   bool preempted = false;
   bool operator==(const RankOutcome&) const = default;
 };
+
+// A failed rank's stderr as the failure report compares it with the other
+// ranks': its last k_fold_lines lines, each cut to k_fold_line_bytes (at a
+// character's start). Every node's results carry these for its ranks that
+// failed by themselves, at most k_fold_node_bytes of them a node, so that
+// node 0 reads a bounded record from each of 16,384 nodes.
+inline constexpr size_t k_fold_lines = 3;
+inline constexpr size_t k_fold_line_bytes = 160;
+inline constexpr size_t k_fold_node_bytes = 2048;
+std::vector<std::string> fold_tail(const std::vector<std::string>& lines);
+
+// Whether `o` failed by itself: an exit code other than 0, or a signal
+// ddplaunch did not send (a rank it stopped that still exits with a code
+// of its own, as one that ignores SIGTERM does, counts). A hung rank did
+// not: ddplaunch asked for its stacks, which the report shows.
+bool failed_by_itself(const RankOutcome& o);
+
+// Keeps in each of a node's `ranks` (their last_stderr: whole tails) the
+// fold_tail() of those that failed by themselves, while the node's
+// k_fold_node_bytes last, and clears the others'.
+void keep_fold_tails(std::vector<RankOutcome>& ranks);
 
 // A round of the job (the first run, or a restart) and how it ended.
 struct RoundSummary {

@@ -2,6 +2,7 @@
 import json
 import os
 import random
+import re
 import signal
 import socket
 
@@ -216,6 +217,34 @@ def test_failure_on_a_non_master_node_ends_the_job_everywhere(jobs):
     node0_err = results[0][2]
     for rank in (0, 1, 2, 4, 5):
         assert f"ddplaunch:   rank {rank} (node {rank // 2}" in node0_err, node0_err
+
+
+def test_ranks_failing_alike_are_folded_into_one_line_after_the_root_cause(jobs, tmp_path):
+    """Every rank of 2 nodes × 3 prints the same error and exits 1 (each
+    ignores SIGTERM, so the ones ddplaunch stops still exit with their own
+    code): the report names the root cause with its lines, then the others
+    as ranks lists, and the error's lines once."""
+    port = free_port()
+    script = (f'touch {tmp_path}/r.$RANK; trap "" TERM; '
+              f'while [ $(ls {tmp_path} | wc -l) -lt 6 ]; do sleep 0.01; done; '
+              'echo "NCCL WARN Net : Connection closed by remote peer" >&2; '
+              'echo "RuntimeError: NCCL error: remote process exited" >&2; exit 1')
+    procs = [jobs.start(["--nnodes", 2, "--nproc-per-node", 3, "--master-port", port,
+                         "--", "sh", "-c", script]) for _ in range(2)]
+    results = finish(procs)
+    for rc, out, err in results:
+        assert rc == 1, err
+    report = results[0][2][results[0][2].index("ddplaunch: job failed: rank"):]
+    assert report.count("Connection closed by remote peer") == 1, report
+    named = set()
+    for m in re.finditer(r"^ddplaunch:   ranks? ([0-9,-]+) \(", report, re.M):
+        for part in m.group(1).split(","):
+            a, _, b = part.partition("-")
+            named.update(range(int(a), int(b or a) + 1))
+    root = int(re.search(r"job failed: rank (\d+)", report).group(1))
+    assert named | {root} == set(range(6)) and root not in named, report
+    assert re.search(r"^ddplaunch:   ranks [0-9,-]+ \(nodes 0-1\): exited with exit code 1", report, re.M) \
+        or "last lines: the same as rank" in report, report
 
 
 def ready(tmp_path, n):

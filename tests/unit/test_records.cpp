@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -76,6 +77,87 @@ TEST(Summary, AStderrTailThatIsTheErrorFilesTracebackIsNotShownTwice) {
   s.root_cause->last_stderr.push_back("CUDA error: device-side assert");  // says more
   report = format_failure_report(s);
   EXPECT_NE(report.find("last lines of rank 3's stderr"), std::string::npos) << report;
+}
+
+// 64 ranks on 4 nodes fail with the same NCCL error after rank 5 did; 16
+// more are stopped. The report names rank 5 first, then folds the others.
+JobSummary alike_failures() {
+  JobSummary s;
+  s.exit_code = 1;
+  s.reason = StopReason::k_worker_failed;
+  const std::vector<std::string> nccl = {"noise",
+                                         "NCCL WARN Net : Connection closed by remote peer",
+                                         "RuntimeError: NCCL error: remote process exited"};
+  for (int rank = 0; rank < 80; ++rank) {
+    RankOutcome o;
+    o.rank = rank;
+    o.local_rank = rank % 20;
+    o.node_rank = rank / 20;
+    o.host = fmt::format("n{}", rank / 20);
+    o.pid = 100 + rank;
+    if (rank < 64 || rank == 70) {
+      o.exit = ExitInfo::exited(1);
+      o.last_stderr = rank == 5 ? nccl : fold_tail(nccl);
+    } else {
+      o.exit = ExitInfo::signaled(SIGTERM);
+      o.stopped_by_launcher = true;
+    }
+    s.ranks.push_back(o);
+  }
+  s.ranks[48].last_stderr = {"CUDA error: an illegal memory access"};
+  s.root_cause = s.ranks[5];
+  return s;
+}
+
+TEST(Summary, RanksThatFailedAlikeAreOneLineAndTheirLastLinesAreShownOnce) {
+  const std::string report = format_failure_report(alike_failures());
+  const auto root = report.find("job failed: rank 5 (node 0, local rank 5, host n0, pid 105)");
+  const auto folded = report.find(
+      "ddplaunch:   ranks 0-4,6-47,49-63,70 (nodes 0-3): exited with exit code 1\n"
+      "ddplaunch:     their last lines: the same as rank 5's\n");
+  ASSERT_NE(root, std::string::npos) << report;
+  ASSERT_NE(folded, std::string::npos) << report;
+  EXPECT_LT(root, folded) << "the root cause comes first";
+  size_t count = 0;
+  for (auto at = report.find("Connection closed"); at != std::string::npos;
+       at = report.find("Connection closed", at + 1)) {
+    ++count;
+  }
+  EXPECT_EQ(count, 1u) << report;
+  EXPECT_NE(report.find("ddplaunch:   rank 48 (node 2, local rank 8, host n2, pid 148): exited "
+                        "with exit code 1\n    | CUDA error: an illegal memory access\n"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(
+      report.find("ddplaunch:   ranks 64-69,71-79 (node 3, host n3): killed by signal SIGTERM (15) "
+                  "after ddplaunch stopped it\n"),
+      std::string::npos)
+      << report;
+}
+
+TEST(Summary, EachNodeKeepsABoundedTailOfItsRanksThatFailedByThemselves) {
+  std::vector<RankOutcome> ranks(40);
+  for (int i = 0; i < 40; ++i) {
+    ranks[i].rank = i;
+    ranks[i].exit = i == 1 ? ExitInfo::signaled(SIGKILL) : ExitInfo::exited(i == 0 ? 0 : 1);
+    ranks[i].stopped_by_launcher = i == 1 || i == 2;
+    ranks[i].last_stderr = {"a", "b", "c", "d", std::string(300, 'x') + "é"};
+  }
+  ranks[3].last_stderr.back() = std::string(159, 'y') + "é";  // 2 bytes across the cut
+  keep_fold_tails(ranks);
+  EXPECT_TRUE(ranks[0].last_stderr.empty()) << "it succeeded";
+  EXPECT_TRUE(ranks[1].last_stderr.empty()) << "ddplaunch's own signal";
+  EXPECT_EQ(ranks[2].last_stderr, (std::vector<std::string>{"c", "d", std::string(160, 'x')}))
+      << "stopped, but it exited with a code of its own";
+  EXPECT_EQ(ranks[3].last_stderr.back(), std::string(159, 'y')) << "cut at a character's start";
+  size_t bytes = 0;
+  for (const auto& o : ranks) {
+    for (const auto& line : o.last_stderr) {
+      bytes += line.size();
+    }
+  }
+  EXPECT_LE(bytes, k_fold_node_bytes);
+  EXPECT_TRUE(ranks[39].last_stderr.empty()) << "past the node's bound";
 }
 
 TEST(Summary, SuccessHasNoReport) {
