@@ -25,6 +25,7 @@
 #include "launcher/launch_hosts.hpp"
 #include "log.hpp"
 #include "tool/check_tool.hpp"
+#include "tool/status_tool.hpp"
 #include "tool/store_tool.hpp"
 #include "tool/token_tool.hpp"
 
@@ -93,6 +94,14 @@ std::optional<int> run_subcommand(int argc, char** argv, const ddplaunch::EnvMap
   }
   if (first == "token") {
     return run_token_command(rest, env);
+  }
+  if (first == "status") {
+    const StatusCommand command = parse_status_command(rest);
+    if (command.print_and_exit) {
+      std::fputs(command.print_and_exit->c_str(), stdout);
+      return k_exit_ok;
+    }
+    return run_status_command(command, env);
   }
   if (first == "store") {
     const StoreCommand command = parse_store_command(rest);

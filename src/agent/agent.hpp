@@ -31,6 +31,7 @@
 #include "posix/clock.hpp"
 #include "proc/spawner.hpp"
 #include "rendezvous/job_link.hpp"
+#include "rendezvous/status_responder.hpp"
 #include "supervise/supervisor.hpp"
 #include "supervise/verdict.hpp"
 
@@ -75,6 +76,11 @@ class Agent : public JobLink::Listener {
   // --event-log: where this node's events go (docs/EVENTS.md); none: no
   // event is built.
   void set_event_log(EventLog* log) { m_events = log; }
+  // `ddplaunch status`: the responder started once this node's rank is
+  // known (nullptr: a job without a store), and this node's answer to a
+  // request (its JSON text; "" when its filter leaves this node out).
+  void set_status_responder(StatusResponder* responder) { m_status = responder; }
+  std::string status_record(const std::string& request) const;
 
   // Joins the job (multi-node) or starts the workers (one node).
   void start();
@@ -284,8 +290,10 @@ class Agent : public JobLink::Listener {
   HealthCheck m_health_check;
   GpuReleaseWait m_gpu_release_wait;
   EventLog* m_events = nullptr;
-  double m_rendezvous_began = 0;  // wall time this round's rendezvous began
-  double m_agent_began = 0;       // wall time start() was called
+  StatusResponder* m_status = nullptr;
+  std::vector<long long> m_progress_writes;  // each rank's writes to DDPLAUNCH_PROGRESS_FD
+  double m_rendezvous_began = 0;             // wall time this round's rendezvous began
+  double m_agent_began = 0;                  // wall time start() was called
   long long m_round_progress = 0;
   std::vector<RoundSummary> m_rounds;  // the rounds that ended in a restart
   // --hang-timeout: each rank's last progress; the rank found hung, how long

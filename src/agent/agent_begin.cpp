@@ -187,11 +187,15 @@ void Agent::begin(const Topology& topology, int node_rank) {
   }
   m_end_times.assign(m_pids.size(), 0);
   m_last_progress.assign(m_pids.size(), m_clock.now());
+  m_progress_writes.assign(m_pids.size(), 0);
   m_streams_paused.assign(m_pids.size(), 0);
   m_paused_since.assign(m_pids.size(), TimePoint{});
   m_hung.reset();
   m_supervisor.emplace(static_cast<int>(m_pids.size()), millis(m_config.term_timeout_s));
   m_phase = Phase::k_running;
+  if (m_status != nullptr) {
+    m_status->start(node_rank);
+  }
 }
 
 }  // namespace ddplaunch

@@ -31,6 +31,7 @@ void Agent::on_progress(int local_rank) {
   }
   if (static_cast<size_t>(local_rank) < m_last_progress.size()) {
     m_last_progress[static_cast<size_t>(local_rank)] = m_clock.now();
+    ++m_progress_writes[static_cast<size_t>(local_rank)];
   }
 }
 

@@ -315,6 +315,7 @@ struct NodeStore {
   std::unique_ptr<AsyncClient> client;
   std::unique_ptr<ReachProbe> probe;
   std::unique_ptr<StoreLink> link;
+  std::unique_ptr<StatusResponder> status;  // `ddplaunch status`'s requests
 
   NodeStore(const Config& config, const StoreAddress& address, Clock& clock, NodeIdentity& self,
             Driver& driver) {
@@ -339,6 +340,7 @@ struct NodeStore {
   void close() {
     link.reset();
     client.reset();
+    status.reset();
     if (server && !server->wait_until_idle(k_store_linger)) {
       log::debug("leaving with nodes still connected to the store");
     }
@@ -385,6 +387,10 @@ void hook_agent(const Config& config, const EnvMap& env, Agent& agent, Driver& d
   agent.set_gpu_release_wait(gpu_release_wait(env, driver));
   if (store.link) {
     store.link->set_listener(agent);
+    store.status = std::make_unique<StatusResponder>(
+        *store.client,
+        [&agent](const std::string& request) { return agent.status_record(request); });
+    agent.set_status_responder(store.status.get());
   }
 }
 

@@ -1111,20 +1111,28 @@ std::vector<std::string> parse_filter_list(std::string_view value) {
 }
 
 std::set<int> parse_rank_list(std::string_view value, std::string_view flag) {
+  constexpr long long k_max_rank = 1'000'000'000;
+  constexpr size_t k_max_members = 1'000'000;
   std::set<int> ranks;
   const std::string what = std::string(flag) +
-                           " must be a comma-separated list of ranks like 0,3; got '" +
+                           " must be a comma-separated list of ranks like 0,3 or 0-7,9; got '" +
                            std::string(value) + "'";
   if (value.empty()) {
     throw UsageError(what);
   }
   while (true) {
-    auto comma = value.find(',');
-    auto v = parse_integer(value.substr(0, comma));
-    if (!v || *v < 0 || *v > 1'000'000'000) {
+    const auto comma = value.find(',');
+    const std::string_view item = value.substr(0, comma);
+    const auto dash = item.find('-');
+    const auto lo = parse_integer(item.substr(0, dash));
+    const auto hi = dash == std::string_view::npos ? lo : parse_integer(item.substr(dash + 1));
+    if (!lo || !hi || *lo < 0 || *hi < *lo || *hi > k_max_rank ||
+        static_cast<size_t>(*hi - *lo) >= k_max_members - ranks.size()) {
       throw UsageError(what);
     }
-    ranks.insert(static_cast<int>(*v));
+    for (long long r = *lo; r <= *hi; ++r) {
+      ranks.insert(static_cast<int>(r));
+    }
     if (comma == std::string_view::npos) {
       break;
     }

@@ -49,7 +49,8 @@ std::string long_name(const OptionSpec& spec);
 // Value parsers shared with the tests.
 // torchrun's -r/--redirects and -t/--tee value: "3" or "0:1,1:2".
 StreamSelection parse_stream_selection(std::string_view value, std::string_view flag);
-// A comma-separated list of non-negative ranks: "0,3,5".
+// A comma-separated list of non-negative ranks and ranges: "0,3,5" or
+// "0-7,9" (at most 1,000,000 of them).
 std::set<int> parse_rank_list(std::string_view value, std::string_view flag);
 // torchrun's comma-separated filter list: "a,b" is two filters, ",," a comma
 // inside one; empty items are dropped.

@@ -254,4 +254,21 @@ std::vector<std::string> TailBuffer::lines() const {
   return out;
 }
 
+size_t count_newlines(std::string_view data) {
+  size_t n = 0;
+  size_t i = 0;
+#if defined(DDPLAUNCH_X86_SIMD)
+  const __m128i nl = _mm_set1_epi8('\n');
+  for (; i + 16 <= data.size(); i += 16) {
+    const __m128i chunk = _mm_loadu_si128(reinterpret_cast<const __m128i*>(data.data() + i));
+    n += static_cast<size_t>(
+        __builtin_popcount(static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(chunk, nl)))));
+  }
+#endif
+  for (; i < data.size(); ++i) {
+    n += data[i] == '\n' ? 1 : 0;
+  }
+  return n;
+}
+
 }  // namespace ddplaunch

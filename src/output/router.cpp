@@ -128,6 +128,20 @@ std::vector<std::string> OutputRouter::stderr_tail(int local_rank) const {
   return w.stderr_tail.lines();
 }
 
+OutputRouter::Activity OutputRouter::activity(int local_rank) const {
+  RankStreams& w = rank_streams(local_rank);
+  Activity a;
+  for (Channel& c : w.channels) {
+    std::lock_guard lock(c.mutex);
+    a.lines += c.lines;
+    if (c.lines > 0 && (!a.last_at || c.last_at > *a.last_at)) {
+      a.last_at = c.last_at;
+      a.last_line = c.last_line;
+    }
+  }
+  return a;
+}
+
 void OutputRouter::keep_stderr_lines(int local_rank, size_t lines) {
   RankStreams& w = rank_streams(local_rank);
   std::lock_guard lock(w.channels[1].mutex);
@@ -280,8 +294,36 @@ void OutputRouter::on_data(int local_rank, Stream stream, std::string_view data)
   process(w, stream, data, m_scratch);
 }
 
+void OutputRouter::note_activity(Channel& c, std::string_view data) {
+  const size_t n = count_newlines(data);
+  if (n == 0) {
+    return;
+  }
+  c.lines += static_cast<long long>(n);
+  const size_t end = data.rfind('\n');
+  size_t begin = end == 0 ? std::string_view::npos : data.rfind('\n', end - 1);
+  begin = begin == std::string_view::npos ? 0 : begin + 1;
+  std::string_view line = data.substr(begin, end - begin);
+  if (!line.empty() && line.back() == '\r') {
+    line.remove_suffix(1);
+  }
+  if (const size_t cr = line.rfind('\r'); cr != std::string_view::npos) {
+    line.remove_prefix(cr + 1);  // a progress bar's last state
+  }
+  if (line.size() > k_activity_line) {
+    size_t keep = k_activity_line;
+    while (keep > 0 && (static_cast<unsigned char>(line[keep]) >> 6) == 2) {
+      --keep;  // a UTF-8 character is kept whole or not at all
+    }
+    line = line.substr(0, keep);
+  }
+  c.last_line.assign(line);
+  c.last_at = std::chrono::steady_clock::now();
+}
+
 void OutputRouter::process(RankStreams& w, Stream stream, std::string_view data, Scratch& scratch) {
   Channel& c = w.channels[static_cast<int>(stream)];
+  note_activity(c, data);
   if (c.file) {
     posix::write_all(c.file.get(), data);
   }

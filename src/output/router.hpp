@@ -11,9 +11,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -99,6 +101,16 @@ class OutputRouter {
   // From now on the tail keeps up to `lines` lines: room for the stacks a
   // hung rank is about to print (a traceback of every thread).
   void keep_stderr_lines(int local_rank, size_t lines);
+  // A rank's output so far, for `ddplaunch status`: its lines (both
+  // streams, whole or not), its last whole line of either, and when that
+  // came (nullopt: no line yet).
+  struct Activity {
+    long long lines = 0;
+    std::string last_line;
+    std::optional<std::chrono::steady_clock::time_point> last_at;
+  };
+  static constexpr size_t k_activity_line = 240;
+  Activity activity(int local_rank) const;
   // The directory the log files go to ("" when none).
   const std::string& log_dir() const { return m_log_dir; }
 
@@ -109,8 +121,16 @@ class OutputRouter {
     bool to_console = true;
     posix::Fd file;  // --log-dir copy; invalid when not logging
     LineSplitter splitter;
+    // What `ddplaunch status` shows: the lines seen, the last whole one
+    // (cut to k_activity_line bytes) and when it came.
+    long long lines = 0;
+    std::string last_line;
+    std::chrono::steady_clock::time_point last_at{};
   };
   RankStreams& rank_streams(int local_rank) const;
+  // Counts `data`'s lines into `c` and keeps its last whole one (a progress
+  // bar's last state), for activity(): one pass of count_newlines().
+  static void note_activity(Channel& c, std::string_view data);
   void process(RankStreams& w, Stream stream, std::string_view data, Scratch& scratch);
   void start_lines(const RankStreams& w, Scratch& scratch);
   void take_line(RankStreams& w, Stream stream, std::string_view line, LineEnd end,

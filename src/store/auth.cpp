@@ -141,8 +141,10 @@ bool same_proof(std::string_view a, std::string_view b) {
 
 namespace {
 
+// A worker's own keys, and `ddplaunch status`'s (which the workers'
+// credential may ask for; docs/SECURITY.md).
 bool workers_key(std::string_view key) {
-  return key.starts_with(k_worker_prefix);
+  return key.starts_with(k_worker_prefix) || key.starts_with("status/");
 }
 
 // rdzv/plan, or job/<digits>/stop.

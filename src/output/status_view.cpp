@@ -1,0 +1,89 @@
+#include "output/status_view.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace ddplaunch {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string mib(const json& kib) {
+  return kib.is_number() ? fmt::format("{:.0f}M", kib.get<double>() / 1024) : "-";
+}
+
+std::string secs(const json& s) {
+  if (!s.is_number()) {
+    return "-";
+  }
+  const double v = s.get<double>();
+  return v < 600 ? fmt::format("{:.1f}s", v) : fmt::format("{:.0f}m", v / 60);
+}
+
+// `line` cut to `width` bytes, a UTF-8 character kept whole.
+std::string cut(std::string line, int width) {
+  if (width > 0 && line.size() > static_cast<size_t>(width)) {
+    size_t keep = static_cast<size_t>(width);
+    while (keep > 0 && (static_cast<unsigned char>(line[keep]) >> 6) == 2) {
+      --keep;
+    }
+    line.resize(keep);
+  }
+  return line;
+}
+
+std::string job_line(const json& doc) {
+  const json& j = doc["job"];
+  if (!j.is_object()) {
+    return "job: node 0 did not answer\n";
+  }
+  return fmt::format(
+      "job {}  round {}  restarts {}/{}  nodes {} (expected {})  world size {}  up {}\n",
+      j.value("run_id", ""), j.value("round", 0), j.value("restarts", 0),
+      j.value("max_restarts", 0), j.value("nnodes", 0), j.value("nnodes_expected", ""),
+      j.value("world_size", 0), secs(j.value("elapsed_s", json())));
+}
+
+}  // namespace
+
+std::string format_status(const std::string& text, int width) {
+  const json doc = json::parse(text, nullptr, false);
+  if (!doc.is_object()) {
+    return "status: no answer could be read\n";
+  }
+  std::string out = job_line(doc);
+  out += cut(fmt::format("{:>5} {:<16} {:<15} {:<9} {:>8} {:>7} {:>7}", "NODE", "HOST", "ADDRESS",
+                         "STATE", "AGENT", "CPU", "RSS"),
+             width) +
+         "\n";
+  for (const auto& n : doc["nodes"]) {
+    out += cut(fmt::format("{:>5} {:<16} {:<15} {:<9} {:>8} {:>7} {:>7}", n.value("node_rank", -1),
+                           n.value("host", ""), n.value("addr", ""), n.value("state", ""),
+                           n.value("agent_pid", 0), secs(n.value("agent_cpu_s", json())),
+                           mib(n.value("agent_rss_kib", json()))),
+               width) +
+           "\n";
+  }
+  for (const auto& m : doc["missing"]) {
+    out +=
+        fmt::format("{:>5} did not answer in time (lost, stopped or unreachable)\n", m.get<int>());
+  }
+  const std::string head =
+      fmt::format("{:>5} {:>4} {:>8} {:<9} {:>7} {:>9} {:>7} {:>5} {:>7}  ", "RANK", "NODE", "PID",
+                  "STATE", "RUN", "PROGRESS", "AGE", "CPU%", "RSS");
+  out += cut(head + "LAST LINE", width) + "\n";
+  for (const auto& r : doc["ranks"]) {
+    const std::string row =
+        fmt::format("{:>5} {:>4} {:>8} {:<9} {:>7} {:>9} {:>7} {:>5.0f} {:>7}  ",
+                    r.value("rank", -1), r.value("node_rank", -1), r.value("pid", 0),
+                    r.value("state", ""), secs(r.value("run_s", json())),
+                    r.value("progress_events", 0LL), secs(r.value("since_progress_s", json())),
+                    r.value("cpu_percent", 0.0), mib(r.value("rss_kib", json())));
+    out += cut(row + r.value("last_line", ""), width) + "\n";
+  }
+  return out;
+}
+
+}  // namespace ddplaunch

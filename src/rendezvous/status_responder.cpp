@@ -1,0 +1,57 @@
+#include "rendezvous/status_responder.hpp"
+
+#include <utility>
+
+#include "log.hpp"
+
+namespace ddplaunch {
+
+namespace status_keys {
+std::string request(int64_t n) {
+  return "status/" + std::to_string(n);
+}
+std::string answer(int64_t n, int node_rank) {
+  return request(n) + "/" + std::to_string(node_rank);
+}
+}  // namespace status_keys
+
+StatusResponder::StatusResponder(StoreConnection& store, Answer answer)
+    : m_store(store), m_answer(std::move(answer)) {}
+
+void StatusResponder::start(int node_rank) {
+  m_node_rank = node_rank;
+  if (!m_started) {
+    m_started = true;
+    resync();
+  }
+}
+
+// The counter is the last request made: the next one is awaited.
+void StatusResponder::resync() {
+  if (m_store.failed()) {
+    return;
+  }
+  m_store.add(status_keys::k_seq, 0, [this](int64_t last) { await(last + 1); });
+}
+
+void StatusResponder::await(int64_t n) {
+  if (m_store.failed()) {
+    return;
+  }
+  const auto wait = std::chrono::duration_cast<StoreConnection::Duration>(k_repark);
+  m_store.get(status_keys::request(n), wait, [this, n](std::optional<std::string> request) {
+    if (!request) {
+      resync();  // none came in a while: one may have been made and taken back
+      return;
+    }
+    const std::string record = m_answer(*request);
+    if (!record.empty()) {
+      ++m_answered;
+      m_store.set(status_keys::answer(n, m_node_rank), record, [] {});
+    }
+    log::debug("status request {} answered", n);
+    await(n + 1);
+  });
+}
+
+}  // namespace ddplaunch

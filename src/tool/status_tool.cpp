@@ -1,0 +1,273 @@
+#include "tool/status_tool.hpp"
+
+#include <dirent.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "config/integer.hpp"
+#include "config/launch_error.hpp"
+#include "config/options.hpp"
+#include "ddplaunch/store_client.hpp"
+#include "log.hpp"
+#include "output/status_view.hpp"
+#include "posix/fd.hpp"
+#include "posix/secret_file.hpp"
+#include "rendezvous/status_responder.hpp"
+
+namespace ddplaunch {
+
+namespace {
+
+using json = nlohmann::json;
+using Ms = std::chrono::milliseconds;
+constexpr int k_exit_some_missing = 1;
+constexpr int k_exit_no_job = 3;
+constexpr size_t k_keys_at_once = 1024;
+
+struct JobAddress {
+  std::string host;
+  int port = 0;
+  std::string token;
+  bool one_node = false;  // GROUP_WORLD_SIZE=1: perhaps a one-node job, whose agent has no store
+};
+
+std::string var(const EnvMap& env, const char* name) {
+  auto it = env.find(name);
+  return it != env.end() ? it->second : "";
+}
+
+// NAME=VALUE entries of a process's environment.
+EnvMap environ_of(const std::string& pid) {
+  EnvMap env;
+  const std::string text = posix::read_small_file("/proc/" + pid + "/environ").value_or("");
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\0', at);
+    end = end == std::string::npos ? text.size() : end;
+    const std::string_view entry(text.data() + at, end - at);
+    if (entry.starts_with("DDPLAUNCH_STORE_") || entry.starts_with("GROUP_WORLD_SIZE=")) {
+      const size_t eq = entry.find('=');
+      env[std::string(entry.substr(0, eq))] = std::string(entry.substr(eq + 1));
+    }
+    at = end + 1;
+  }
+  return env;
+}
+
+std::optional<JobAddress> from_worker_env(const EnvMap& env) {
+  const auto port = parse_integer_in(var(env, "DDPLAUNCH_STORE_PORT"), 1, 65535);
+  if (!port || var(env, "DDPLAUNCH_STORE_ADDR").empty()) {
+    return std::nullopt;
+  }
+  return JobAddress{var(env, "DDPLAUNCH_STORE_ADDR"), static_cast<int>(*port),
+                    var(env, "DDPLAUNCH_STORE_TOKEN"), var(env, "GROUP_WORLD_SIZE") == "1"};
+}
+
+// The jobs of this user on this host, by their workers' environment.
+std::vector<JobAddress> jobs_on_this_host() {
+  std::map<std::pair<std::string, int>, JobAddress> found;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) {
+    return {};
+  }
+  const std::string self = std::to_string(::getpid());
+  while (dirent* ent = readdir(dir)) {
+    const std::string pid = ent->d_name;
+    struct stat st = {};
+    if (!parse_integer(pid) || pid == self || ::stat(("/proc/" + pid).c_str(), &st) != 0 ||
+        st.st_uid != ::getuid()) {
+      continue;
+    }
+    if (auto job = from_worker_env(environ_of(pid))) {
+      found.emplace(std::make_pair(job->host, job->port), *job);
+    }
+  }
+  closedir(dir);
+  std::vector<JobAddress> jobs;
+  for (auto& [key, job] : found) {
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+std::string job_token(const StatusCommand& cmd, const EnvMap& env, std::string fallback) {
+  if (!cmd.token_file.empty()) {
+    posix::SecretFile file = posix::read_secret_file(cmd.token_file, "status --token-file", false);
+    if (!file.warning.empty()) {
+      log::warn("{}", file.warning);
+    }
+    return std::move(file.secret);
+  }
+  if (std::string token = var(env, "DDPLAUNCH_RDZV_TOKEN"); !token.empty()) {
+    return token;
+  }
+  return fallback;
+}
+
+// The job to ask. Throws LaunchError (exit 3) when none is found.
+JobAddress find_job(const StatusCommand& cmd, const EnvMap& env) {
+  if (cmd.port) {
+    return JobAddress{cmd.addr.empty() ? "127.0.0.1" : cmd.addr, *cmd.port,
+                      job_token(cmd, env, var(env, "DDPLAUNCH_STORE_TOKEN"))};
+  }
+  if (auto job = from_worker_env(env)) {
+    job->token = job_token(cmd, env, job->token);
+    return *job;
+  }
+  std::vector<JobAddress> jobs = jobs_on_this_host();
+  if (jobs.size() > 1) {
+    std::string ports;
+    for (const auto& j : jobs) {
+      ports += (ports.empty() ? "" : ", ") + std::to_string(j.port);
+    }
+    throw UsageError(fmt::format(
+        "status: {} jobs of yours run on this host (ports {}): give the one to show with "
+        "--master-port",
+        jobs.size(), ports));
+  }
+  if (jobs.empty()) {
+    throw LaunchError(k_exit_no_job,
+                      "status: no ddplaunch job of yours runs on this host (none of your "
+                      "processes is a worker of one): give --master-addr and --master-port of "
+                      "a job's node 0, and its token");
+  }
+  jobs[0].token = job_token(cmd, env, jobs[0].token);
+  return jobs[0];
+}
+
+json parse_answer(const std::optional<std::string>& text) {
+  return text ? json::parse(*text, nullptr, false) : json();
+}
+
+}  // namespace
+
+namespace {
+
+// Asks once: node 0 first (it knows the job's size), then every other node
+// asked, until the deadline. The keys are removed after.
+json ask(StoreClient& store, const StatusCommand& cmd) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + Ms(static_cast<long long>(cmd.timeout_s * 1000));
+  auto left = [&deadline] {
+    return std::max(Ms(1),
+                    std::chrono::duration_cast<Ms>(deadline - std::chrono::steady_clock::now()));
+  };
+  const int64_t n = store.add(status_keys::k_seq, 1);
+  store.set(status_keys::request(n), json{{"ranks", cmd.ranks}, {"nodes", cmd.nodes}}.dump());
+  std::vector<std::string> keys = {status_keys::answer(n, 0)};
+  json doc = {{"request", n},
+              {"nodes", json::array()},
+              {"ranks", json::array()},
+              {"missing", json::array()}};
+  json node0;
+  if (store.wait(keys, left())) {
+    node0 = parse_answer(store.get(keys[0]));
+  }
+  std::vector<int> asked;  // node 0 first: its answer is in
+  const std::optional<std::set<int>> only =
+      cmd.nodes.empty() ? std::nullopt : std::optional(parse_rank_list(cmd.nodes, "--nodes"));
+  const int nnodes = node0.is_object() ? node0["job"].value("nnodes", 1) : 1;
+  doc["job"] = node0.is_object() ? node0["job"] : json(nullptr);
+  for (int r = 0; r < nnodes; ++r) {
+    if (r == 0 || !only || only->contains(r)) {
+      asked.push_back(r);
+    }
+  }
+  if (!node0.is_object()) {
+    asked = {0};
+  }
+  std::vector<std::string> wanted;
+  for (int r : asked) {
+    wanted.push_back(status_keys::answer(n, r));
+  }
+  for (size_t i = 0; i < wanted.size(); i += k_keys_at_once) {
+    std::vector<std::string> part(
+        wanted.begin() + static_cast<std::ptrdiff_t>(i),
+        wanted.begin() + static_cast<std::ptrdiff_t>(std::min(wanted.size(), i + k_keys_at_once)));
+    store.wait(part, left());
+    const auto values = store.multi_get(part);
+    for (size_t k = 0; k < part.size(); ++k) {
+      const int r = asked[i + k];
+      json answer = r == 0 && node0.is_object() ? node0 : parse_answer(values[k]);
+      if (!answer.is_object()) {
+        doc["missing"].push_back(r);
+        continue;
+      }
+      if (only && !only->contains(r)) {
+        continue;  // node 0, asked for the job's size only
+      }
+      for (auto rank : answer["ranks"]) {
+        rank["node_rank"] = r;
+        doc["ranks"].push_back(std::move(rank));
+      }
+      answer.erase("ranks");
+      answer.erase("job");
+      doc["nodes"].push_back(std::move(answer));
+    }
+  }
+  for (const auto& key : wanted) {
+    store.remove(key);
+  }
+  store.remove(status_keys::request(n));
+  return doc;
+}
+
+int terminal_width() {
+  winsize ws = {};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 20) {
+    return ws.ws_col;
+  }
+  return 160;
+}
+
+}  // namespace
+
+int run_status_command(const StatusCommand& cmd, const EnvMap& env) {
+  const std::optional<JobAddress> job = find_job(cmd, env);
+  std::optional<StoreClient> store;
+  try {
+    store.emplace(job->host, job->port, Ms(static_cast<long long>(cmd.timeout_s * 1000)),
+                  Ms(static_cast<long long>(cmd.timeout_s * 1000) + 5000), job->token);
+    store->set_prefix("");
+  } catch (const StoreError& e) {
+    throw LaunchError(k_exit_no_job, fmt::format("status: no job answers at {}:{}: {}", job->host,
+                                                 job->port, e.what()));
+  }
+  const bool tty = ::isatty(STDOUT_FILENO) == 1;
+  for (;;) {
+    json doc;
+    try {
+      doc = ask(*store, cmd);
+    } catch (const StoreError& e) {
+      throw LaunchError(k_exit_no_job, fmt::format("status: the job's store at {}:{} failed: {}",
+                                                   job->host, job->port, e.what()));
+    }
+    if (job->one_node && doc["job"].is_null()) {
+      throw LaunchError(k_exit_no_job,
+                        "status: node 0 did not answer: a one-node job (--nnodes 1) has no job "
+                        "store to ask its agent through, and a larger one's node 0 is lost or "
+                        "stopped");
+    }
+    const std::string text =
+        cmd.json ? doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"
+                 : format_status(doc.dump(-1, ' ', false, json::error_handler_t::replace),
+                                 terminal_width());
+    std::fputs(cmd.watch_s && tty ? ("\x1b[H\x1b[2J" + text).c_str() : text.c_str(), stdout);
+    std::fflush(stdout);
+    if (!cmd.watch_s) {
+      return doc["missing"].empty() ? k_exit_ok : k_exit_some_missing;
+    }
+    if (!tty && !cmd.json) {
+      std::fputs("\n", stdout);
+    }
+    std::this_thread::sleep_for(Ms(static_cast<long long>(*cmd.watch_s * 1000)));
+  }
+}
+
+}  // namespace ddplaunch
