@@ -20,7 +20,12 @@ packages=(build-essential cmake pkg-config libcli11-dev libspdlog-dev libfmt-dev
           libgtest-dev libssl-dev openmpi-bin libopenmpi-dev libpmix-dev libhwloc-dev python3 python3-pytest python3-pytest-timeout python3-torch
           python3-mpi4py python3-h5py-mpi
           clang-format clang libclang-rt-14-dev git iproute2 slurmctld slurmd slurm-client munge elfutils help2man
-          strace openssh-server openssh-client nftables)
+          strace openssh-server openssh-client nftables libmicrohttpd-dev)
+# What only the test suite drives: a real Prometheus server scrapes
+# --metrics-port, and headless Chromium renders node 0's live page.
+if [ "$mode" = test ]; then
+  packages+=(prometheus chromium)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

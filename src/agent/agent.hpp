@@ -80,6 +80,8 @@ class Agent : public JobLink::Listener {
   // known (nullptr: a job without a store), and this node's answer to a
   // request (its JSON text; "" when its filter leaves this node out).
   void set_status_responder(StatusResponder* responder) { m_status = responder; }
+  // The running round's nodes (0 before the first round).
+  int round_nnodes() const { return m_plan ? m_plan->layout.nnodes : 0; }
   std::string status_record(const std::string& request) const;
 
   // Joins the job (multi-node) or starts the workers (one node).

@@ -98,7 +98,7 @@ std::string Agent::status_record(const std::string& request_text) const {
       state = exit->success() ? "succeeded" : exit->by_signal() ? "signaled" : "failed";
     } else if (usage[i].state == 'T' || usage[i].state == 't') {
       state = "stopped";  // SIGSTOP, or a debugger
-    } else if (m_phase != Phase::k_running) {
+    } else if (m_phase != Phase::k_running || (m_supervisor && m_supervisor->stopping())) {
       state = "stopping";
     }
     json r = {

@@ -24,6 +24,7 @@ namespace {
 constexpr uint64_t k_tag_signals = 1ULL << 62;
 constexpr uint64_t k_tag_store = 1ULL << 61;
 constexpr uint64_t k_tag_console = 1ULL << 60;
+constexpr uint64_t k_tag_http = 1ULL << 59;     // --metrics-port's listener
 constexpr uint64_t k_tag_waited = 1ULL << 58;   // wait_readable()'s fd
 constexpr uint64_t k_tag_serve = 1ULL << 57;    // a store to serve once a client comes
 constexpr uint64_t k_tag_mpi = 1ULL << 56;      // the PMIx server's queue
@@ -126,6 +127,11 @@ void Driver::serve_when_connected(int listen_fd, std::function<void()> serve) {
 
 void Driver::watch_mpi(int fd) {
   m_loop.set(fd, EPOLLIN, k_tag_mpi);
+}
+
+void Driver::watch_http(int fd, std::function<void()> serve) {
+  m_http = std::move(serve);
+  m_loop.set(fd, EPOLLIN, k_tag_http);
 }
 
 void Driver::watch_relay(int fd, std::function<void()> pump) {
@@ -328,6 +334,8 @@ void Driver::dispatch(const posix::EventLoop::Ready& ready) {
     m_agent->on_mpi();
   } else if (ready.tag == k_tag_relay) {
     m_relay();
+  } else if (ready.tag == k_tag_http) {
+    m_http();
   } else if (ready.tag == k_tag_probe) {
     m_probe->on_ready(std::chrono::steady_clock::now());
   }

@@ -53,6 +53,9 @@ class Driver {
   // Calls `pump` whenever `fd` is readable (the PMIx relay's epoll, which
   // outlives the Driver's run).
   void watch_relay(int fd, std::function<void()> pump);
+  // Calls `serve` whenever `fd` is readable: --metrics-port's listener,
+  // which outlives the Driver's run.
+  void watch_http(int fd, std::function<void()> serve);
   // Watches the PMIx server's queue (`fd`, readable while it holds
   // something) from here on: run() then calls Agent::on_mpi().
   void watch_mpi(int fd);
@@ -99,6 +102,7 @@ class Driver {
   int m_serve_fd = -1;  // serve_when_connected()'s listener, until a client comes
   std::function<void()> m_serve;
   std::function<void()> m_relay;  // watch_relay()'s
+  std::function<void()> m_http;   // watch_http()'s
 };
 
 }  // namespace ddplaunch

@@ -12,6 +12,7 @@
 #include "agent/agent.hpp"
 #include "agent/driver.hpp"
 #include "agent/health_check.hpp"
+#include "agent/metrics_http.hpp"
 #include "agent/reach_probe.hpp"
 #include "config/launch_error.hpp"
 #include "launcher/agent_channel.hpp"
@@ -26,8 +27,11 @@
 #include "node/resources.hpp"
 #include "output/console.hpp"
 #include "output/event_log.hpp"
+#include "output/metrics_text.hpp"
 #include "output/report_json.hpp"
 #include "output/reports.hpp"
+#include "output/status_page.hpp"
+#include "output/status_view.hpp"
 #include "posix/fd.hpp"
 #include "posix/interfaces.hpp"
 #include "posix/net.hpp"
@@ -36,6 +40,7 @@
 #include "proc/guard.hpp"
 #include "proc/reap.hpp"
 #include "proc/spawn.hpp"
+#include "rendezvous/status_collector.hpp"
 #include "rendezvous/store_host.hpp"
 #include "rendezvous/store_link.hpp"
 #include "store/async_client.hpp"
@@ -315,7 +320,8 @@ struct NodeStore {
   std::unique_ptr<AsyncClient> client;
   std::unique_ptr<ReachProbe> probe;
   std::unique_ptr<StoreLink> link;
-  std::unique_ptr<StatusResponder> status;  // `ddplaunch status`'s requests
+  std::unique_ptr<StatusResponder> status;     // `ddplaunch status`'s requests
+  std::unique_ptr<StatusCollector> collector;  // --metrics-port's page, on node 0
 
   NodeStore(const Config& config, const StoreAddress& address, Clock& clock, NodeIdentity& self,
             Driver& driver) {
@@ -341,6 +347,7 @@ struct NodeStore {
     link.reset();
     client.reset();
     status.reset();
+    collector.reset();
     if (server && !server->wait_until_idle(k_store_linger)) {
       log::debug("leaving with nodes still connected to the store");
     }
@@ -392,6 +399,53 @@ void hook_agent(const Config& config, const EnvMap& env, Agent& agent, Driver& d
         [&agent](const std::string& request) { return agent.status_record(request); });
     agent.set_status_responder(store.status.get());
   }
+}
+
+// --metrics-port: this node's /metrics, on the Driver's loop; nullptr
+// without it. Throws UsageError (exit 2) where it cannot listen.
+std::unique_ptr<MetricsServer> serve_metrics(const Config& config, Agent& agent, Driver& driver,
+                                             NodeStore& store, EventLog* events) {
+  if (config.metrics_port == 0) {
+    return nullptr;
+  }
+  static const SystemClock clock;
+  if (store.client) {
+    store.collector = std::make_unique<StatusCollector>(*store.client, clock,
+                                                        [&agent] { return agent.round_nnodes(); });
+  }
+  StatusCollector* collector = store.collector.get();
+  auto server = MetricsServer::start(
+      config.metrics_bind, config.metrics_port,
+      [&agent, collector, events](std::string_view path) -> MetricsServer::Response {
+        constexpr const char* k_json = "application/json";
+        if (path == "/metrics") {
+          return {200, k_openmetrics_type, openmetrics_text(agent.status_record("{}"))};
+        }
+        const bool node_0 = agent.node_rank().value_or(0) == 0;
+        if (node_0 && path == "/") {
+          return {200, "text/html; charset=utf-8", status_page_html()};
+        }
+        if (node_0 && path == "/status.json") {
+          if (collector == nullptr) {  // one node: its own answer is the job's
+            return {200, k_json,
+                    status_document(0, {0}, {agent.status_record("{}")}, std::nullopt)};
+          }
+          collector->refresh();
+          return collector->last().empty()
+                     ? MetricsServer::Response{503, k_json, "{\"collecting\":true}"}
+                     : MetricsServer::Response{200, k_json, collector->last()};
+        }
+        if (node_0 && path == "/events.json") {
+          return {200, k_json, events_json(events->recent())};
+        }
+        return {404, "text/plain; charset=utf-8",
+                "not found: each node serves /metrics; node 0 also /, /status.json and "
+                "/events.json\n"};
+      });
+  driver.watch_http(server->fd(), [s = server.get()] { s->run(); });
+  log::debug("serving OpenMetrics at http://{}:{}/metrics", config.metrics_bind,
+             config.metrics_port);
+  return server;
 }
 
 // Runs the agent's rounds to the end on the Driver's loop.
@@ -460,9 +514,14 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   if (config.dry_run) {
     return dry_run(config, env, self, console);
   }
+  // --metrics-port's page draws its timeline from the last events kept.
   std::unique_ptr<EventLog> events =
-      config.event_log.empty() ? nullptr
-                               : std::make_unique<EventLog>(config.event_log, console, self.host);
+      config.event_log.empty() && config.metrics_port == 0
+          ? nullptr
+          : std::make_unique<EventLog>(config.event_log, console, self.host);
+  if (events && config.metrics_port != 0) {
+    events->keep_recent(k_page_events);
+  }
   // Before this node joins: a node that fails it says so in its join record
   // (node 0 ends the job, or an elastic one goes on without it).
   std::optional<HealthCheckResult> health;
@@ -484,6 +543,8 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   }
   Agent agent(config, worker_env, self, spawner, clock, store.link.get(), console, pmix.get());
   hook_agent(config, env, agent, driver, store, events.get());
+  const std::unique_ptr<MetricsServer> metrics =
+      serve_metrics(config, agent, driver, store, events.get());
   run_rounds(env, agent, driver, spawner, store, workers_store);
   // Every round is over and its workers reaped: the second spawning thread
   // may go, while this one reports.

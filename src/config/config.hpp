@@ -187,6 +187,10 @@ struct Config {
   double hang_timeout_s = 0;   // a rank without progress this long is hung; 0: off
   std::string summary_json;    // Default: empty = no JSON summary file
   std::string event_log;       // Default: empty = no event log; "-": stderr
+  // --metrics-port: this node serves OpenMetrics at /metrics (node 0 also a
+  // live page at /) on --metrics-bind. Default: 0 = no listener.
+  int metrics_port = 0;
+  std::string metrics_bind = "127.0.0.1";  // Default: 127.0.0.1 (loopback only)
   // A shell command each node runs before it joins (README, Health checks): a node
   // whose check fails does not join. Default: empty = no check.
   std::string health_check;

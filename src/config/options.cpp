@@ -767,6 +767,17 @@ const OptionSpec k_options[] = {
    "Append every event of the job to this file, one JSON object a line ({node_rank} is this "
    "node's rank; -: stderr; docs/EVENTS.md)",
    false, nullptr, nullptr, DDPLAUNCH_STRING(event_log)},
+  {"metrics_port", "--metrics-port,--metrics_port", k_supervision,
+   "Serve this node's OpenMetrics at http://ADDR:P/metrics, and on node 0 a live page of the "
+   "job at / (docs/METRICS.md); 0: no listener",
+   false, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.metrics_port = parse_int_in(v, f, 0, 65535, "a port from 1 to 65535 (0: none)");
+   },
+   [](const Config& c) { return std::to_string(c.metrics_port); }},
+  {"metrics_bind", "--metrics-bind,--metrics_bind", k_supervision,
+   "The address --metrics-port listens on: an IP address of this host (0.0.0.0: all)", false,
+   nullptr, nullptr, DDPLAUNCH_STRING(metrics_bind)},
   {"monitor_interval", "--monitor-interval,--monitor_interval", k_supervision,
    "Accepted for torchrun scripts; ignored (ddplaunch is event-driven)", false,
    "PET_MONITOR_INTERVAL", nullptr, apply_nothing, nullptr},

@@ -76,7 +76,9 @@ std::string event_log_path(const std::string& path, int node_rank) {
 
 EventLog::EventLog(const std::string& path, ConsoleSink& console, std::string host)
     : m_path(path), m_console(console), m_host(std::move(host)) {
-  if (m_path != "-" && m_path.find(k_node_field) == std::string::npos) {
+  if (m_path.empty()) {
+    m_open = true;  // memory only
+  } else if (m_path != "-" && m_path.find(k_node_field) == std::string::npos) {
     open();
   }
 }
@@ -141,6 +143,12 @@ void EventLog::emit(double wall_time, std::string_view event, const EventFields&
   line += json_text(nlohmann::json(m_host));
   line += fields.encoded();
   line += "}\n";
+  if (m_keep > 0) {
+    if (m_recent.size() == m_keep) {
+      m_recent.pop_front();
+    }
+    m_recent.push_back(line);
+  }
   if (!m_open && m_path != "-") {
     m_held.push_back(std::move(line));
     return;
@@ -149,7 +157,9 @@ void EventLog::emit(double wall_time, std::string_view event, const EventFields&
 }
 
 void EventLog::write_line(const std::string& line) {
-  if (m_path == "-") {
+  if (m_path.empty()) {
+    return;
+  } else if (m_path == "-") {
     m_console.write(2, line);
   } else if (m_fd && !posix::write_all(m_fd.get(), line)) {
     log::warn("--event-log {}: cannot write to it ({}); no more events are written there", m_path,

@@ -7,6 +7,7 @@
 // Not thread-safe.
 #pragma once
 
+#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,9 +39,9 @@ class EventFields {
 
 class EventLog {
  public:
-  // PATH: a file, appended to ("{node_rank}" in it is this node's rank), or
-  // "-" for stderr through CONSOLE. Throws UsageError, naming the option,
-  // where the file cannot be written.
+  // PATH: a file, appended to ("{node_rank}" in it is this node's rank),
+  // "-" for stderr through CONSOLE, or "" for none (recent() only). Throws UsageError, naming the
+  // option, where the file cannot be written.
   EventLog(const std::string& path, ConsoleSink& console, std::string host);
   ~EventLog();
   EventLog(const EventLog&) = delete;
@@ -51,6 +52,10 @@ class EventLog {
   std::optional<int> node_rank() const { return m_node_rank; }
   // One event at `wall_time` (seconds since the epoch).
   void emit(double wall_time, std::string_view event, const EventFields& fields = {});
+  // The last `lines` events are kept in memory too (--metrics-port's page
+  // draws its timeline from them); recent() gives them, oldest first.
+  void keep_recent(size_t lines) { m_keep = lines; }
+  const std::deque<std::string>& recent() const { return m_recent; }
 
  private:
   void open();
@@ -63,6 +68,8 @@ class EventLog {
   posix::Fd m_fd;
   bool m_open = false;
   std::vector<std::string> m_held;  // lines before the path's node rank was known
+  size_t m_keep = 0;
+  std::deque<std::string> m_recent;
 };
 
 // The path with "{node_rank}" replaced; the same path without it.

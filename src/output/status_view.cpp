@@ -48,6 +48,38 @@ std::string job_line(const json& doc) {
 
 }  // namespace
 
+std::string status_document(int64_t n, const std::vector<int>& asked,
+                            const std::vector<std::optional<std::string>>& answers,
+                            const std::optional<std::set<int>>& only) {
+  json doc = {{"request", n},
+              {"job", nullptr},
+              {"nodes", json::array()},
+              {"ranks", json::array()},
+              {"missing", json::array()}};
+  for (size_t k = 0; k < asked.size() && k < answers.size(); ++k) {
+    const int r = asked[k];
+    json answer = answers[k] ? json::parse(*answers[k], nullptr, false) : json();
+    if (!answer.is_object()) {
+      doc["missing"].push_back(r);
+      continue;
+    }
+    if (answer.contains("job")) {
+      doc["job"] = answer["job"];
+    }
+    if (only && !only->contains(r)) {
+      continue;  // node 0, asked for the job's size only
+    }
+    for (auto rank : answer.value("ranks", json::array())) {
+      rank["node_rank"] = r;
+      doc["ranks"].push_back(std::move(rank));
+    }
+    answer.erase("ranks");
+    answer.erase("job");
+    doc["nodes"].push_back(std::move(answer));
+  }
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 std::string format_status(const std::string& text, int width) {
   const json doc = json::parse(text, nullptr, false);
   if (!doc.is_object()) {

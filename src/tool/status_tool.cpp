@@ -141,10 +141,6 @@ JobAddress find_job(const StatusCommand& cmd, const EnvMap& env) {
   return jobs[0];
 }
 
-json parse_answer(const std::optional<std::string>& text) {
-  return text ? json::parse(*text, nullptr, false) : json();
-}
-
 }  // namespace
 
 namespace {
@@ -160,62 +156,40 @@ json ask(StoreClient& store, const StatusCommand& cmd) {
   };
   const int64_t n = store.add(status_keys::k_seq, 1);
   store.set(status_keys::request(n), json{{"ranks", cmd.ranks}, {"nodes", cmd.nodes}}.dump());
-  std::vector<std::string> keys = {status_keys::answer(n, 0)};
-  json doc = {{"request", n},
-              {"nodes", json::array()},
-              {"ranks", json::array()},
-              {"missing", json::array()}};
-  json node0;
-  if (store.wait(keys, left())) {
-    node0 = parse_answer(store.get(keys[0]));
+  const std::string first = status_keys::answer(n, 0);
+  std::optional<std::string> node0;
+  if (store.wait({first}, left())) {
+    node0 = store.get(first);
   }
-  std::vector<int> asked;  // node 0 first: its answer is in
+  const json head = node0 ? json::parse(*node0, nullptr, false) : json();
+  const int nnodes = head.is_object() ? head["job"].value("nnodes", 1) : 1;
   const std::optional<std::set<int>> only =
       cmd.nodes.empty() ? std::nullopt : std::optional(parse_rank_list(cmd.nodes, "--nodes"));
-  const int nnodes = node0.is_object() ? node0["job"].value("nnodes", 1) : 1;
-  doc["job"] = node0.is_object() ? node0["job"] : json(nullptr);
+  std::vector<int> asked;  // node 0 first: its answer is in
+  std::vector<std::optional<std::string>> answers = {node0};
+  std::vector<std::string> keys = {first};
   for (int r = 0; r < nnodes; ++r) {
     if (r == 0 || !only || only->contains(r)) {
       asked.push_back(r);
     }
-  }
-  if (!node0.is_object()) {
-    asked = {0};
-  }
-  std::vector<std::string> wanted;
-  for (int r : asked) {
-    wanted.push_back(status_keys::answer(n, r));
-  }
-  for (size_t i = 0; i < wanted.size(); i += k_keys_at_once) {
-    std::vector<std::string> part(
-        wanted.begin() + static_cast<std::ptrdiff_t>(i),
-        wanted.begin() + static_cast<std::ptrdiff_t>(std::min(wanted.size(), i + k_keys_at_once)));
-    store.wait(part, left());
-    const auto values = store.multi_get(part);
-    for (size_t k = 0; k < part.size(); ++k) {
-      const int r = asked[i + k];
-      json answer = r == 0 && node0.is_object() ? node0 : parse_answer(values[k]);
-      if (!answer.is_object()) {
-        doc["missing"].push_back(r);
-        continue;
-      }
-      if (only && !only->contains(r)) {
-        continue;  // node 0, asked for the job's size only
-      }
-      for (auto rank : answer["ranks"]) {
-        rank["node_rank"] = r;
-        doc["ranks"].push_back(std::move(rank));
-      }
-      answer.erase("ranks");
-      answer.erase("job");
-      doc["nodes"].push_back(std::move(answer));
+    if (r > 0 && asked.back() == r) {
+      keys.push_back(status_keys::answer(n, r));
     }
   }
-  for (const auto& key : wanted) {
+  for (size_t i = 1; i < keys.size(); i += k_keys_at_once) {
+    const auto end = std::min(keys.size(), i + k_keys_at_once);
+    const std::vector<std::string> part(keys.begin() + static_cast<std::ptrdiff_t>(i),
+                                        keys.begin() + static_cast<std::ptrdiff_t>(end));
+    store.wait(part, left());
+    for (auto& v : store.multi_get(part)) {
+      answers.push_back(std::move(v));
+    }
+  }
+  for (const auto& key : keys) {
     store.remove(key);
   }
   store.remove(status_keys::request(n));
-  return doc;
+  return json::parse(status_document(n, asked, answers, only));
 }
 
 int terminal_width() {

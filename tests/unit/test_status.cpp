@@ -6,6 +6,8 @@
 
 #include "fake_store.hpp"
 #include "node/process_usage.hpp"
+#include "output/metrics_text.hpp"
+#include "output/status_page.hpp"
 #include "output/status_view.hpp"
 #include "rendezvous/status_responder.hpp"
 
@@ -136,6 +138,62 @@ TEST(StatusView, TheScreenHasTheJobEveryNodeAndRankAndNamesTheSilentNodes) {
     EXPECT_LE(end - at, 100u) << "cut to the width";
   }
   EXPECT_EQ(format_status("not json", 80), "status: no answer could be read\n");
+}
+
+TEST(StatusView, TheDocumentListsWhoAnsweredWhoDidNotAndTheJobFromNodeZero) {
+  const std::string doc =
+      status_document(7, {0, 1, 2},
+                      {R"({"node_rank":0,"job":{"nnodes":3},"ranks":[{"rank":0}]})", std::nullopt,
+                       R"({"node_rank":2,"ranks":[{"rank":4},{"rank":5}]})"},
+                      std::set<int>{2});
+  const auto j = nlohmann::json::parse(doc);
+  EXPECT_EQ(j["job"]["nnodes"], 3);
+  EXPECT_EQ(j["missing"], nlohmann::json::array({1}));
+  ASSERT_EQ(j["nodes"].size(), 1u) << "node 0 answered for the job's size only";
+  EXPECT_EQ(j["nodes"][0]["node_rank"], 2);
+  ASSERT_EQ(j["ranks"].size(), 2u);
+  EXPECT_EQ(j["ranks"][1]["node_rank"], 2);
+}
+
+TEST(MetricsText, ANodesRecordIsOpenMetricsWithEscapedLabelsAndAnEnd) {
+  const nlohmann::json record = {{"node_rank", 0},
+                                 {"host", "a\"b"},
+                                 {"state", "running"},
+                                 {"local_ranks", 1},
+                                 {"job", {{"round", 2}, {"restarts", 1}, {"world_size", 8}}},
+                                 {"ranks",
+                                  {{{"rank", 3},
+                                    {"local_rank", 0},
+                                    {"state", "stopped"},
+                                    {"progress_events", 42},
+                                    {"since_progress_s", 1.5},
+                                    {"cpu_s", 2.0},
+                                    {"rss_kib", 10}}}}};
+  const std::string text = openmetrics_text(record.dump());
+  EXPECT_NE(text.find("# TYPE ddplaunch_rank_progress_events counter\n"), std::string::npos);
+  EXPECT_NE(text.find("ddplaunch_rank_progress_events_total{node_rank=\"0\",host=\"a\\\"b\","
+                      "rank=\"3\",local_rank=\"0\"} 42\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("state=\"stopped\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("ddplaunch_rank_memory_bytes{"), std::string::npos) << text;
+  EXPECT_NE(text.find("} 10240\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("ddplaunch_job_restarts_total{"), std::string::npos) << text;
+  EXPECT_NE(text.find("# UNIT ddplaunch_rank_progress_age_seconds seconds\n"), std::string::npos);
+  EXPECT_TRUE(text.ends_with("# EOF\n"));
+  EXPECT_EQ(openmetrics_text("{"), "# EOF\n");
+}
+
+TEST(StatusPage, ThePageNeedsNothingFromElsewhereAndTheEventsAreOneArray) {
+  const std::string& page = status_page_html();
+  EXPECT_EQ(page.find("http://"), std::string::npos);
+  EXPECT_EQ(page.find("https://"), std::string::npos);
+  EXPECT_NE(page.find("/status.json"), std::string::npos);
+  std::deque<std::string> lines = {"{\"event\":\"a\"}\n", "{\"event\":\"b\"}\n"};
+  const auto events = nlohmann::json::parse(events_json(lines));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1]["event"], "b");
+  EXPECT_EQ(events_json({}), "[]");
 }
 
 }  // namespace
