@@ -31,13 +31,17 @@
 // record of B bytes, as their PMIx servers would (mpi/fence.hpp), and the
 // line adds "fence_s" (from the first node's entry to the last node's
 // combined data).
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +52,7 @@
 #include "mpi/fence.hpp"
 #include "rendezvous/keys.hpp"
 #include "rendezvous/records.hpp"
+#include "rendezvous/status_responder.hpp"
 #include "rendezvous/store_host.hpp"
 #include "rendezvous/store_link.hpp"
 #include "store/async_client.hpp"
@@ -198,21 +203,11 @@ int main(int argc, char** argv) {
 
   std::vector<epoll_event> events(4096);
   auto next_tick = Steady::now();
-  // Drives every simulated node until each has `flag`; exits 1 if a node
-  // fails. Counts as nodes change, so that a loop turn costs what it touched.
-  auto run_until = [&](bool State::*flag) {
-    std::vector<char> seen(nodes.size(), 0);
-    size_t count = 0;
-    auto note = [&](size_t i) {
-      if (!seen[i] && nodes[i]->state.*flag) {
-        seen[i] = 1;
-        ++count;
-      }
-    };
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      note(i);
-    }
-    while (count < nodes.size()) {
+  // One turn of the loop over every simulated node: its ready sockets, and
+  // each 20 ms its timers; `note` is told of each node touched. Exits 1 if
+  // a node fails.
+  auto turn = [&](const std::function<void(size_t)>& note) {
+    {
       const int n = epoll_wait(ep, events.data(), static_cast<int>(events.size()), 10);
       auto now = Steady::now();
       std::vector<size_t> touched;
@@ -245,6 +240,24 @@ int main(int argc, char** argv) {
       }
     }
   };
+  // Drives every simulated node until each has `flag`. Counts as nodes
+  // change, so that a loop turn costs what it touched.
+  auto run_until = [&](bool State::*flag) {
+    std::vector<char> seen(nodes.size(), 0);
+    size_t count = 0;
+    auto note = [&](size_t i) {
+      if (!seen[i] && nodes[i]->state.*flag) {
+        seen[i] = 1;
+        ++count;
+      }
+    };
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      note(i);
+    }
+    while (count < nodes.size()) {
+      turn(note);
+    }
+  };
 
   const auto start = Steady::now();
   for (int n = 1; n < nnodes; ++n) {
@@ -266,6 +279,64 @@ int main(int argc, char** argv) {
   const auto joined = Steady::now();
   std::fprintf(stderr, "joined\n");  // scale.py counts node 0's fds now
   std::fflush(stderr);
+
+  // SIM_STATUS=DDPLAUNCH: each simulated node answers `ddplaunch status` as
+  // an agent does (a StatusResponder, with a record of NPROC ranks), and
+  // `DDPLAUNCH status --json` runs 5 times against the job while they do.
+  std::string status_result;
+  if (const char* exe = std::getenv("SIM_STATUS"); exe != nullptr) {
+    std::vector<std::unique_ptr<StatusResponder>> responders;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const int rank0 = static_cast<int>(i + 1) * nproc;
+      responders.push_back(std::make_unique<StatusResponder>(
+          *nodes[i]->store, [i, nproc, rank0](const std::string&) {
+            std::string ranks;
+            for (int r = 0; r < nproc; ++r) {
+              ranks += (r ? "," : "") + std::string("{\"rank\":") + std::to_string(rank0 + r) +
+                       ",\"local_rank\":" + std::to_string(r) +
+                       ",\"pid\":4242,\"state\":\"running\",\"run_s\":12.5,"
+                       "\"progress_events\":1234,\"since_progress_s\":0.2,"
+                       "\"last_line\":\"epoch 3 step 1200 loss 0.1234\",\"cpu_s\":11.9,"
+                       "\"cpu_percent\":95.2,\"rss_kib\":2345678,\"processes\":3}";
+            }
+            return "{\"node_rank\":" + std::to_string(i + 1) +
+                   ",\"host\":\"sim\",\"addr\":\"127.0.0.1\",\"state\":\"running\","
+                   "\"ranks\":[" +
+                   ranks + "]}";
+          }));
+      responders.back()->start(static_cast<int>(i) + 1);
+      sync(i);
+    }
+    std::vector<double> took;
+    const std::string addr = nodes[0]->config.master_addr;
+    for (int k = 0; k < 6; ++k) {
+      const std::string port_text = std::to_string(port);
+      const char* args[] = {exe,          "status",        "--master-addr",
+                            addr.c_str(), "--master-port", port_text.c_str(),
+                            "--json",     "--timeout",     "60",
+                            nullptr};
+      posix_spawn_file_actions_t fa;
+      posix_spawn_file_actions_init(&fa);
+      posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+      pid_t pid = 0;
+      const auto t0 = Steady::now();
+      posix_spawn(&pid, exe, &fa, nullptr, const_cast<char* const*>(args), environ);
+      posix_spawn_file_actions_destroy(&fa);
+      int wstatus = 0;
+      while (waitpid(pid, &wstatus, WNOHANG) == 0) {
+        turn([](size_t) {});
+      }
+      if (k > 0) {  // the first warms the page cache
+        took.push_back(seconds(t0, Steady::now()));
+      }
+      if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+        std::fprintf(stderr, "sim_nodes: ddplaunch status failed (status %d)\n", wstatus);
+        return 1;
+      }
+    }
+    std::sort(took.begin(), took.end());
+    status_result = ", \"status_s\": " + std::to_string(took[took.size() / 2]);
+  }
 
   std::string fence_result;
   if (const char* bytes = std::getenv("SIM_FENCE_BYTES"); bytes != nullptr) {
@@ -306,8 +377,9 @@ int main(int argc, char** argv) {
   run_until(&State::finished);
   const auto finished = Steady::now();
   std::printf(
-      "{\"joined_s\": %.4f, \"verdict_s\": %.4f, \"verdict_code\": %d, \"finished_s\": %.4f%s}\n",
+      "{\"joined_s\": %.4f, \"verdict_s\": %.4f, \"verdict_code\": %d, \"finished_s\": "
+      "%.4f%s%s}\n",
       seconds(start, joined), seconds(stop_sent, verdict), nodes.back()->state.verdict_code,
-      seconds(verdict, finished), fence_result.c_str());
+      seconds(verdict, finished), fence_result.c_str(), status_result.c_str());
   return 0;
 }

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""`ddplaunch status` and --metrics-port, measured.
+
+    /usr/bin/python3 bench/status.py [--build build]
+
+Rows: the time `ddplaunch status --json` takes (median of 10) for a real
+job of 2 nodes x 32 ranks on loopback (64 ranks, 64 `sleep` workers), beside
+`ps -e -o pid,stat,rss,args` (what a user types instead, on one host: the
+floor of reading /proc); then for 256 nodes x 8 ranks, node 0 a real agent
+and nodes 1..255 played by bench/sim_nodes (each answers as an agent does,
+a record of 8 ranks; median of 5). Then the launch of a one-node job of N
+`true` workers (median of 30) with and without --metrics-port: the
+listener's own cost."""
+import argparse
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+
+from benchlib import free_port, raise_fds, run_timed
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def timed(cmd, runs):
+    took = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        took.append(time.perf_counter() - t)
+    return statistics.median(took)
+
+
+def loopback_64(exe):
+    port = free_port()
+    agents = [subprocess.Popen([exe, "--nnodes", "2", "--nproc-per-node", "32", "--master-port",
+                                str(port), "--", "sh", "-c", "while :; do echo x; sleep 1; done"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+              for _ in range(2)]
+    try:
+        ask = [exe, "status", "--master-port", str(port), "--json"]
+        for _ in range(600):
+            r = subprocess.run(ask, capture_output=True, text=True)
+            if r.returncode == 0 and r.stdout.count('"rank"') == 64:
+                break
+            time.sleep(0.1)
+        status = timed(ask, 10)
+        floor = timed(["ps", "-e", "-o", "pid,stat,rss,args"], 10)
+    finally:
+        for a in agents:
+            a.terminate()
+        for a in agents:
+            a.wait()
+    return (f"| 2 nodes x 32 ranks, loopback | {status * 1000:.1f} ms | "
+            f"`ps -e`: {floor * 1000:.1f} ms | {status / floor:.2f}x, "
+            f"{(status - floor) * 1000:+.1f} ms |")
+
+
+def simulated(build, exe, nnodes=256, nproc=8):
+    port = free_port()
+    addr = "127.0.3.7"
+    node0 = subprocess.Popen([exe, "--nnodes", str(nnodes), "--node-rank", "0", "--nproc-per-node",
+                              str(nproc), "--master-addr", addr, "--master-port", str(port),
+                              "--log-level", "error", "--", "sleep", "600"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             preexec_fn=raise_fds)
+    sim = subprocess.run([os.path.join(build, "bench", "sim_nodes"), str(port), str(nnodes),
+                          str(nproc), "sleep", "600"], capture_output=True, text=True,
+                         env={**os.environ, "SIM_STORE_ADDR": addr, "SIM_STATUS": exe},
+                         preexec_fn=raise_fds, timeout=900)
+    node0.kill()
+    node0.wait()
+    if sim.returncode != 0:
+        return f"| {nnodes} nodes x {nproc} ranks, simulated | failed: {sim.stderr[-200:]} | | |"
+    import json
+    r = json.loads(sim.stdout)
+    return (f"| {nnodes} nodes x {nproc} ranks ({nnodes * nproc:,}), simulated | "
+            f"{r['status_s'] * 1000:.1f} ms | | |")
+
+
+def launch_cost(exe, nproc, runs=30):
+    def median(extra):
+        took = []
+        for _ in range(runs):
+            cmd = [exe, "--nproc-per-node", str(nproc), *extra(), "--", "true"]
+            seconds, code = run_timed(cmd)
+            assert code == 0, cmd
+            took.append(seconds)
+        return statistics.median(took)
+    without = median(lambda: [])
+    with_port = median(lambda: ["--metrics-port", str(free_port())])
+    return (f"| {nproc} | {without * 1000:.2f} ms | {with_port * 1000:.2f} ms | "
+            f"{with_port / without:.2f}x, {(with_port - without) * 1000:+.2f} ms |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    args = ap.parse_args()
+    exe = os.path.abspath(os.path.join(args.build, "ddplaunch"))
+    print("| job | `ddplaunch status --json` | floor | ratio, overhead |")
+    print("|---|---|---|---|")
+    print(loopback_64(exe), flush=True)
+    print(simulated(args.build, exe), flush=True)
+    print()
+    print("| workers | launch | with `--metrics-port` | ratio, overhead |")
+    print("|---|---|---|---|")
+    for nproc in (1, 64):
+        print(launch_cost(exe, nproc), flush=True)
+
+
+if __name__ == "__main__":
+    main()
