@@ -4,7 +4,9 @@
     /usr/bin/python3 bench/status.py [--build build]
 
 Rows: the time `ddplaunch status --json` takes (median of 10) for a real
-job of 2 nodes x 32 ranks on loopback (64 ranks, 64 `sleep` workers), beside
+job of 1 node x 64 ranks (asked as typed on its host: the job is found
+from its workers' environment; run nothing else of yours meanwhile) and of
+2 nodes x 32 ranks on loopback (through node 0's store), beside
 `ps -e -o pid,stat,rss,args` (what a user types instead, on one host: the
 floor of reading /proc); then for 256 nodes x 8 ranks, node 0 a real agent
 and nodes 1..255 played by bench/sim_nodes (each answers as an agent does,
@@ -32,14 +34,17 @@ def timed(cmd, runs):
     return statistics.median(took)
 
 
-def loopback_64(exe):
+def ranks_64(exe, nnodes):
     port = free_port()
-    agents = [subprocess.Popen([exe, "--nnodes", "2", "--nproc-per-node", "32", "--master-port",
-                                str(port), "--", "sh", "-c", "while :; do echo x; sleep 1; done"],
+    agents = [subprocess.Popen([exe, "--nnodes", str(nnodes), "--nproc-per-node", str(64 // nnodes),
+                                "--master-port", str(port), "--", "sh", "-c",
+                                "while :; do echo x; sleep 1; done"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-              for _ in range(2)]
+              for _ in range(nnodes)]
     try:
-        ask = [exe, "status", "--master-port", str(port), "--json"]
+        ask = [exe, "status", "--json"]
+        if nnodes > 1:
+            ask += ["--master-port", str(port)]
         for _ in range(600):
             r = subprocess.run(ask, capture_output=True, text=True)
             if r.returncode == 0 and r.stdout.count('"rank"') == 64:
@@ -52,7 +57,8 @@ def loopback_64(exe):
             a.terminate()
         for a in agents:
             a.wait()
-    return (f"| 2 nodes x 32 ranks, loopback | {status * 1000:.1f} ms | "
+    label = "1 node x 64 ranks" if nnodes == 1 else f"{nnodes} nodes x {64 // nnodes} ranks, loopback"
+    return (f"| {label} | {status * 1000:.1f} ms | "
             f"`ps -e`: {floor * 1000:.1f} ms | {status / floor:.2f}x, "
             f"{(status - floor) * 1000:+.1f} ms |")
 
@@ -101,7 +107,8 @@ def main():
     exe = os.path.abspath(os.path.join(args.build, "ddplaunch"))
     print("| job | `ddplaunch status --json` | floor | ratio, overhead |")
     print("|---|---|---|---|")
-    print(loopback_64(exe), flush=True)
+    print(ranks_64(exe, 1), flush=True)
+    print(ranks_64(exe, 2), flush=True)
     print(simulated(args.build, exe), flush=True)
     print()
     print("| workers | launch | with `--metrics-port` | ratio, overhead |")

@@ -129,6 +129,12 @@ void Driver::watch_mpi(int fd) {
   m_loop.set(fd, EPOLLIN, k_tag_mpi);
 }
 
+void Driver::watch_client(AsyncClient* store) {
+  if (m_link == nullptr) {
+    m_store = store;
+  }
+}
+
 void Driver::watch_http(int fd, std::function<void()> serve) {
   m_http = std::move(serve);
   m_loop.set(fd, EPOLLIN, k_tag_http);
@@ -161,9 +167,11 @@ void Driver::run(Agent& agent, ProcessSpawner& spawner, StoreLink* link, AsyncCl
         return;
       }
     }
-    if (m_link != nullptr) {
-      const auto now = std::chrono::steady_clock::now();
+    const auto now = std::chrono::steady_clock::now();
+    if (m_store != nullptr) {
       m_store->on_time(now);
+    }
+    if (m_link != nullptr) {
       m_link->on_time(now);
       if (m_probe != nullptr) {
         m_probe->on_time(now);
@@ -180,9 +188,11 @@ std::optional<Driver::TimePoint> Driver::next_deadline() const {
       deadline = t;
     }
   };
+  if (m_store != nullptr) {
+    consider(m_store->deadline());
+  }
   if (m_link != nullptr) {
     consider(m_link->deadline());
-    consider(m_store->deadline());
     if (m_probe != nullptr) {
       consider(m_probe->deadline());
     }

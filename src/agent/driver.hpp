@@ -53,6 +53,10 @@ class Driver {
   // Calls `pump` whenever `fd` is readable (the PMIx relay's epoll, which
   // outlives the Driver's run).
   void watch_relay(int fd, std::function<void()> pump);
+  // Drives `store` from here on, in a job without a link (one node): the
+  // agent's own connection to its workers' store, made once someone uses
+  // that store (`ddplaunch status`). It must outlive the Driver's run.
+  void watch_client(AsyncClient* store);
   // Calls `serve` whenever `fd` is readable: --metrics-port's listener,
   // which outlives the Driver's run.
   void watch_http(int fd, std::function<void()> serve);

@@ -341,6 +341,21 @@ struct NodeStore {
     driver.watch_probe(probe.get());
   }
 
+  // A one-node job: the agent's own connection to its workers' store, made
+  // when something first connects to that store (a worker, or `ddplaunch
+  // status`), so that status requests reach this agent too. A job nobody
+  // asks about and whose workers never use the store never makes it.
+  void answer_locally(int port, const std::string& token, Agent& agent, Driver& driver) {
+    client = std::make_unique<AsyncClient>("127.0.0.1", port, std::chrono::seconds(10),
+                                           std::chrono::seconds(30),
+                                           std::chrono::steady_clock::now(), token);
+    status = std::make_unique<StatusResponder>(
+        *client, [&agent](const std::string& request) { return agent.status_record(request); });
+    agent.set_status_responder(status.get());
+    status->start(0);
+    driver.watch_client(client.get());
+  }
+
   // The connection first, so that node 0's store sees it close, not a
   // reset; node 0's store goes away only now.
   void close() {
@@ -421,7 +436,9 @@ std::unique_ptr<MetricsServer> serve_metrics(const Config& config, Agent& agent,
         if (path == "/metrics") {
           return {200, k_openmetrics_type, openmetrics_text(agent.status_record("{}"))};
         }
-        const bool node_0 = agent.node_rank().value_or(0) == 0;
+        // Node 0 once rendezvous says so (an agent that does not know its
+        // rank yet serves /metrics only).
+        const bool node_0 = agent.node_rank() == 0;
         if (node_0 && path == "/") {
           return {200, "text/html; charset=utf-8", status_page_html()};
         }
@@ -450,15 +467,18 @@ std::unique_ptr<MetricsServer> serve_metrics(const Config& config, Agent& agent,
 
 // Runs the agent's rounds to the end on the Driver's loop.
 void run_rounds(const EnvMap& env, Agent& agent, Driver& driver, ProcessSpawner& spawner,
-                NodeStore& store, const std::unique_ptr<StoreServer>& workers_store) {
+                NodeStore& store, const std::unique_ptr<StoreServer>& workers_store,
+                const std::string& workers_token) {
   auto fault = env.find("DDPLAUNCH_FAULT");
   try {
     agent.start();
     if (workers_store) {
       // Its thread starts when a worker first connects: a job whose workers
       // never use the store pays one epoll_ctl for it, after the spawn.
-      driver.serve_when_connected(workers_store->listen_fd(),
-                                  [&workers_store] { workers_store->serve(); });
+      driver.serve_when_connected(workers_store->listen_fd(), [&, workers_token] {
+        workers_store->serve();
+        store.answer_locally(workers_store->port(), workers_token, agent, driver);
+      });
     }
     driver.run(agent, spawner, store.link.get(), store.client.get(),
                fault != env.end() && fault->second == "output");
@@ -545,7 +565,9 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   hook_agent(config, env, agent, driver, store, events.get());
   const std::unique_ptr<MetricsServer> metrics =
       serve_metrics(config, agent, driver, store, events.get());
-  run_rounds(env, agent, driver, spawner, store, workers_store);
+  const auto token = worker_env.find("DDPLAUNCH_STORE_TOKEN");
+  run_rounds(env, agent, driver, spawner, store, workers_store,
+             token != worker_env.end() ? token->second : std::string());
   // Every round is over and its workers reaped: the second spawning thread
   // may go, while this one reports.
   retire_spawn_thread();

@@ -26,12 +26,35 @@ void StatusResponder::start(int node_rank) {
   }
 }
 
-// The counter is the last request made: the next one is awaited.
+// The counter is the last request made: it is answered if it is still
+// there (a command waits for it: the responder started after it was made),
+// and the next one is awaited.
 void StatusResponder::resync() {
   if (m_store.failed()) {
     return;
   }
-  m_store.add(status_keys::k_seq, 0, [this](int64_t last) { await(last + 1); });
+  m_store.add(status_keys::k_seq, 0, [this](int64_t last) {
+    if (last <= 0) {
+      await(last + 1);
+      return;
+    }
+    m_store.get(status_keys::request(last), StoreConnection::Duration(1),
+                [this, last](std::optional<std::string> request) {
+                  if (request) {
+                    answer(last, *request);
+                  }
+                  await(last + 1);
+                });
+  });
+}
+
+void StatusResponder::answer(int64_t n, const std::string& request) {
+  const std::string record = m_answer(request);
+  if (!record.empty()) {
+    ++m_answered;
+    m_store.set(status_keys::answer(n, m_node_rank), record, [] {});
+  }
+  log::debug("status request {} answered", n);
 }
 
 void StatusResponder::await(int64_t n) {
@@ -44,12 +67,7 @@ void StatusResponder::await(int64_t n) {
       resync();  // none came in a while: one may have been made and taken back
       return;
     }
-    const std::string record = m_answer(*request);
-    if (!record.empty()) {
-      ++m_answered;
-      m_store.set(status_keys::answer(n, m_node_rank), record, [] {});
-    }
-    log::debug("status request {} answered", n);
+    answer(n, *request);
     await(n + 1);
   });
 }

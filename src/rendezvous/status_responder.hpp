@@ -34,13 +34,15 @@ class StatusResponder {
   // `store` must outlive the responder's use of it.
   StatusResponder(StoreConnection& store, Answer answer);
   // Answers as node `node_rank` from now on; the first call reads the
-  // counter and parks the GET of the next request.
+  // counter, answers the last request if it is still there (made before
+  // this start), and parks the GET of the next one.
   void start(int node_rank);
   int answered() const { return m_answered; }
 
  private:
   void resync();
   void await(int64_t n);
+  void answer(int64_t n, const std::string& request);
 
   StoreConnection& m_store;
   Answer m_answer;

@@ -35,7 +35,6 @@ struct JobAddress {
   std::string host;
   int port = 0;
   std::string token;
-  bool one_node = false;  // GROUP_WORLD_SIZE=1: perhaps a one-node job, whose agent has no store
 };
 
 std::string var(const EnvMap& env, const char* name) {
@@ -51,7 +50,7 @@ EnvMap environ_of(const std::string& pid) {
     size_t end = text.find('\0', at);
     end = end == std::string::npos ? text.size() : end;
     const std::string_view entry(text.data() + at, end - at);
-    if (entry.starts_with("DDPLAUNCH_STORE_") || entry.starts_with("GROUP_WORLD_SIZE=")) {
+    if (entry.starts_with("DDPLAUNCH_STORE_")) {
       const size_t eq = entry.find('=');
       env[std::string(entry.substr(0, eq))] = std::string(entry.substr(eq + 1));
     }
@@ -66,7 +65,7 @@ std::optional<JobAddress> from_worker_env(const EnvMap& env) {
     return std::nullopt;
   }
   return JobAddress{var(env, "DDPLAUNCH_STORE_ADDR"), static_cast<int>(*port),
-                    var(env, "DDPLAUNCH_STORE_TOKEN"), var(env, "GROUP_WORLD_SIZE") == "1"};
+                    var(env, "DDPLAUNCH_STORE_TOKEN")};
 }
 
 // The jobs of this user on this host, by their workers' environment.
@@ -221,12 +220,6 @@ int run_status_command(const StatusCommand& cmd, const EnvMap& env) {
     } catch (const StoreError& e) {
       throw LaunchError(k_exit_no_job, fmt::format("status: the job's store at {}:{} failed: {}",
                                                    job->host, job->port, e.what()));
-    }
-    if (job->one_node && doc["job"].is_null()) {
-      throw LaunchError(k_exit_no_job,
-                        "status: node 0 did not answer: a one-node job (--nnodes 1) has no job "
-                        "store to ask its agent through, and a larger one's node 0 is lost or "
-                        "stopped");
     }
     const std::string text =
         cmd.json ? doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"

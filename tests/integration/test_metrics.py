@@ -96,8 +96,11 @@ def test_the_page_shows_a_failed_rank_then_the_restarted_round_in_a_real_browser
               f'echo boom >&2; exit 3; fi; '
               f'trap "while [ ! -e {release} ]; do sleep 0.05; done; exit 0" TERM; ' + STEPS)
     procs, metrics = start_nodes(jobs, script, ["--max-restarts", 1, "--term-timeout", 120])
-    node0 = next(m for m in metrics
-                 if get(f"http://127.0.0.1:{m}/")[0] == 200)
+    # Node ranks are automatic: node 0 is the agent that serves the page.
+    serving = wait_until(lambda: [m for m in metrics if get(f"http://127.0.0.1:{m}/")[0] == 200],
+                         timeout=60)
+    assert len(serving) == 1, serving
+    node0 = serving[0]
     url = f"http://127.0.0.1:{node0}/"
     def rank_3_failed():
         code, _, text = get(url + "status.json")

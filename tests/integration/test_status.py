@@ -103,7 +103,7 @@ def test_status_as_typed_in_a_workers_shell_finds_its_own_job(jobs, tmp_path):
     port = free_port()
     out = tmp_path / "status.txt"
     script = ('[ "$RANK" = 0 ] && { until "$DDPLAUNCH_EXE" status > ' + str(out) + '.tmp && '
-              'grep -q "step 2 of rank 3" ' + str(out) + '.tmp; do sleep 0.1; done; '
+              'grep -q "of rank 3" ' + str(out) + '.tmp; do sleep 0.1; done; '
               f'"$DDPLAUNCH_EXE" status --json > {tmp_path}/json; '
               f'timeout 1.5 "$DDPLAUNCH_EXE" status --ranks 0-3 --watch > {tmp_path}/watch; '
               'mv ' + str(out) + '.tmp ' + str(out) + '; exit 0; }; ' + STEPS.replace("while true", f"while [ ! -e {out} ]"))
@@ -194,3 +194,18 @@ def test_status_from_another_host_with_the_address_port_and_token(jobs, hosts, t
         "node0": hosts.addrs["node0"], "node1": hosts.addrs["node1"]}, doc["nodes"]
     assert {r["rank"]: r["node_rank"] for r in doc["ranks"]} == {0: 0, 1: 0, 2: 1, 3: 1}
     stop(procs)
+
+
+def test_a_one_node_job_answers_too_once_asked(jobs, tmp_path):
+    """A one-node job (the default) has no job store: its agent connects to
+    the store its workers are given once something does, and answers."""
+    out = tmp_path / "status.json"
+    script = ('if [ "$RANK" = 0 ]; then until "$DDPLAUNCH_EXE" status --json > ' + str(out) +
+              '.tmp && grep -q "of rank 2" ' + str(out) + '.tmp; do sleep 0.1; done; '
+              f'mv {out}.tmp {out}; exit 0; fi; ' +
+              STEPS.replace("while true", f"while [ ! -e {out} ]"))
+    r = jobs.run(["--nproc-per-node", 3, "--", "sh", "-c", script], timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["job"]["nnodes"] == 1 and doc["missing"] == [], doc
+    assert sorted(x["rank"] for x in doc["ranks"]) == [0, 1, 2], doc

@@ -60,7 +60,9 @@ TEST(StatusResponder, EachRequestWakesTheNodeWhichAnswersOnceAndAwaitsTheNext) {
   EXPECT_EQ(got[1], "{\"n\":3}");
 }
 
-TEST(StatusResponder, ANodeThatStartsLateAwaitsTheRequestAfterTheLastOneMade) {
+// A request made before the node's responder started (a one-node job's agent
+// connects once the command does) is answered, then the next one.
+TEST(StatusResponder, ANodeThatStartsLateAnswersTheRequestStillWaitingThenTheNext) {
   FakeClock clock;
   FakeStore store(clock);
   FakeConnection node(store);
@@ -77,7 +79,8 @@ TEST(StatusResponder, ANodeThatStartsLateAwaitsTheRequestAfterTheLastOneMade) {
   drain({&node});
   asker.set(status_keys::request(6), "new", [] {});
   drain({&asker, &node});
-  EXPECT_EQ(asked, std::vector<std::string>{"new"});
+  EXPECT_EQ(asked, (std::vector<std::string>{"old", "new"}));
+  EXPECT_EQ(responder.answered(), 2);
 }
 
 TEST(ProcessUsage, AStatLineWithSpacesAndParenthesesInItsNameParses) {
