@@ -133,7 +133,12 @@ MHD_Result answer(void* cls, MHD_Connection* connection, const char* url, const 
     r = {400, "text/plain; charset=utf-8", "no body expected\n"};
     *upload_size = 0;
   } else {
-    r = impl->handler(url);
+    try {
+      r = impl->handler(url);
+    } catch (const std::exception& e) {  // never through libmicrohttpd's C frames
+      log::warn("metrics listener: {} failed: {}", url, e.what());
+      r = {500, "text/plain; charset=utf-8", "internal error\n"};
+    }
   }
   MHD_Response* resp =
       m.MHD_create_response_from_buffer(r.body.size(), r.body.data(), MHD_RESPMEM_MUST_COPY);

@@ -35,7 +35,7 @@ std::string cut(std::string line, int width) {
 }
 
 std::string job_line(const json& doc) {
-  const json& j = doc["job"];
+  const json j = doc.value("job", json());
   if (!j.is_object()) {
     return "job: node 0 did not answer\n";
   }
@@ -46,45 +46,9 @@ std::string job_line(const json& doc) {
       j.value("world_size", 0), secs(j.value("elapsed_s", json())));
 }
 
-}  // namespace
-
-std::string status_document(int64_t n, const std::vector<int>& asked,
-                            const std::vector<std::optional<std::string>>& answers,
-                            const std::optional<std::set<int>>& only) {
-  json doc = {{"request", n},
-              {"job", nullptr},
-              {"nodes", json::array()},
-              {"ranks", json::array()},
-              {"missing", json::array()}};
-  for (size_t k = 0; k < asked.size() && k < answers.size(); ++k) {
-    const int r = asked[k];
-    json answer = answers[k] ? json::parse(*answers[k], nullptr, false) : json();
-    if (!answer.is_object()) {
-      doc["missing"].push_back(r);
-      continue;
-    }
-    if (answer.contains("job")) {
-      doc["job"] = answer["job"];
-    }
-    if (only && !only->contains(r)) {
-      continue;  // node 0, asked for the job's size only
-    }
-    for (auto rank : answer.value("ranks", json::array())) {
-      rank["node_rank"] = r;
-      doc["ranks"].push_back(std::move(rank));
-    }
-    answer.erase("ranks");
-    answer.erase("job");
-    doc["nodes"].push_back(std::move(answer));
-  }
-  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-std::string format_status(const std::string& text, int width) {
-  const json doc = json::parse(text, nullptr, false);
-  if (!doc.is_object()) {
-    return "status: no answer could be read\n";
-  }
+// The screen of a parsed document; throws json::exception for a field of the
+// wrong type.
+std::string format_document(const json& doc, int width) {
   std::string out = job_line(doc);
   out += cut(fmt::format("{:>5} {:<16} {:<15} {:<9} {:>8} {:>7} {:>7}", "NODE", "HOST", "ADDRESS",
                          "STATE", "AGENT", "CPU", "RSS"),
@@ -116,6 +80,61 @@ std::string format_status(const std::string& text, int width) {
     out += cut(row + r.value("last_line", ""), width) + "\n";
   }
   return out;
+}
+
+}  // namespace
+
+std::string status_document(int64_t n, const std::vector<int>& asked,
+                            const std::vector<std::optional<std::string>>& answers,
+                            const std::optional<std::set<int>>& only) {
+  json doc = {{"request", n},
+              {"job", nullptr},
+              {"nodes", json::array()},
+              {"ranks", json::array()},
+              {"missing", json::array()}};
+  // An answer is whatever was written under its key (the workers'
+  // credential may write there too): anything but the shapes expected is
+  // left out, never trusted.
+  for (size_t k = 0; k < asked.size() && k < answers.size(); ++k) {
+    const int r = asked[k];
+    json answer = answers[k] ? json::parse(*answers[k], nullptr, false) : json();
+    if (!answer.is_object()) {
+      doc["missing"].push_back(r);
+      continue;
+    }
+    if (const auto job = answer.find("job"); job != answer.end() && job->is_object()) {
+      doc["job"] = *job;
+    }
+    if (only && !only->contains(r)) {
+      continue;  // node 0, asked for the job's size only
+    }
+    if (const auto ranks = answer.find("ranks"); ranks != answer.end() && ranks->is_array()) {
+      for (auto rank : *ranks) {
+        if (rank.is_object()) {
+          rank["node_rank"] = r;
+          doc["ranks"].push_back(std::move(rank));
+        }
+      }
+    }
+    answer.erase("ranks");
+    answer.erase("job");
+    doc["nodes"].push_back(std::move(answer));
+  }
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string format_status(const std::string& text, int width) {
+  const json doc = json::parse(text, nullptr, false);
+  if (!doc.is_object()) {
+    return "status: no answer could be read\n";
+  }
+  try {
+    return format_document(doc, width);
+  } catch (const json::exception&) {
+    // A field of the wrong type (an answer written by hand): what can be
+    // shown is not worth a crash.
+    return job_line(json::object()) + "status: an answer held a field of the wrong type\n";
+  }
 }
 
 }  // namespace ddplaunch

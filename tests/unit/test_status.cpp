@@ -158,6 +158,21 @@ TEST(StatusView, TheDocumentListsWhoAnsweredWhoDidNotAndTheJobFromNodeZero) {
   EXPECT_EQ(j["ranks"][1]["node_rank"], 2);
 }
 
+// The workers' credential may write status/ keys: an answer of any shape is
+// read for what it holds, and never breaks the document or the screen.
+TEST(StatusView, ForgedAnswersAreLeftOutNotTrusted) {
+  const std::string doc = status_document(3, {0, 1, 2, 3},
+                                          {R"({"job":5,"ranks":"x"})", R"([1,2])",
+                                           R"({"ranks":[7,{"rank":"a","pid":[]}]})", "\xff\xfe"},
+                                          std::nullopt);
+  const auto j = nlohmann::json::parse(doc);
+  EXPECT_TRUE(j["job"].is_null());
+  EXPECT_EQ(j["missing"], nlohmann::json::array({1, 3}));
+  ASSERT_EQ(j["ranks"].size(), 1u);
+  const std::string screen = format_status(doc, 80);
+  EXPECT_NE(screen.find("a field of the wrong type"), std::string::npos) << screen;
+}
+
 TEST(MetricsText, ANodesRecordIsOpenMetricsWithEscapedLabelsAndAnEnd) {
   const nlohmann::json record = {{"node_rank", 0},
                                  {"host", "a\"b"},
