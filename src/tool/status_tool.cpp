@@ -38,7 +38,7 @@ struct JobAddress {
   std::string token;
 };
 
-std::string var(const EnvMap& env, const char* name) {
+std::string env_value(const EnvMap& env, const char* name) {
   auto it = env.find(name);
   return it != env.end() ? it->second : "";
 }
@@ -61,12 +61,12 @@ EnvMap environ_of(const std::string& pid) {
 }
 
 std::optional<JobAddress> from_worker_env(const EnvMap& env) {
-  const auto port = parse_integer_in(var(env, "DDPLAUNCH_STORE_PORT"), 1, 65535);
-  if (!port || var(env, "DDPLAUNCH_STORE_ADDR").empty()) {
+  const auto port = parse_integer_in(env_value(env, "DDPLAUNCH_STORE_PORT"), 1, 65535);
+  if (!port || env_value(env, "DDPLAUNCH_STORE_ADDR").empty()) {
     return std::nullopt;
   }
-  return JobAddress{var(env, "DDPLAUNCH_STORE_ADDR"), static_cast<int>(*port),
-                    var(env, "DDPLAUNCH_STORE_TOKEN")};
+  return JobAddress{env_value(env, "DDPLAUNCH_STORE_ADDR"), static_cast<int>(*port),
+                    env_value(env, "DDPLAUNCH_STORE_TOKEN")};
 }
 
 // The jobs of this user on this host, by their workers' environment.
@@ -104,7 +104,7 @@ std::string job_token(const StatusCommand& cmd, const EnvMap& env, std::string f
     }
     return std::move(file.secret);
   }
-  if (std::string token = var(env, "DDPLAUNCH_RDZV_TOKEN"); !token.empty()) {
+  if (std::string token = env_value(env, "DDPLAUNCH_RDZV_TOKEN"); !token.empty()) {
     return token;
   }
   return fallback;
@@ -114,7 +114,7 @@ std::string job_token(const StatusCommand& cmd, const EnvMap& env, std::string f
 JobAddress find_job(const StatusCommand& cmd, const EnvMap& env) {
   if (cmd.port) {
     return JobAddress{cmd.addr.empty() ? "127.0.0.1" : cmd.addr, *cmd.port,
-                      job_token(cmd, env, var(env, "DDPLAUNCH_STORE_TOKEN"))};
+                      job_token(cmd, env, env_value(env, "DDPLAUNCH_STORE_TOKEN"))};
   }
   if (auto job = from_worker_env(env)) {
     job->token = job_token(cmd, env, job->token);
