@@ -54,7 +54,11 @@ std::string Agent::status_record(const std::string& request_text) const {
   }
   const auto now = m_clock.now();
   const double wall = m_clock.wall_now();
-  const ProcessUsage agent = tree_usage({::getpid()}).front();
+  // One pass over /proc: the workers' trees, then this agent's own.
+  std::vector<pid_t> roots = m_pids;
+  roots.push_back(::getpid());
+  const std::vector<ProcessUsage> usage = tree_usage(roots);
+  const ProcessUsage& agent = usage.back();
   json node = {{"node_rank", node_rank},
                {"host", m_self.host},
                {"addr", m_self.addr},
@@ -78,7 +82,6 @@ std::string Agent::status_record(const std::string& request_text) const {
                    {"start_time", m_agent_began},
                    {"elapsed_s", wall - m_agent_began}};
   }
-  const std::vector<ProcessUsage> usage = tree_usage(m_pids);
   json out = json::array();
   for (size_t i = 0; shown && i < m_pids.size() && m_plan && i < m_plan->workers.size(); ++i) {
     const int rank = m_plan->workers[i].rank;

@@ -12,7 +12,8 @@
 #include "agent/agent.hpp"
 #include "agent/driver.hpp"
 #include "agent/health_check.hpp"
-#include "agent/metrics_http.hpp"
+#include "agent/job_pages.hpp"
+#include "agent/node_store.hpp"
 #include "agent/reach_probe.hpp"
 #include "config/launch_error.hpp"
 #include "launcher/agent_channel.hpp"
@@ -27,11 +28,9 @@
 #include "node/resources.hpp"
 #include "output/console.hpp"
 #include "output/event_log.hpp"
-#include "output/metrics_text.hpp"
 #include "output/report_json.hpp"
 #include "output/reports.hpp"
 #include "output/status_page.hpp"
-#include "output/status_view.hpp"
 #include "posix/fd.hpp"
 #include "posix/interfaces.hpp"
 #include "posix/net.hpp"
@@ -50,12 +49,6 @@
 namespace ddplaunch {
 
 namespace {
-
-// How long node 0 keeps the store for the other nodes once its own run is
-// over: each reads the job's verdict and leaves (a node that joined the
-// next round just as node 0 was stopped would otherwise find the store gone
-// and end with exit 4, not the verdict).
-constexpr auto k_store_linger = std::chrono::seconds(1);
 
 int dry_run(const Config& config, const EnvMap& env, const NodeIdentity& self,
             ConsoleWriter& console) {
@@ -253,24 +246,6 @@ Agent::GpuReleaseWait gpu_release_wait(const EnvMap& env, Driver& driver) {
   };
 }
 
-// The network preflight's probe, with this node's probe listener (on every
-// address: peers dial the one gloo and NCCL will use) when --preflight asks
-// for one; node 0's --preflight decides whether the job runs it.
-std::unique_ptr<ReachProbe> open_probe(const Config& config, NodeIdentity& self) {
-  auto probe = std::make_unique<ReachProbe>();
-  if (config.preflight) {
-    try {
-      self.probe_port = probe->listen_on();
-    } catch (const std::system_error& e) {
-      log::warn(
-          "network preflight: no probe port here ({}); the other nodes do not probe this "
-          "node",
-          e.what());
-    }
-  }
-  return probe;
-}
-
 // Process-wide settings made while this process has one thread.
 void prepare_process(const Config& config, const EnvMap& env) {
   ::signal(SIGPIPE, SIG_IGN);
@@ -312,63 +287,6 @@ std::unique_ptr<PmixServer> start_pmix(const EnvMap& env, const JobGuard& guard)
   }
   return PmixServer::start(std::move(options));
 }
-
-// A job of several nodes: node 0 hosts the store; every agent holds one
-// connection to it, and its network preflight's probe.
-struct NodeStore {
-  std::unique_ptr<StoreServer> server;
-  std::unique_ptr<AsyncClient> client;
-  std::unique_ptr<ReachProbe> probe;
-  std::unique_ptr<StoreLink> link;
-  std::unique_ptr<StatusResponder> status;     // `ddplaunch status`'s requests
-  std::unique_ptr<StatusCollector> collector;  // --metrics-port's page, on node 0
-
-  NodeStore(const Config& config, const StoreAddress& address, Clock& clock, NodeIdentity& self,
-            Driver& driver) {
-    if (config.nnodes <= 1) {
-      return;
-    }
-    server = host_store(config, address);
-    if (config.pick_store_port && server) {
-      announce_store_port(address.port);
-    }
-    client = std::make_unique<AsyncClient>(
-        address.host, address.port, millis(config.rdzv_timeout_s),
-        millis(config.heartbeat_timeout_s), clock.now(), address.token);
-    probe = open_probe(config, self);
-    link = make_store_link(config, address, *client, clock, server.get());
-    link->set_probe(probe.get());
-    driver.watch_probe(probe.get());
-  }
-
-  // A one-node job: the agent's own connection to its workers' store, made
-  // when something first connects to that store (a worker, or `ddplaunch
-  // status`), so that status requests reach this agent too. A job nobody
-  // asks about and whose workers never use the store never makes it.
-  void answer_locally(int port, const std::string& token, Agent& agent, Driver& driver) {
-    client = std::make_unique<AsyncClient>("127.0.0.1", port, std::chrono::seconds(10),
-                                           std::chrono::seconds(30),
-                                           std::chrono::steady_clock::now(), token);
-    status = std::make_unique<StatusResponder>(
-        *client, [&agent](const std::string& request) { return agent.status_record(request); });
-    agent.set_status_responder(status.get());
-    status->start(0);
-    driver.watch_client(client.get());
-  }
-
-  // The connection first, so that node 0's store sees it close, not a
-  // reset; node 0's store goes away only now.
-  void close() {
-    link.reset();
-    client.reset();
-    status.reset();
-    collector.reset();
-    if (server && !server->wait_until_idle(k_store_linger)) {
-      log::debug("leaving with nodes still connected to the store");
-    }
-    server.reset();
-  }
-};
 
 // --event-log's health_check event: before joining, or before a round.
 void health_event(EventLog* events, const HealthCheckResult& result, std::string_view before) {
@@ -414,55 +332,6 @@ void hook_agent(const Config& config, const EnvMap& env, Agent& agent, Driver& d
         [&agent](const std::string& request) { return agent.status_record(request); });
     agent.set_status_responder(store.status.get());
   }
-}
-
-// --metrics-port: this node's /metrics, on the Driver's loop; nullptr
-// without it. Throws UsageError (exit 2) where it cannot listen.
-std::unique_ptr<MetricsServer> serve_metrics(const Config& config, Agent& agent, Driver& driver,
-                                             NodeStore& store, EventLog* events) {
-  if (config.metrics_port == 0) {
-    return nullptr;
-  }
-  static const SystemClock clock;
-  if (store.client) {
-    store.collector = std::make_unique<StatusCollector>(*store.client, clock,
-                                                        [&agent] { return agent.round_nnodes(); });
-  }
-  StatusCollector* collector = store.collector.get();
-  auto server = MetricsServer::start(
-      config.metrics_bind, config.metrics_port,
-      [&agent, collector, events](std::string_view path) -> MetricsServer::Response {
-        constexpr const char* k_json = "application/json";
-        if (path == "/metrics") {
-          return {200, k_openmetrics_type, openmetrics_text(agent.status_record("{}"))};
-        }
-        // Node 0 once rendezvous says so (an agent that does not know its
-        // rank yet serves /metrics only).
-        const bool node_0 = agent.node_rank() == 0;
-        if (node_0 && path == "/") {
-          return {200, "text/html; charset=utf-8", status_page_html()};
-        }
-        if (node_0 && path == "/status.json") {
-          if (collector == nullptr) {  // one node: its own answer is the job's
-            return {200, k_json,
-                    status_document(0, {0}, {agent.status_record("{}")}, std::nullopt)};
-          }
-          collector->refresh();
-          return collector->last().empty()
-                     ? MetricsServer::Response{503, k_json, "{\"collecting\":true}"}
-                     : MetricsServer::Response{200, k_json, collector->last()};
-        }
-        if (node_0 && path == "/events.json") {
-          return {200, k_json, events_json(events->recent())};
-        }
-        return {404, "text/plain; charset=utf-8",
-                "not found: each node serves /metrics; node 0 also /, /status.json and "
-                "/events.json\n"};
-      });
-  driver.watch_http(server->fd(), [s = server.get()] { s->run(); });
-  log::debug("serving OpenMetrics at http://{}:{}/metrics", config.metrics_bind,
-             config.metrics_port);
-  return server;
 }
 
 // Runs the agent's rounds to the end on the Driver's loop.
@@ -563,8 +432,12 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   }
   Agent agent(config, worker_env, self, spawner, clock, store.link.get(), console, pmix.get());
   hook_agent(config, env, agent, driver, store, events.get());
+  if (config.metrics_port != 0 && store.client) {
+    store.collector = std::make_unique<StatusCollector>(*store.client, clock,
+                                                        [&agent] { return agent.round_nnodes(); });
+  }
   const std::unique_ptr<MetricsServer> metrics =
-      serve_metrics(config, agent, driver, store, events.get());
+      serve_job_pages(config, agent, driver, store.collector.get(), events.get());
   const auto token = worker_env.find("DDPLAUNCH_STORE_TOKEN");
   run_rounds(env, agent, driver, spawner, store, workers_store,
              token != worker_env.end() ? token->second : std::string());

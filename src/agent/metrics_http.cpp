@@ -1,18 +1,17 @@
 #include "agent/metrics_http.hpp"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 
 #include "config/launch_error.hpp"
 #include "log.hpp"
 #include "posix/fd.hpp"
 #include "posix/library.hpp"
+#include "posix/net.hpp"
 
 #if DDPLAUNCH_HAVE_MHD
 #include <microhttpd.h>
@@ -69,45 +68,27 @@ void log_mhd(void*, const char* format, va_list args) {
   log::debug("metrics listener: {}", line);
 }
 
-// The listening socket, bound here so that each failure is its own line.
+// The listening socket (posix::listen_tcp), each failure its own line.
 posix::Fd listen_on(const std::string& addr, int port) {
-  sockaddr_storage ss = {};
-  socklen_t len = 0;
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
-  if (::inet_pton(AF_INET, addr.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<uint16_t>(port));
-    len = sizeof *v4;
-  } else if (::inet_pton(AF_INET6, addr.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<uint16_t>(port));
-    len = sizeof *v6;
-  } else {
+  unsigned char probe[sizeof(in6_addr)];
+  if (::inet_pton(AF_INET, addr.c_str(), probe) != 1 &&
+      ::inet_pton(AF_INET6, addr.c_str(), probe) != 1) {
     throw UsageError("--metrics-bind " + addr +
                      ": not an IP address; give one of this host's (127.0.0.1, 0.0.0.0: all)");
   }
-  posix::Fd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  const int one = 1;
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-    const int e = errno;
-    if (e == EADDRINUSE) {
+  try {
+    return posix::listen_tcp(addr, port, 64);
+  } catch (const std::system_error& e) {
+    if (e.code().value() == EADDRINUSE) {
       throw UsageError("--metrics-port " + std::to_string(port) + ": the port is in use on " +
                        addr + "; give another (each agent on one host needs its own)");
     }
-    if (e == EADDRNOTAVAIL) {
+    if (e.code().value() == EADDRNOTAVAIL) {
       throw UsageError("--metrics-bind " + addr +
                        ": not an address of this host; give one of its addresses, or 0.0.0.0");
     }
-    throw UsageError("--metrics-port " + std::to_string(port) + " on " + addr +
-                     ": cannot listen: " + std::strerror(e));
+    throw UsageError("--metrics-port " + std::to_string(port) + " on " + addr + ": " + e.what());
   }
-  if (::listen(fd.get(), 64) != 0) {
-    throw UsageError("--metrics-port " + std::to_string(port) +
-                     ": cannot listen: " + std::strerror(errno));
-  }
-  return fd;
 }
 
 }  // namespace

@@ -103,7 +103,7 @@ def test_status_as_typed_in_a_workers_shell_finds_its_own_job(jobs, tmp_path):
     port = free_port()
     out = tmp_path / "status.txt"
     script = ('[ "$RANK" = 0 ] && { until "$DDPLAUNCH_EXE" status > ' + str(out) + '.tmp && '
-              'grep -q "of rank 3" ' + str(out) + '.tmp; do sleep 0.1; done; '
+              '[ $(grep -c "of rank" ' + str(out) + '.tmp) -ge 3 ]; do sleep 0.1; done; '
               f'"$DDPLAUNCH_EXE" status --json > {tmp_path}/json; '
               f'timeout 1.5 "$DDPLAUNCH_EXE" status --ranks 0-3 --watch > {tmp_path}/watch; '
               'mv ' + str(out) + '.tmp ' + str(out) + '; exit 0; }; ' + STEPS.replace("while true", f"while [ ! -e {out} ]"))

@@ -1,0 +1,80 @@
+#include "agent/node_store.hpp"
+
+#include <chrono>
+#include <system_error>
+
+#include "launcher/agent_channel.hpp"
+#include "log.hpp"
+#include "rendezvous/store_host.hpp"
+
+namespace ddplaunch {
+
+namespace {
+
+// How long node 0 keeps the store for the other nodes once its own run is
+// over: each reads the job's verdict and leaves (a node that joined the
+// next round just as node 0 was stopped would otherwise find the store gone
+// and end with exit 4, not the verdict).
+constexpr auto k_store_linger = std::chrono::seconds(1);
+
+// The network preflight's probe, with this node's probe listener (on every
+// address: peers dial the one gloo and NCCL will use) when --preflight asks
+// for one; node 0's --preflight decides whether the job runs it.
+std::unique_ptr<ReachProbe> open_probe(const Config& config, NodeIdentity& self) {
+  auto probe = std::make_unique<ReachProbe>();
+  if (config.preflight) {
+    try {
+      self.probe_port = probe->listen_on();
+    } catch (const std::system_error& e) {
+      log::warn(
+          "network preflight: no probe port here ({}); the other nodes do not probe this "
+          "node",
+          e.what());
+    }
+  }
+  return probe;
+}
+
+}  // namespace
+
+NodeStore::NodeStore(const Config& config, const StoreAddress& address, Clock& clock,
+                     NodeIdentity& self, Driver& driver) {
+  if (config.nnodes <= 1) {
+    return;
+  }
+  server = host_store(config, address);
+  if (config.pick_store_port && server) {
+    announce_store_port(address.port);
+  }
+  client =
+      std::make_unique<AsyncClient>(address.host, address.port, millis(config.rdzv_timeout_s),
+                                    millis(config.heartbeat_timeout_s), clock.now(), address.token);
+  probe = open_probe(config, self);
+  link = make_store_link(config, address, *client, clock, server.get());
+  link->set_probe(probe.get());
+  driver.watch_probe(probe.get());
+}
+
+void NodeStore::answer_locally(int port, const std::string& token, Agent& agent, Driver& driver) {
+  client = std::make_unique<AsyncClient>("127.0.0.1", port, std::chrono::seconds(10),
+                                         std::chrono::seconds(30), std::chrono::steady_clock::now(),
+                                         token);
+  status = std::make_unique<StatusResponder>(
+      *client, [&agent](const std::string& request) { return agent.status_record(request); });
+  agent.set_status_responder(status.get());
+  status->start(0);
+  driver.watch_client(client.get());
+}
+
+void NodeStore::close() {
+  link.reset();
+  client.reset();
+  status.reset();
+  collector.reset();
+  if (server && !server->wait_until_idle(k_store_linger)) {
+    log::debug("leaving with nodes still connected to the store");
+  }
+  server.reset();
+}
+
+}  // namespace ddplaunch

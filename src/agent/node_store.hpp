@@ -1,0 +1,47 @@
+// NodeStore: this agent's side of the job's store. In a job of several
+// nodes, node 0 hosts the store and every agent holds one connection to it,
+// its link, its network preflight's probe and its `ddplaunch status`
+// responder (node 0 also the live page's collector). A one-node job makes a
+// connection to its workers' own store only once something uses that store
+// (answer_locally()).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "agent/agent.hpp"
+#include "agent/driver.hpp"
+#include "agent/reach_probe.hpp"
+#include "config/config.hpp"
+#include "node/identity.hpp"
+#include "rendezvous/status_collector.hpp"
+#include "rendezvous/status_responder.hpp"
+#include "rendezvous/store_link.hpp"
+#include "store/async_client.hpp"
+#include "store/server.hpp"
+
+namespace ddplaunch {
+
+struct NodeStore {
+  std::unique_ptr<StoreServer> server;
+  std::unique_ptr<AsyncClient> client;
+  std::unique_ptr<ReachProbe> probe;
+  std::unique_ptr<StoreLink> link;
+  std::unique_ptr<StatusResponder> status;     // `ddplaunch status`'s requests
+  std::unique_ptr<StatusCollector> collector;  // --metrics-port's page, on node 0
+
+  // Nothing for a one-node job.
+  NodeStore(const Config& config, const StoreAddress& address, Clock& clock, NodeIdentity& self,
+            Driver& driver);
+  // A one-node job: the agent's own connection to its workers' store (on
+  // `port`, with `token`), made when something first connects to that store
+  // (a worker, or `ddplaunch status`), so that status requests reach this
+  // agent too. A job nobody asks about and whose workers never use the
+  // store never makes it.
+  void answer_locally(int port, const std::string& token, Agent& agent, Driver& driver);
+  // The connection first, so that node 0's store sees it close, not a
+  // reset; node 0's store goes away only now.
+  void close();
+};
+
+}  // namespace ddplaunch
