@@ -22,9 +22,11 @@ packages=(build-essential cmake pkg-config libcli11-dev libspdlog-dev libfmt-dev
           clang-format clang libclang-rt-14-dev git iproute2 slurmctld slurmd slurm-client munge elfutils help2man
           strace openssh-server openssh-client nftables libmicrohttpd-dev)
 # What only the test suite drives: a real Prometheus server scrapes
-# --metrics-port, and headless Chromium renders node 0's live page.
+# --metrics-port, headless Chromium renders node 0's live page, and gdb
+# with Python's gdb extension (python3-dbg) shows `ddplaunch stacks`'
+# Python frames.
 if [ "$mode" = test ]; then
-  packages+=(prometheus chromium)
+  packages+=(prometheus chromium gdb python3-dbg)
 fi
 missing=()
 for p in "${packages[@]}"; do

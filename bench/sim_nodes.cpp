@@ -289,7 +289,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < nodes.size(); ++i) {
       const int rank0 = static_cast<int>(i + 1) * nproc;
       responders.push_back(std::make_unique<StatusResponder>(
-          *nodes[i]->store, [i, nproc, rank0](const std::string&) {
+          *nodes[i]->store, k_status_keys,
+          [i, nproc, rank0](const std::string&, const StatusResponder::Reply& reply) {
             std::string ranks;
             for (int r = 0; r < nproc; ++r) {
               ranks += (r ? "," : "") + std::string("{\"rank\":") + std::to_string(rank0 + r) +
@@ -299,10 +300,10 @@ int main(int argc, char** argv) {
                        "\"last_line\":\"epoch 3 step 1200 loss 0.1234\",\"cpu_s\":11.9,"
                        "\"cpu_percent\":95.2,\"rss_kib\":2345678,\"processes\":3}";
             }
-            return "{\"node_rank\":" + std::to_string(i + 1) +
-                   ",\"host\":\"sim\",\"addr\":\"127.0.0.1\",\"state\":\"running\","
-                   "\"ranks\":[" +
-                   ranks + "]}";
+            reply("{\"node_rank\":" + std::to_string(i + 1) +
+                  ",\"host\":\"sim\",\"addr\":\"127.0.0.1\",\"state\":\"running\","
+                  "\"ranks\":[" +
+                  ranks + "]}");
           }));
       responders.back()->start(static_cast<int>(i) + 1);
       sync(i);

@@ -95,8 +95,9 @@ std::optional<int> run_subcommand(int argc, char** argv, const ddplaunch::EnvMap
   if (first == "token") {
     return run_token_command(rest, env);
   }
-  if (first == "status") {
-    const StatusCommand command = parse_status_command(rest);
+  if (first == "status" || first == "stacks") {
+    const StatusCommand command =
+        first == "status" ? parse_status_command(rest) : parse_stacks_command(rest);
     if (command.print_and_exit) {
       std::fputs(command.print_and_exit->c_str(), stdout);
       return k_exit_ok;

@@ -26,6 +26,7 @@ Agent::Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner
       m_link(link),
       m_router(config, console),
       m_error_files(m_self.job_dir),
+      m_stacks(spawner, clock),
       m_mpi(mpi) {}
 
 std::string Agent::node_name() const {
@@ -219,6 +220,7 @@ void Agent::on_output_closed(int local_rank, Stream stream) {
 
 void Agent::on_time() {
   const auto now = m_clock.now();
+  m_stacks.on_time();
   check_hangs(now);
   if (m_supervisor && m_phase == Phase::k_running) {
     if (auto d = m_supervisor->deadline(); d && now >= *d) {
@@ -257,6 +259,7 @@ std::optional<Agent::TimePoint> Agent::next_deadline() const {
   if (m_pending_error && m_report_deadline) {
     consider(m_report_deadline);
   }
+  consider(m_stacks.next_deadline());
   return first;
 }
 

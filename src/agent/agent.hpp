@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/stack_capture.hpp"
 #include "config/config.hpp"
 #include "config/env_map.hpp"
 #include "ddplaunch/error.hpp"
@@ -79,10 +80,17 @@ class Agent : public JobLink::Listener {
   // `ddplaunch status`: the responder started once this node's rank is
   // known (nullptr: a job without a store), and this node's answer to a
   // request (its JSON text; "" when its filter leaves this node out).
-  void set_status_responder(StatusResponder* responder) { m_status = responder; }
+  void set_status_responders(StatusResponder* status, StatusResponder* stacks) {
+    m_status = status;
+    m_stacks_responder = stacks;
+  }
   // The running round's nodes (0 before the first round).
   int round_nnodes() const { return m_plan ? m_plan->layout.nnodes : 0; }
   std::string status_record(const std::string& request) const;
+  // `ddplaunch stacks`: takes the stacks of the ranks asked about here, and
+  // gives this node's record to `reply` once the debuggers are done (none
+  // when its filter leaves this node out).
+  void stacks_request(const std::string& request, StatusResponder::Reply reply);
 
   // Joins the job (multi-node) or starts the workers (one node).
   void start();
@@ -132,8 +140,9 @@ class Agent : public JobLink::Listener {
   // The MPI host has news (its fd was readable): workers that called
   // MPI_Init, MPI_Finalize or MPI_Abort, fences to move along.
   void on_mpi();
-  // The debugger printing hung worker `local_rank`'s native stacks ended.
-  void on_stacks_dumped(int local_rank);
+  // The debugger `debugger` printing worker `local_rank`'s stacks ended (a
+  // hung worker's, or `ddplaunch stacks`').
+  void on_stacks_dumped(int local_rank, pid_t debugger);
   // Call once now >= next_deadline().
   void on_time();
   std::optional<TimePoint> next_deadline() const;
@@ -293,6 +302,8 @@ class Agent : public JobLink::Listener {
   GpuReleaseWait m_gpu_release_wait;
   EventLog* m_events = nullptr;
   StatusResponder* m_status = nullptr;
+  StatusResponder* m_stacks_responder = nullptr;
+  StackCapture m_stacks;                     // `ddplaunch stacks`' debuggers
   std::vector<long long> m_progress_writes;  // each rank's writes to DDPLAUNCH_PROGRESS_FD
   double m_rendezvous_began = 0;             // wall time this round's rendezvous began
   double m_agent_began = 0;                  // wall time start() was called

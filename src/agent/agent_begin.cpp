@@ -193,8 +193,10 @@ void Agent::begin(const Topology& topology, int node_rank) {
   m_hung.reset();
   m_supervisor.emplace(static_cast<int>(m_pids.size()), millis(m_config.term_timeout_s));
   m_phase = Phase::k_running;
-  if (m_status != nullptr) {
-    m_status->start(node_rank);
+  for (StatusResponder* responder : {m_status, m_stacks_responder}) {
+    if (responder != nullptr) {
+      responder->start(node_rank);
+    }
   }
 }
 

@@ -33,17 +33,70 @@ double seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-}  // namespace
-
-std::string Agent::status_record(const std::string& request_text) const {
-  json request = json::parse(request_text, nullptr, false);
-  std::optional<std::set<int>> ranks;
-  std::optional<std::set<int>> nodes;
+// A request's filters: false when one is bad (no answer).
+bool filters_of(const std::string& text, json& request, std::optional<std::set<int>>& ranks,
+                std::optional<std::set<int>>& nodes) {
+  request = json::parse(text, nullptr, false);
   try {
     ranks = request.is_object() ? filter(request, "ranks") : std::nullopt;
     nodes = request.is_object() ? filter(request, "nodes") : std::nullopt;
   } catch (const std::exception& e) {
     log::debug("a status request with a bad filter: {}", e.what());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void Agent::stacks_request(const std::string& text, StatusResponder::Reply reply) {
+  json request;
+  std::optional<std::set<int>> ranks;
+  std::optional<std::set<int>> nodes;
+  if (!filters_of(text, request, ranks, nodes)) {
+    return;
+  }
+  const int node_rank = m_plan ? m_plan->layout.node_rank : -1;
+  const bool shown = !nodes || nodes->contains(node_rank);
+  if (!shown && node_rank != 0) {
+    return;  // node 0 always answers: it alone knows the job's size
+  }
+  json head = {{"node_rank", node_rank}, {"host", m_self.host}, {"round", m_round}};
+  if (node_rank == 0 || m_link == nullptr) {
+    head["job"] = {{"nnodes", m_plan ? m_plan->layout.nnodes : 0}};
+  }
+  std::vector<StackCapture::Target> targets;
+  const std::vector<ProcessUsage> usage = shown ? tree_usage(m_pids) : std::vector<ProcessUsage>();
+  for (size_t i = 0; i < usage.size() && m_plan && i < m_plan->workers.size(); ++i) {
+    const int rank = m_plan->workers[i].rank;
+    if (ranks && !ranks->contains(rank)) {
+      continue;
+    }
+    StackCapture::Target t{rank, static_cast<int>(i), m_pids[i], "", usage[i].pids};
+    if (auto exit = m_supervisor ? m_supervisor->exit_of(static_cast<int>(i)) : std::nullopt) {
+      t.ended = exit->describe();
+    }
+    targets.push_back(std::move(t));
+  }
+  // The command waits --timeout for the answers: this node gives its own a
+  // little before, with what it has by then.
+  const auto timeout = request.is_object() && request.value("timeout_s", json()).is_number()
+                           ? request["timeout_s"].get<double>()
+                           : 30.0;
+  const auto margin = std::chrono::milliseconds(500);
+  const auto wait = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::duration<double>(std::clamp(timeout, 0.1, 86400.0))) -
+                                 margin,
+                             std::chrono::milliseconds(100));
+  m_stacks.capture(head.dump(), std::move(targets), m_clock.now() + wait,
+                   [reply = std::move(reply)](const std::string& record) { reply(record); });
+}
+
+std::string Agent::status_record(const std::string& request_text) const {
+  json request;
+  std::optional<std::set<int>> ranks;
+  std::optional<std::set<int>> nodes;
+  if (!filters_of(request_text, request, ranks, nodes)) {
     return {};
   }
   const int node_rank = m_plan ? m_plan->layout.node_rank : -1;

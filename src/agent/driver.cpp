@@ -360,7 +360,7 @@ void Driver::reap() {
     // handled.
     sync_worker_fds();
     if (auto dumped = m_spawner->debugger_of(reaped->first)) {
-      m_agent->on_stacks_dumped(*dumped);
+      m_agent->on_stacks_dumped(*dumped, reaped->first);
       continue;
     }
     auto lr = m_spawner->local_rank_of(reaped->first);

@@ -327,10 +327,7 @@ void hook_agent(const Config& config, const EnvMap& env, Agent& agent, Driver& d
   agent.set_gpu_release_wait(gpu_release_wait(env, driver));
   if (store.link) {
     store.link->set_listener(agent);
-    store.status = std::make_unique<StatusResponder>(
-        *store.client,
-        [&agent](const std::string& request) { return agent.status_record(request); });
-    agent.set_status_responder(store.status.get());
+    store.answer_requests(agent);
   }
 }
 

@@ -59,17 +59,30 @@ void NodeStore::answer_locally(int port, const std::string& token, Agent& agent,
   client = std::make_unique<AsyncClient>("127.0.0.1", port, std::chrono::seconds(10),
                                          std::chrono::seconds(30), std::chrono::steady_clock::now(),
                                          token);
-  status = std::make_unique<StatusResponder>(
-      *client, [&agent](const std::string& request) { return agent.status_record(request); });
-  agent.set_status_responder(status.get());
+  answer_requests(agent);
   status->start(0);
+  stacks->start(0);
   driver.watch_client(client.get());
+}
+
+void NodeStore::answer_requests(Agent& agent) {
+  status = std::make_unique<StatusResponder>(
+      *client, k_status_keys,
+      [&agent](const std::string& request, const StatusResponder::Reply& reply) {
+        reply(agent.status_record(request));
+      });
+  stacks = std::make_unique<StatusResponder>(
+      *client, k_stacks_keys, [&agent](const std::string& request, StatusResponder::Reply reply) {
+        agent.stacks_request(request, std::move(reply));
+      });
+  agent.set_status_responders(status.get(), stacks.get());
 }
 
 void NodeStore::close() {
   link.reset();
   client.reset();
   status.reset();
+  stacks.reset();
   collector.reset();
   if (server && !server->wait_until_idle(k_store_linger)) {
     log::debug("leaving with nodes still connected to the store");

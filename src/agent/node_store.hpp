@@ -28,6 +28,7 @@ struct NodeStore {
   std::unique_ptr<ReachProbe> probe;
   std::unique_ptr<StoreLink> link;
   std::unique_ptr<StatusResponder> status;     // `ddplaunch status`'s requests
+  std::unique_ptr<StatusResponder> stacks;     // `ddplaunch stacks`'
   std::unique_ptr<StatusCollector> collector;  // --metrics-port's page, on node 0
 
   // Nothing for a one-node job.
@@ -39,6 +40,9 @@ struct NodeStore {
   // agent too. A job nobody asks about and whose workers never use the
   // store never makes it.
   void answer_locally(int port, const std::string& token, Agent& agent, Driver& driver);
+  // `ddplaunch status` and `ddplaunch stacks` answered by `agent` through
+  // the connection (`client`), from the agent's first round on.
+  void answer_requests(Agent& agent);
   // The connection first, so that node 0's store sees it close, not a
   // reset; node 0's store goes away only now.
   void close();

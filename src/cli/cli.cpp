@@ -226,6 +226,7 @@ constexpr const char* k_help_footer =
     "Commands (each has its own --help):\n"
     "  ddplaunch check [disk] [gpu] [strays]   this node's built-in health checks\n"
     "  ddplaunch status [--json] [--watch]     what a running job's nodes and ranks do now\n"
+    "  ddplaunch stacks [--ranks R]            its ranks' stacks now (the job goes on)\n"
     "  ddplaunch store get|set|add|wait|...    the job's store, from a worker\n"
     "  ddplaunch token init|path               the job token your multi-node jobs use\n"
     "\n"

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 
@@ -73,6 +74,7 @@ std::vector<ProcessUsage> tree_usage(const std::vector<pid_t>& roots) {
         u.cpu_s += static_cast<double>(s.ticks) / tick;
         u.rss_kib += s.rss_pages * page_kib;
         ++u.processes;
+        u.pids.push_back(pid);
         if (at == pid) {
           u.state = s.state;
         }
@@ -81,6 +83,11 @@ std::vector<ProcessUsage> tree_usage(const std::vector<pid_t>& roots) {
       auto parent = all.find(at);
       at = parent == all.end() ? 0 : parent->second.ppid;
     }
+  }
+  for (size_t i = 0; i < usage.size(); ++i) {
+    const pid_t root = roots[i];
+    std::sort(usage[i].pids.begin(), usage[i].pids.end(),
+              [root](pid_t a, pid_t b) { return (a == root) != (b == root) ? a == root : a < b; });
   }
   return usage;
 }

@@ -13,10 +13,11 @@
 namespace ddplaunch {
 
 struct ProcessUsage {
-  double cpu_s = 0;       // user + system time of the tree's live processes
-  long long rss_kib = 0;  // their resident set sizes, summed
-  int processes = 0;      // in the tree
-  char state = '?';       // the root's /proc state: R, S, D, T (stopped), Z...
+  double cpu_s = 0;         // user + system time of the tree's live processes
+  long long rss_kib = 0;    // their resident set sizes, summed
+  int processes = 0;        // in the tree
+  char state = '?';         // the root's /proc state: R, S, D, T (stopped), Z...
+  std::vector<pid_t> pids;  // the tree's processes: the root first, then by pid
 };
 
 // One /proc/PID/stat line's fields: state, parent, CPU ticks, RSS pages.

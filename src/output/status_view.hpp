@@ -1,5 +1,6 @@
 // `ddplaunch status`'s screen: the job, its nodes and its ranks as a
-// table, from the document the command collected (docs/STATUS.md). Pure.
+// table, from the document the command collected (docs/STATUS.md); and
+// `ddplaunch stacks`' text, each rank's processes' stacks. Pure.
 #pragma once
 
 #include <cstdint>
@@ -19,5 +20,11 @@ std::string status_document(int64_t n, const std::vector<int>& asked,
 
 // `doc` is the command's JSON document; lines are cut to `width` columns.
 std::string format_status(const std::string& doc, int width);
+
+// `doc` is `ddplaunch stacks`' document (status_document() of its
+// answers): every rank's processes and their stacks, by rank. Control
+// characters in a debugger's output (it may print a process's memory)
+// become '?'.
+std::string format_stacks(const std::string& doc);
 
 }  // namespace ddplaunch

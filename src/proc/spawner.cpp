@@ -68,27 +68,43 @@ std::vector<pid_t> ProcessSpawner::reclaim(std::chrono::milliseconds timeout, in
 }
 
 bool ProcessSpawner::dump_stacks(int local_rank) {
-  const Child& child = m_children.at(static_cast<size_t>(local_rank));
-  const std::string pid = std::to_string(child.pid());
-  ChildStart start;
+  const std::string pid = std::to_string(m_children.at(static_cast<size_t>(local_rank)).pid());
   // Its stderr pipe, opened anew through /proc: the debugger writes where
-  // the worker does. In the launcher's process group: the worker's is the
-  // one being stopped.
-  start.output_path = "/proc/" + pid + "/fd/2";
+  // the worker does.
+  return start_debugger(
+             local_rank,
+             {{"eu-stack", "-p", pid},
+              {"gdb", "-p", pid, "-batch", "-nx", "-q", "-ex", "thread apply all bt"},
+              {"cuda-gdb", "-p", pid, "-batch", "-nx", "-q", "-ex", "thread apply all bt"}},
+             "/proc/" + pid + "/fd/2")
+      .has_value();
+}
+
+std::optional<Spawner::Debugger> ProcessSpawner::start_debugger(
+    int local_rank, const std::vector<std::vector<std::string>>& candidates,
+    const std::string& output_path) {
+  ChildStart start;
+  start.output_path = output_path;
+  // In the launcher's process group: a worker's may be the one being stopped.
   start.own_group = false;
-  for (auto& argv : std::vector<std::vector<std::string>>{
-           {"eu-stack", "-p", pid},
-           {"gdb", "-p", pid, "-batch", "-nx", "-q", "-ex", "thread apply all bt"},
-           {"cuda-gdb", "-p", pid, "-batch", "-nx", "-q", "-ex", "thread apply all bt"}}) {
-    start.argv = std::move(argv);
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    start.argv = candidates[i];
     try {
       m_debuggers.emplace_back(ProcessStarter().start(start), local_rank);
-      return true;
+      return Debugger{m_debuggers.back().first.pid(), i};
     } catch (const LaunchError&) {
       // not installed: the next one
     }
   }
-  return false;
+  return std::nullopt;
+}
+
+void ProcessSpawner::stop_debugger(pid_t pid) {
+  for (const auto& [debugger, local_rank] : m_debuggers) {
+    if (debugger.pid() == pid) {
+      debugger.signal(SIGKILL);
+    }
+  }
 }
 
 std::optional<int> ProcessSpawner::debugger_of(pid_t pid) {

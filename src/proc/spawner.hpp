@@ -38,6 +38,25 @@ class Spawner {
     (void)local_rank;
     return false;
   }
+  // `ddplaunch stacks`: the first of `candidates` (debugger command lines,
+  // found on PATH) that starts, for worker `local_rank`, printing into
+  // `output_path`, in the launcher's process group: its pid and which
+  // candidate it is; nullopt when none is installed. The owner learns when
+  // it ends (ProcessSpawner::debugger_of()), and may end it sooner
+  // (stop_debugger()).
+  struct Debugger {
+    pid_t pid = -1;
+    size_t which = 0;
+  };
+  virtual std::optional<Debugger> start_debugger(
+      int local_rank, const std::vector<std::vector<std::string>>& candidates,
+      const std::string& output_path) {
+    (void)local_rank;
+    (void)candidates;
+    (void)output_path;
+    return std::nullopt;
+  }
+  virtual void stop_debugger(pid_t pid) { (void)pid; }
   // Before a new round: kills whatever the last round left (a process that
   // escaped its worker's group deeper than kill_all()'s sweep reaches, found
   // by the job's marker) and waits up to `timeout` for it to be gone.
@@ -56,14 +75,18 @@ class ProcessSpawner : public Spawner {
   void signal(int local_rank, int sig) override;
   void kill_all() override;
   bool dump_stacks(int local_rank) override;
+  std::optional<Debugger> start_debugger(int local_rank,
+                                         const std::vector<std::vector<std::string>>& candidates,
+                                         const std::string& output_path) override;
+  void stop_debugger(pid_t pid) override;
   std::vector<pid_t> reclaim(std::chrono::milliseconds timeout, int& killed) override;
   // The job's DDPLAUNCH_AGENT_ID (JobGuard::marker()), for reclaim(); none:
   // reclaim() finds nothing.
   void set_marker(std::string marker) { m_marker = std::move(marker); }
 
   std::vector<Child>& children() { return m_children; }
-  // The local rank whose stacks the reaped `pid` printed (dump_stacks()),
-  // or nullopt when it was not one of those debuggers.
+  // The local rank whose stacks the reaped `pid` printed (dump_stacks(),
+  // start_debugger()), or nullopt when it was not one of those debuggers.
   std::optional<int> debugger_of(pid_t pid);
   // One more each spawn() (a round of a restarted job): the children, and
   // their pipes, are new.

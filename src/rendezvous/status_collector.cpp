@@ -22,8 +22,8 @@ void StatusCollector::refresh() {
   }
   m_in_flight = true;
   const int nnodes = std::max(1, m_nnodes());
-  m_store.add(status_keys::k_seq, 1, [this, nnodes](int64_t n) {
-    m_store.set(status_keys::request(n), "{}", [this, n, nnodes] { collect(n, nnodes); });
+  m_store.add(k_status_keys.seq(), 1, [this, nnodes](int64_t n) {
+    m_store.set(k_status_keys.request(n), "{}", [this, n, nnodes] { collect(n, nnodes); });
   });
 }
 
@@ -31,7 +31,7 @@ void StatusCollector::collect(int64_t n, int nnodes) {
   std::vector<std::string> keys;
   std::vector<int> asked;
   for (int r = 0; r < nnodes; ++r) {
-    keys.push_back(status_keys::answer(n, r));
+    keys.push_back(k_status_keys.answer(n, r));
     asked.push_back(r);
   }
   m_store.wait(keys, m_timeout, [this, n, keys, asked](bool) {
@@ -42,7 +42,7 @@ void StatusCollector::collect(int64_t n, int nnodes) {
       for (const auto& key : keys) {
         m_store.erase(key, [] {});
       }
-      m_store.erase(status_keys::request(n), [] {});
+      m_store.erase(k_status_keys.request(n), [] {});
     });
   });
 }

@@ -6,17 +6,16 @@
 
 namespace ddplaunch {
 
-namespace status_keys {
-std::string request(int64_t n) {
-  return "status/" + std::to_string(n);
+std::string RequestKeys::request(int64_t n) const {
+  return m_prefix + "/" + std::to_string(n);
 }
-std::string answer(int64_t n, int node_rank) {
+
+std::string RequestKeys::answer(int64_t n, int node_rank) const {
   return request(n) + "/" + std::to_string(node_rank);
 }
-}  // namespace status_keys
 
-StatusResponder::StatusResponder(StoreConnection& store, Answer answer)
-    : m_store(store), m_answer(std::move(answer)) {}
+StatusResponder::StatusResponder(StoreConnection& store, RequestKeys keys, Answer answer)
+    : m_store(store), m_keys(std::move(keys)), m_answer(std::move(answer)) {}
 
 void StatusResponder::start(int node_rank) {
   m_node_rank = node_rank;
@@ -33,12 +32,12 @@ void StatusResponder::resync() {
   if (m_store.failed()) {
     return;
   }
-  m_store.add(status_keys::k_seq, 0, [this](int64_t last) {
+  m_store.add(m_keys.seq(), 0, [this](int64_t last) {
     if (last <= 0) {
       await(last + 1);
       return;
     }
-    m_store.get(status_keys::request(last), StoreConnection::Duration(1),
+    m_store.get(m_keys.request(last), StoreConnection::Duration(1),
                 [this, last](std::optional<std::string> request) {
                   if (request) {
                     answer(last, *request);
@@ -49,12 +48,15 @@ void StatusResponder::resync() {
 }
 
 void StatusResponder::answer(int64_t n, const std::string& request) {
-  const std::string record = m_answer(request);
-  if (!record.empty()) {
+  std::weak_ptr<bool> alive = m_alive;
+  m_answer(request, [this, alive, n](const std::string& record) {
+    if (alive.expired() || record.empty() || m_store.failed()) {
+      return;
+    }
     ++m_answered;
-    m_store.set(status_keys::answer(n, m_node_rank), record, [] {});
-  }
-  log::debug("status request {} answered", n);
+    m_store.set(m_keys.answer(n, m_node_rank), record, [] {});
+    log::debug("{} answered", m_keys.request(n));
+  });
 }
 
 void StatusResponder::await(int64_t n) {
@@ -62,7 +64,7 @@ void StatusResponder::await(int64_t n) {
     return;
   }
   const auto wait = std::chrono::duration_cast<StoreConnection::Duration>(k_repark);
-  m_store.get(status_keys::request(n), wait, [this, n](std::optional<std::string> request) {
+  m_store.get(m_keys.request(n), wait, [this, n](std::optional<std::string> request) {
     if (!request) {
       resync();  // none came in a while: one may have been made and taken back
       return;

@@ -21,6 +21,7 @@
 #include "posix/fd.hpp"
 #include "posix/secret_file.hpp"
 #include "rendezvous/status_responder.hpp"
+#include "rendezvous/store_host.hpp"
 
 namespace ddplaunch {
 
@@ -36,6 +37,7 @@ struct JobAddress {
   std::string host;
   int port = 0;
   std::string token;
+  std::vector<std::string> tokens;  // to try in turn (job_tokens())
 };
 
 std::string env_value(const EnvMap& env, const char* name) {
@@ -65,8 +67,10 @@ std::optional<JobAddress> from_worker_env(const EnvMap& env) {
   if (!port || env_value(env, "DDPLAUNCH_STORE_ADDR").empty()) {
     return std::nullopt;
   }
-  return JobAddress{env_value(env, "DDPLAUNCH_STORE_ADDR"), static_cast<int>(*port),
-                    env_value(env, "DDPLAUNCH_STORE_TOKEN")};
+  return JobAddress{env_value(env, "DDPLAUNCH_STORE_ADDR"),
+                    static_cast<int>(*port),
+                    env_value(env, "DDPLAUNCH_STORE_TOKEN"),
+                    {}};
 }
 
 // The jobs of this user on this host, by their workers' environment.
@@ -96,28 +100,48 @@ std::vector<JobAddress> jobs_on_this_host() {
   return jobs;
 }
 
-std::string job_token(const StatusCommand& cmd, const EnvMap& env, std::string fallback) {
+// The credentials to try, in turn: the one given (--token-file, else
+// $DDPLAUNCH_RDZV_TOKEN), else the one found with the job (a worker's) and
+// the token `ddplaunch token init` made, if there is one. A worker's
+// credential may not ask for stacks, so stacks try the user's token first;
+// a one-node job knows only its workers' credential.
+std::vector<std::string> job_tokens(const StatusCommand& cmd, const EnvMap& env,
+                                    std::string found) {
   if (!cmd.token_file.empty()) {
-    posix::SecretFile file = posix::read_secret_file(cmd.token_file, "status --token-file", false);
+    posix::SecretFile file = posix::read_secret_file(
+        cmd.token_file, cmd.stacks ? "stacks --token-file" : "status --token-file", false);
     if (!file.warning.empty()) {
       log::warn("{}", file.warning);
     }
-    return std::move(file.secret);
+    return {std::move(file.secret)};
   }
   if (std::string token = env_value(env, "DDPLAUNCH_RDZV_TOKEN"); !token.empty()) {
-    return token;
+    return {token};
   }
-  return fallback;
+  std::vector<std::string> tokens = {std::move(found)};
+  const std::string path = user_token_file(env);
+  struct stat st = {};
+  if (!path.empty() && ::stat(path.c_str(), &st) == 0) {
+    try {
+      std::string user = posix::read_secret_file(path, "the token file", false).secret;
+      if (user != tokens.front()) {
+        tokens.insert(cmd.stacks ? tokens.begin() : tokens.end(), std::move(user));
+      }
+    } catch (const LaunchError& e) {
+      log::debug("{}", e.what());
+    }
+  }
+  return tokens;
 }
 
 // The job to ask. Throws LaunchError (exit 3) when none is found.
 JobAddress find_job(const StatusCommand& cmd, const EnvMap& env) {
   if (cmd.port) {
-    return JobAddress{cmd.addr.empty() ? "127.0.0.1" : cmd.addr, *cmd.port,
-                      job_token(cmd, env, env_value(env, "DDPLAUNCH_STORE_TOKEN"))};
+    return JobAddress{cmd.addr.empty() ? "127.0.0.1" : cmd.addr, *cmd.port, "",
+                      job_tokens(cmd, env, env_value(env, "DDPLAUNCH_STORE_TOKEN"))};
   }
   if (auto job = from_worker_env(env)) {
-    job->token = job_token(cmd, env, job->token);
+    job->tokens = job_tokens(cmd, env, job->token);
     return *job;
   }
   std::vector<JobAddress> jobs = jobs_on_this_host();
@@ -126,18 +150,19 @@ JobAddress find_job(const StatusCommand& cmd, const EnvMap& env) {
     for (const auto& j : jobs) {
       ports += (ports.empty() ? "" : ", ") + std::to_string(j.port);
     }
-    throw UsageError(fmt::format(
-        "status: {} jobs of yours run on this host (ports {}): give the one to show with "
-        "--master-port",
-        jobs.size(), ports));
+    throw UsageError(
+        fmt::format("{}: {} jobs of yours run on this host (ports {}): give the one to show with "
+                    "--master-port",
+                    cmd.stacks ? "stacks" : "status", jobs.size(), ports));
   }
   if (jobs.empty()) {
     throw LaunchError(k_exit_no_job,
-                      "status: no ddplaunch job of yours runs on this host (none of your "
-                      "processes is a worker of one): give --master-addr and --master-port of "
-                      "a job's node 0, and its token");
+                      fmt::format("{}: no ddplaunch job of yours runs on this host (none of your "
+                                  "processes is a worker of one): give --master-addr and "
+                                  "--master-port of a job's node 0, and its token",
+                                  cmd.stacks ? "stacks" : "status"));
   }
-  jobs[0].token = job_token(cmd, env, jobs[0].token);
+  jobs[0].tokens = job_tokens(cmd, env, jobs[0].token);
   return jobs[0];
 }
 
@@ -145,18 +170,29 @@ JobAddress find_job(const StatusCommand& cmd, const EnvMap& env) {
 
 namespace {
 
+// One request's answers: node 0's first, then the other nodes asked.
+struct Answers {
+  int64_t n = 0;
+  std::vector<int> asked;
+  std::vector<std::optional<std::string>> answers;
+  std::optional<std::set<int>> only;  // --nodes
+};
+
 // Asks once: node 0 first (it knows the job's size), then every other node
-// asked, until the deadline. The keys are removed after.
-json ask(StoreClient& store, const StatusCommand& cmd) {
+// asked, until the deadline. The keys are removed after. A stacks answer
+// may be near the store's largest value: those are read one at a time.
+Answers ask(StoreClient& store, const StatusCommand& cmd, const RequestKeys& kind) {
   const auto deadline =
       std::chrono::steady_clock::now() + Ms(static_cast<long long>(cmd.timeout_s * 1000));
   auto left = [&deadline] {
     return std::max(Ms(1),
                     std::chrono::duration_cast<Ms>(deadline - std::chrono::steady_clock::now()));
   };
-  const int64_t n = store.add(status_keys::k_seq, 1);
-  store.set(status_keys::request(n), json{{"ranks", cmd.ranks}, {"nodes", cmd.nodes}}.dump());
-  const std::string first = status_keys::answer(n, 0);
+  Answers a;
+  a.n = store.add(kind.seq(), 1);
+  store.set(kind.request(a.n),
+            json{{"ranks", cmd.ranks}, {"nodes", cmd.nodes}, {"timeout_s", cmd.timeout_s}}.dump());
+  const std::string first = kind.answer(a.n, 0);
   std::optional<std::string> node0;
   if (store.wait({first}, left())) {
     node0 = store.get(first);
@@ -169,33 +205,32 @@ json ask(StoreClient& store, const StatusCommand& cmd) {
       count != job.end() && count->is_number_integer()
           ? static_cast<int>(std::clamp<int64_t>(count->get<int64_t>(), 1, 1'000'000))
           : 1;
-  const std::optional<std::set<int>> only =
-      cmd.nodes.empty() ? std::nullopt : std::optional(parse_rank_list(cmd.nodes, "--nodes"));
-  std::vector<int> asked;  // node 0 first: its answer is in
-  std::vector<std::optional<std::string>> answers = {node0};
+  a.only = cmd.nodes.empty() ? std::nullopt : std::optional(parse_rank_list(cmd.nodes, "--nodes"));
+  a.answers = {node0};
   std::vector<std::string> keys = {first};
   for (int r = 0; r < nnodes; ++r) {
-    if (r == 0 || !only || only->contains(r)) {
-      asked.push_back(r);
+    if (r == 0 || !a.only || a.only->contains(r)) {
+      a.asked.push_back(r);
     }
-    if (r > 0 && asked.back() == r) {
-      keys.push_back(status_keys::answer(n, r));
+    if (r > 0 && a.asked.back() == r) {
+      keys.push_back(kind.answer(a.n, r));
     }
   }
-  for (size_t i = 1; i < keys.size(); i += k_keys_at_once) {
-    const auto end = std::min(keys.size(), i + k_keys_at_once);
+  const size_t at_once = cmd.stacks ? 1 : k_keys_at_once;
+  for (size_t i = 1; i < keys.size(); i += at_once) {
+    const auto end = std::min(keys.size(), i + at_once);
     const std::vector<std::string> part(keys.begin() + static_cast<std::ptrdiff_t>(i),
                                         keys.begin() + static_cast<std::ptrdiff_t>(end));
     store.wait(part, left());
     for (auto& v : store.multi_get(part)) {
-      answers.push_back(std::move(v));
+      a.answers.push_back(std::move(v));
     }
   }
   for (const auto& key : keys) {
     store.remove(key);
   }
-  store.remove(status_keys::request(n));
-  return json::parse(status_document(n, asked, answers, only));
+  store.remove(kind.request(a.n));
+  return a;
 }
 
 int terminal_width() {
@@ -209,29 +244,44 @@ int terminal_width() {
 }  // namespace
 
 int run_status_command(const StatusCommand& cmd, const EnvMap& env) {
+  const char* name = cmd.stacks ? "stacks" : "status";
   const std::optional<JobAddress> job = find_job(cmd, env);
   std::optional<StoreClient> store;
-  try {
-    store.emplace(job->host, job->port, Ms(static_cast<long long>(cmd.timeout_s * 1000)),
-                  Ms(static_cast<long long>(cmd.timeout_s * 1000) + 5000), job->token);
-    store->set_prefix("");
-  } catch (const StoreError& e) {
-    throw LaunchError(k_exit_no_job, fmt::format("status: no job answers at {}:{}: {}", job->host,
-                                                 job->port, e.what()));
+  // A stacks request waits longer for its answers, not for the store.
+  const Ms connect(static_cast<long long>(std::min(cmd.timeout_s, 5.0) * 1000));
+  for (size_t i = 0; !store; ++i) {
+    try {
+      store.emplace(job->host, job->port, connect,
+                    Ms(static_cast<long long>(cmd.timeout_s * 1000) + 5000), job->tokens.at(i));
+      store->set_prefix("");
+    } catch (const StoreError& e) {
+      if (i + 1 < job->tokens.size()) {
+        continue;  // the next credential
+      }
+      throw LaunchError(k_exit_no_job, fmt::format("{}: no job answers at {}:{}: {}", name,
+                                                   job->host, job->port, e.what()));
+    }
   }
   const bool tty = ::isatty(STDOUT_FILENO) == 1;
   for (;;) {
     json doc;
     try {
-      doc = ask(*store, cmd);
+      const Answers a = ask(*store, cmd, cmd.stacks ? k_stacks_keys : k_status_keys);
+      doc = json::parse(status_document(a.n, a.asked, a.answers, a.only));
     } catch (const StoreError& e) {
-      throw LaunchError(k_exit_no_job, fmt::format("status: the job's store at {}:{} failed: {}",
+      if (cmd.stacks &&
+          std::string_view(e.what()).find("workers' credential") != std::string_view::npos) {
+        throw LaunchError(k_exit_no_job,
+                          "stacks: the workers' credential may not ask for stacks: give the "
+                          "job's token with --token-file FILE or $DDPLAUNCH_RDZV_TOKEN");
+      }
+      throw LaunchError(k_exit_no_job, fmt::format("{}: the job's store at {}:{} failed: {}", name,
                                                    job->host, job->port, e.what()));
     }
-    const std::string text =
-        cmd.json ? doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"
-                 : format_status(doc.dump(-1, ' ', false, json::error_handler_t::replace),
-                                 terminal_width());
+    const std::string dumped = doc.dump(-1, ' ', false, json::error_handler_t::replace);
+    const std::string text = cmd.json     ? dumped + "\n"
+                             : cmd.stacks ? format_stacks(dumped)
+                                          : format_status(dumped, terminal_width());
     std::fputs(cmd.watch_s && tty ? ("\x1b[H\x1b[2J" + text).c_str() : text.c_str(), stdout);
     std::fflush(stdout);
     if (!cmd.watch_s) {

@@ -13,7 +13,8 @@
 //   seq=N          lines "RANK:K" for K < N on stdout, in 64 KiB writes   seqerr=N  on stderr
 //   pidfile=DIR    create DIR/<pid> (tests check every such pid is gone afterwards)
 //   ready=DIR      create DIR/ready.<rank>      waitfile=PATH  wait until PATH exists
-//   cat            copy stdin to stdout
+//   cat            copy stdin to stdout          readfifo=PATH  block in read() on the FIFO PATH
+//                                                  until a byte comes (`ddplaunch stacks` sees it)
 //   trap=SIG       on SIG, print "caught SIGNAME" and go on   fds  print open fds: "fds 0 1 2"
 //   checkpoint=SIG on SIG, print "checkpointed on SIGNAME" and exit 0 (a preempted rank)
 #include <fcntl.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -247,6 +249,15 @@ int main(int argc, char** argv) {
         }
       }
       write_str(1, out + "\n");
+    } else if (action == "readfifo") {
+      // Read-write: the open never waits for a writer, the read does.
+      const int fd = open(value.c_str(), O_RDWR);
+      char byte = 0;
+      if (fd < 0 || read(fd, &byte, 1) != 1) {
+        write_str(2, "ddplaunch_worker: readfifo " + value + ": " + std::strerror(errno) + "\n");
+        return 98;
+      }
+      close(fd);
     } else if (action == "cat") {
       char buf[4096];
       ssize_t n;

@@ -133,7 +133,8 @@ def test_help_fits_100_columns_names_every_value_and_lists_commands_and_exit_cod
     assert "--nnodes N|MIN:MAX" in out and "--hang-timeout SECONDS" in out, out
     assert "--preempt-signal SIG" in out and "--summary-json FILE" in out, out
     assert "--nproc_per_node" not in out, "torchrun's underscore spellings are accepted, not listed"
-    for command in ("ddplaunch check", "ddplaunch status", "ddplaunch store", "ddplaunch token"):
+    for command in ("ddplaunch check", "ddplaunch status", "ddplaunch stacks", "ddplaunch store",
+                    "ddplaunch token"):
         assert command in out, out
     codes = out[out.index("Exit status:"):]
     for code in ("0", "1", "2", "3", "4", "5", "75", "93", "127", "128+N"):

@@ -798,7 +798,7 @@ TEST_F(AgentTest, AHungNativeRanksStacksArePrintedBeforeItIsAborted) {
   EXPECT_EQ(spawner.dumps, (std::vector<int>{1}));
   EXPECT_EQ(spawner.count(SIGABRT), 0) << "not while the debugger prints its stacks";
   agent->on_output(1, Stream::k_err, "#0  0x00007f clock_nanosleep\n");
-  agent->on_stacks_dumped(1);
+  agent->on_stacks_dumped(1, 0);
   EXPECT_EQ(spawner.signals, (std::vector<std::pair<int, int>>{{1, SIGABRT}}));
   ends(1, ExitInfo::signaled(SIGABRT));
   ends(0, ExitInfo::signaled(SIGTERM));
@@ -822,12 +822,12 @@ TEST_F(AgentTest, EveryRankWithoutProgressGivesItsStacksAndTheOddOneIsBlamed) {
   pass(3s);
   EXPECT_EQ(spawner.dumps, (std::vector<int>{0, 1, 2}));
   agent->on_output(0, Stream::k_err, "TID 10:\n#0  0x1 MPI_Allreduce\n#1  0x2 main\n");
-  agent->on_stacks_dumped(0);
+  agent->on_stacks_dumped(0, 0);
   agent->on_output(1, Stream::k_err, "TID 11:\n#0  0x1 read_input\n#1  0x2 main\n");
-  agent->on_stacks_dumped(1);
+  agent->on_stacks_dumped(1, 0);
   EXPECT_EQ(spawner.count(SIGABRT), 0) << "not while a debugger still prints";
   agent->on_output(2, Stream::k_err, "TID 12:\n#0  0x1 MPI_Allreduce\n#1  0x2 main\n");
-  agent->on_stacks_dumped(2);
+  agent->on_stacks_dumped(2, 0);
   EXPECT_EQ(spawner.signals,
             (std::vector<std::pair<int, int>>{{0, SIGABRT}, {1, SIGABRT}, {2, SIGABRT}}));
   ends(0, ExitInfo::signaled(SIGABRT));  // the first to end is a victim
@@ -854,7 +854,7 @@ TEST_F(AgentTest, ASlowDebuggerDoesNotDelayTheAbortPastItsWait) {
   EXPECT_EQ(spawner.count(SIGABRT), 0);
   pass(1s);
   EXPECT_EQ(spawner.count(SIGABRT), 1);
-  agent->on_stacks_dumped(0);  // late: nothing more
+  agent->on_stacks_dumped(0, 0);  // late: nothing more
   EXPECT_EQ(spawner.count(SIGABRT), 1);
 }
 

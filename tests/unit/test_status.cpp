@@ -1,9 +1,13 @@
 // `ddplaunch status`'s parts: a node's answers on request (StatusResponder
 // over the fake store), the /proc stat parser and the screen.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <memory>
 #include <nlohmann/json.hpp>
 
+#include "agent/stack_capture.hpp"
 #include "fake_store.hpp"
 #include "node/process_usage.hpp"
 #include "output/metrics_text.hpp"
@@ -35,23 +39,25 @@ TEST(StatusResponder, EachRequestWakesTheNodeWhichAnswersOnceAndAwaitsTheNext) {
   FakeConnection node(store);
   FakeConnection asker(store);
   std::vector<std::string> asked;
-  StatusResponder responder(node, [&asked](const std::string& request) {
-    asked.push_back(request);
-    return request == "skip" ? std::string() : "{\"n\":" + std::to_string(asked.size()) + "}";
-  });
+  StatusResponder responder(
+      node, k_status_keys, [&asked](const std::string& request, StatusResponder::Reply reply) {
+        asked.push_back(request);
+        reply(request == "skip" ? std::string() : "{\"n\":" + std::to_string(asked.size()) + "}");
+      });
   responder.start(1);
   drain({&node});
   EXPECT_TRUE(asked.empty()) << "nothing is answered before it is asked";
   for (const char* request : {"first", "skip", "third"}) {
-    asker.add(status_keys::k_seq, 1,
-              [&asker, request](int64_t n) { asker.set(status_keys::request(n), request, [] {}); });
+    asker.add(k_status_keys.seq(), 1, [&asker, request](int64_t n) {
+      asker.set(k_status_keys.request(n), request, [] {});
+    });
     drain({&asker, &node});
   }
   EXPECT_EQ(asked, (std::vector<std::string>{"first", "skip", "third"}));
   EXPECT_EQ(responder.answered(), 2);
   std::vector<std::optional<std::string>> got;
   for (int n : {1, 3}) {
-    asker.get(status_keys::answer(n, 1), FakeConnection::Duration(1),
+    asker.get(k_status_keys.answer(n, 1), FakeConnection::Duration(1),
               [&got](std::optional<std::string> v) { got.push_back(v); });
   }
   drain({&asker});
@@ -67,20 +73,54 @@ TEST(StatusResponder, ANodeThatStartsLateAnswersTheRequestStillWaitingThenTheNex
   FakeStore store(clock);
   FakeConnection node(store);
   FakeConnection asker(store);
-  asker.add(status_keys::k_seq, 5, [](int64_t) {});
-  asker.set(status_keys::request(5), "old", [] {});
+  asker.add(k_status_keys.seq(), 5, [](int64_t) {});
+  asker.set(k_status_keys.request(5), "old", [] {});
   drain({&asker});
   std::vector<std::string> asked;
-  StatusResponder responder(node, [&asked](const std::string& r) {
-    asked.push_back(r);
-    return "{}";
-  });
+  StatusResponder responder(node, k_status_keys,
+                            [&asked](const std::string& r, StatusResponder::Reply reply) {
+                              asked.push_back(r);
+                              reply("{}");
+                            });
   responder.start(0);
   drain({&node});
-  asker.set(status_keys::request(6), "new", [] {});
+  asker.set(k_status_keys.request(6), "new", [] {});
   drain({&asker, &node});
   EXPECT_EQ(asked, (std::vector<std::string>{"old", "new"}));
   EXPECT_EQ(responder.answered(), 2);
+}
+
+// `ddplaunch stacks`: the answer comes once the debuggers end; the next
+// request is awaited meanwhile, and a reply after the responder is gone is
+// dropped.
+TEST(StatusResponder, AReplyMayComeLaterWhileTheNextRequestIsAwaited) {
+  FakeClock clock;
+  FakeStore store(clock);
+  FakeConnection node(store);
+  FakeConnection asker(store);
+  std::vector<StatusResponder::Reply> pending;
+  auto responder = std::make_unique<StatusResponder>(
+      node, k_stacks_keys,
+      [&pending](const std::string&, StatusResponder::Reply reply) { pending.push_back(reply); });
+  responder->start(2);
+  drain({&node});
+  for (int i = 0; i < 2; ++i) {
+    asker.add(k_stacks_keys.seq(), 1,
+              [&asker](int64_t n) { asker.set(k_stacks_keys.request(n), "{}", [] {}); });
+    drain({&asker, &node});
+  }
+  ASSERT_EQ(pending.size(), 2u) << "the second request is taken while the first is unanswered";
+  pending[1]("{\"late\":2}");
+  drain({&node});
+  std::optional<std::string> got;
+  asker.get(k_stacks_keys.answer(2, 2), FakeConnection::Duration(1),
+            [&got](std::optional<std::string> v) { got = v; });
+  drain({&asker});
+  EXPECT_EQ(got, "{\"late\":2}");
+  responder.reset();
+  pending[0]("{\"late\":1}");  // dropped, not a use of the freed responder
+  drain({&node});
+  EXPECT_FALSE(k_status_keys.seq() == k_stacks_keys.seq());
 }
 
 TEST(ProcessUsage, AStatLineWithSpacesAndParenthesesInItsNameParses) {
@@ -212,6 +252,125 @@ TEST(StatusPage, ThePageNeedsNothingFromElsewhereAndTheEventsAreOneArray) {
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[1]["event"], "b");
   EXPECT_EQ(events_json({}), "[]");
+}
+
+// Starts "debuggers" that print a line into their output at once (the
+// memory file StackCapture gives) and end when the test says.
+struct FakeDebuggers : Spawner {
+  std::vector<pid_t> spawn(const std::vector<WorkerSpec>&) override { return {}; }
+  void signal(int, int) override {}
+  void kill_all() override {}
+  std::optional<Debugger> start_debugger(int local_rank,
+                                         const std::vector<std::vector<std::string>>& candidates,
+                                         const std::string& output_path) override {
+    if (!installed) {
+      return std::nullopt;
+    }
+    const int fd = ::open(output_path.c_str(), O_WRONLY);
+    const std::string text = "frames of " + candidates.at(0).at(2) + "\n";
+    EXPECT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    ::close(fd);
+    started.push_back(local_rank);
+    return Debugger{next_pid++, 0};
+  }
+  void stop_debugger(pid_t pid) override { stopped.push_back(pid); }
+  bool installed = true;
+  pid_t next_pid = 1000;
+  std::vector<int> started;
+  std::vector<pid_t> stopped;
+};
+
+TEST(StackCapture, TakesEachRanksStacksAFewAtATimeAndAnswersWhenAllEnded) {
+  FakeClock clock;
+  FakeDebuggers debuggers;
+  StackCapture capture(debuggers, clock);
+  std::vector<StackCapture::Target> targets;
+  for (int r = 0; r < 12; ++r) {
+    targets.push_back({100 + r, r, 5000 + r, "", {5000 + r}});
+  }
+  targets.push_back({112, 12, 5012, "exited with exit code 0", {}});
+  std::optional<std::string> answer;
+  capture.capture("{\"node_rank\":3}", targets, clock.now() + std::chrono::seconds(30),
+                  [&answer](const std::string& a) { answer = a; });
+  ASSERT_LE(capture.running(), 8u) << "a few debuggers at once, not one per rank";
+  ASSERT_GE(capture.running(), 2u);
+  for (pid_t pid = 1000; !answer && pid < 1100; ++pid) {
+    EXPECT_TRUE(capture.on_debugger_ended(pid) || pid >= debuggers.next_pid);
+  }
+  EXPECT_FALSE(capture.on_debugger_ended(4242)) << "not one of its debuggers";
+  ASSERT_TRUE(answer);
+  const auto doc = nlohmann::json::parse(*answer);
+  EXPECT_EQ(doc["node_rank"], 3);
+  ASSERT_EQ(doc["ranks"].size(), 13u);
+  EXPECT_EQ(doc["ranks"][0]["rank"], 100);
+  EXPECT_EQ(doc["ranks"][0]["processes"][0]["stacks"], "frames of 5000\n")
+      << "the debugger's output, read back from its memory file";
+  EXPECT_EQ(doc["ranks"][12]["ended"], "exited with exit code 0");
+  EXPECT_TRUE(doc["ranks"][12]["processes"].empty());
+  EXPECT_TRUE(debuggers.stopped.empty());
+}
+
+TEST(StackCapture, ADebuggerPastItsTimeIsStoppedAndTheAnswerSaysSo) {
+  FakeClock clock;
+  FakeDebuggers debuggers;
+  StackCapture capture(debuggers, clock);
+  std::optional<std::string> answer;
+  capture.capture("{}", {{0, 0, 77, "", {77}}}, clock.now() + std::chrono::seconds(5),
+                  [&answer](const std::string& a) { answer = a; });
+  ASSERT_TRUE(capture.next_deadline());
+  EXPECT_EQ(*capture.next_deadline(), clock.now() + std::chrono::seconds(5));
+  clock.t += std::chrono::seconds(5);
+  capture.on_time();
+  ASSERT_EQ(debuggers.stopped, std::vector<pid_t>{1000});
+  EXPECT_FALSE(answer) << "its output is read once it is reaped";
+  EXPECT_TRUE(capture.on_debugger_ended(1000));
+  ASSERT_TRUE(answer);
+  const auto p = nlohmann::json::parse(*answer)["ranks"][0]["processes"][0];
+  EXPECT_NE(p["note"].get<std::string>().find("did not finish in time"), std::string::npos) << p;
+}
+
+TEST(StackCapture, WithoutADebuggerTheAnswerSaysWhatToInstall) {
+  FakeClock clock;
+  FakeDebuggers debuggers;
+  debuggers.installed = false;
+  StackCapture capture(debuggers, clock);
+  std::optional<std::string> answer;
+  capture.capture("{}", {{0, 0, 77, "", {77}}}, clock.now() + std::chrono::seconds(5),
+                  [&answer](const std::string& a) { answer = a; });
+  ASSERT_TRUE(answer) << "nothing to wait for";
+  const auto p = nlohmann::json::parse(*answer)["ranks"][0]["processes"][0];
+  EXPECT_NE(p["note"].get<std::string>().find("install elfutils"), std::string::npos) << p;
+}
+
+TEST(StackPlan, PythonFramesComeFromGdbsPyBtWhereInstalledElseANoteSaysWhatToInstall) {
+  const StackPlan with = plan_stacks(42, "/usr/bin/python3.11", true);
+  EXPECT_EQ(with.tools.front(), "gdb py-bt");
+  EXPECT_EQ(with.candidates.front().front(), "gdb");
+  EXPECT_TRUE(with.note.empty());
+  const StackPlan without = plan_stacks(42, "/usr/bin/python3.11", false);
+  EXPECT_EQ(without.tools.front(), "eu-stack");
+  EXPECT_NE(without.note.find("install python3.11-dbg"), std::string::npos) << without.note;
+  const StackPlan native = plan_stacks(42, "/opt/train", false);
+  EXPECT_EQ(native.candidates.front(), (std::vector<std::string>{"eu-stack", "-p", "42"}));
+  EXPECT_TRUE(native.note.empty());
+  EXPECT_FALSE(is_python("/opt/train"));
+}
+
+TEST(StacksView, EachRanksProcessesInRankOrderWithoutControlCharacters) {
+  const std::string doc =
+      R"({"nodes":[{"node_rank":0,"host":"h0"}],"missing":[1],"ranks":[)"
+      R"({"rank":1,"node_rank":0,"pid":8,"processes":[{"pid":8,"exe":"/bin/x","tool":"eu-stack",)"
+      R"("stacks":"#0 read\u001b[2J\n","note":"n"}]},)"
+      R"({"rank":0,"node_rank":0,"pid":7,"ended":"exited with exit code 0"}]})";
+  const std::string text = format_stacks(doc);
+  EXPECT_EQ(text,
+            "=== rank 0 (node 0, h0, pid 7): exited with exit code 0\n"
+            "=== rank 1 (node 0, h0, pid 8) ===\n"
+            "--- pid 8 /bin/x (eu-stack)\n"
+            "#0 read?[2J\n"
+            "note: n\n"
+            "node 1 did not answer in time (lost, stopped or unreachable)\n");
+  EXPECT_EQ(format_stacks("[1"), "stacks: no answer could be read\n");
 }
 
 }  // namespace

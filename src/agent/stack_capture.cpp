@@ -1,0 +1,318 @@
+#include "agent/stack_capture.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "log.hpp"
+
+namespace ddplaunch {
+
+namespace {
+
+using json = nlohmann::json;
+
+// gdb's auto-load directory on Debian: an interpreter's extension is
+// <this><the interpreter's path>-gdb.py.
+constexpr const char* k_gdb_auto_load = "/usr/share/gdb/auto-load";
+constexpr size_t k_max_bytes_per_process = 64 * 1024;
+
+std::vector<std::string> gdb_line(const std::string& gdb, const std::string& pid,
+                                  std::vector<std::string> commands) {
+  std::vector<std::string> argv = {gdb, "-p", pid, "-batch", "-nx", "-q"};
+  for (auto& c : commands) {
+    argv.push_back("-ex");
+    argv.push_back(std::move(c));
+  }
+  return argv;
+}
+
+char state_of(pid_t pid) {
+  const auto text = posix::read_small_file("/proc/" + std::to_string(pid) + "/stat", 4096);
+  const size_t close = text ? text->rfind(')') : std::string::npos;
+  return close != std::string::npos && close + 2 < text->size() ? (*text)[close + 2] : '?';
+}
+
+// At most `max` bytes of `text`: its head and its tail (gdb prints the
+// main thread last).
+std::string bounded(std::string text, size_t max) {
+  if (text.size() <= max) {
+    return text;
+  }
+  const size_t half = max / 2;
+  return text.substr(0, half) + "\n... " + std::to_string(text.size() - 2 * half) +
+         " bytes left out ...\n" + text.substr(text.size() - half);
+}
+
+// gdb's chatter around the stacks: what it says as it attaches and
+// detaches, and a source file it cannot find.
+std::string without_chatter(const std::string& text) {
+  std::string out;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    end = end == std::string::npos ? text.size() : end + 1;
+    const std::string_view line(text.data() + at, end - at);
+    const bool chatter = line.starts_with("[Thread debugging using libthread_db") ||
+                         line.starts_with("Using host libthread_db library") ||
+                         line.starts_with("[Inferior ") ||
+                         (line.find('\t') != std::string_view::npos &&
+                          line.find(": No such file or directory.") != std::string_view::npos);
+    if (!chatter) {
+      out.append(line);
+    }
+    at = end;
+  }
+  return out;
+}
+
+}  // namespace
+
+bool is_python(const std::string& exe) {
+  return std::filesystem::path(exe).filename().string().starts_with("python");
+}
+
+bool py_bt_for(const std::string& exe) {
+  std::error_code ec;
+  return is_python(exe) && !exe.empty() && exe.front() == '/' &&
+         std::filesystem::exists(std::string(k_gdb_auto_load) + exe + "-gdb.py", ec);
+}
+
+StackPlan plan_stacks(pid_t pid, const std::string& exe, bool py_bt) {
+  const std::string p = std::to_string(pid);
+  StackPlan plan;
+  if (py_bt) {
+    plan.candidates.push_back(gdb_line(
+        "gdb", p,
+        {"thread apply all py-bt", "set print frame-arguments none", "thread apply all bt"}));
+    plan.tools.emplace_back("gdb py-bt");
+  } else if (is_python(exe)) {
+    plan.note =
+        "Python frames not shown: install " +
+        (exe.empty() ? std::string("python3.X") : std::filesystem::path(exe).filename().string()) +
+        "-dbg and gdb (gdb's py-bt reads them)";
+  }
+  plan.candidates.push_back({"eu-stack", "-p", p});
+  plan.tools.emplace_back("eu-stack");
+  plan.candidates.push_back(gdb_line("gdb", p, {"thread apply all bt"}));
+  plan.tools.emplace_back("gdb");
+  plan.candidates.push_back(gdb_line("cuda-gdb", p, {"thread apply all bt"}));
+  plan.tools.emplace_back("cuda-gdb");
+  return plan;
+}
+
+StackCapture::StackCapture(Spawner& spawner, const Clock& clock)
+    : m_spawner(spawner),
+      m_clock(clock),
+      // A debugger reading Python's symbols holds ~200 MiB and a core for
+      // a second or two.
+      m_max_running(std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 8)) {}
+
+StackCapture::~StackCapture() {
+  for (auto& r : m_requests) {
+    for (auto& ps : r.processes) {
+      for (auto& p : ps) {
+        if (p.started && !p.ended) {
+          m_spawner.stop_debugger(p.debugger);
+        }
+      }
+    }
+  }
+}
+
+void StackCapture::capture(const std::string& head, std::vector<Target> targets, TimePoint deadline,
+                           Done done) {
+  Request r{head, std::move(targets), {}, deadline, std::move(done)};
+  for (const Target& t : r.targets) {
+    std::vector<Process> ps;
+    for (size_t i = 0; t.ended.empty() && i < t.pids.size() && i < k_processes; ++i) {
+      Process p;
+      p.pid = t.pids[i];
+      std::error_code ec;
+      p.exe = std::filesystem::read_symlink("/proc/" + std::to_string(p.pid) + "/exe", ec);
+      ps.push_back(std::move(p));
+    }
+    r.processes.push_back(std::move(ps));
+  }
+  m_requests.push_back(std::move(r));
+  start_more();
+  finish_ready();
+}
+
+void StackCapture::start_more() {
+  for (auto& r : m_requests) {
+    for (size_t t = 0; t < r.processes.size(); ++t) {
+      for (auto& p : r.processes[t]) {
+        if (m_running >= m_max_running) {
+          return;
+        }
+        if (!p.started && !p.ended && m_clock.now() < r.deadline) {
+          start(r, t, p);
+        }
+      }
+    }
+  }
+}
+
+bool StackCapture::start(Request& request, size_t target, Process& p) {
+  p.started = true;
+  const StackPlan plan = plan_stacks(p.pid, p.exe, py_bt_for(p.exe));
+  p.note = plan.note;
+  p.was_stopped = state_of(p.pid) == 'T';
+  p.memfd = posix::Fd(::memfd_create("ddplaunch-stacks", MFD_CLOEXEC));
+  if (!p.memfd) {
+    p.ended = true;
+    p.note = std::string("no memory file for the debugger's output: ") + std::strerror(errno);
+    return false;
+  }
+  const auto debugger =
+      m_spawner.start_debugger(request.targets[target].local_rank, plan.candidates,
+                               "/proc/self/fd/" + std::to_string(p.memfd.get()));
+  if (!debugger) {
+    p.ended = true;
+    p.note = "no eu-stack, gdb or cuda-gdb on PATH: install elfutils, or gdb";
+    return false;
+  }
+  p.debugger = debugger->pid;
+  p.tool = plan.tools.at(debugger->which);
+  if (!plan.note.empty() || p.tool == "gdb py-bt") {
+    // the note stands
+  } else if (is_python(p.exe)) {
+    p.note = "Python frames not shown: install gdb";
+  }
+  p.kill_at = std::min(request.deadline, m_clock.now() + k_debugger_limit);
+  ++m_running;
+  return true;
+}
+
+void StackCapture::end(Process& p) {
+  p.ended = true;
+  p.kill_at.reset();
+  --m_running;
+  const off_t size = p.memfd ? ::lseek(p.memfd.get(), 0, SEEK_END) : 0;
+  std::string text(static_cast<size_t>(std::max<off_t>(0, size)), '\0');
+  const ssize_t got = text.empty() ? 0 : ::pread(p.memfd.get(), text.data(), text.size(), 0);
+  text.resize(static_cast<size_t>(std::max<ssize_t>(0, got)));
+  p.memfd.close();
+  p.stacks = p.tool == "eu-stack" ? std::move(text) : without_chatter(text);
+  if (p.timed_out && !p.was_stopped) {
+    ::kill(p.pid, SIGCONT);  // a debugger killed while it held the process stopped
+  }
+}
+
+bool StackCapture::on_debugger_ended(pid_t pid) {
+  for (auto& r : m_requests) {
+    for (auto& ps : r.processes) {
+      for (auto& p : ps) {
+        if (p.started && !p.ended && p.debugger == pid) {
+          end(p);
+          start_more();
+          finish_ready();
+          return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
+std::optional<StackCapture::TimePoint> StackCapture::next_deadline() const {
+  std::optional<TimePoint> first;
+  for (const auto& r : m_requests) {
+    first = first ? std::min(*first, r.deadline) : r.deadline;
+    for (const auto& ps : r.processes) {
+      for (const auto& p : ps) {
+        if (p.kill_at) {
+          first = std::min(*first, *p.kill_at);
+        }
+      }
+    }
+  }
+  return first;
+}
+
+void StackCapture::on_time() {
+  const TimePoint now = m_clock.now();
+  for (auto& r : m_requests) {
+    for (auto& ps : r.processes) {
+      for (auto& p : ps) {
+        if (p.kill_at && now >= *p.kill_at) {
+          p.kill_at.reset();
+          p.timed_out = true;
+          m_spawner.stop_debugger(p.debugger);  // reaped, then end()
+        }
+        if (!p.started && now >= r.deadline) {
+          p.ended = true;
+          p.note = "not taken: the command's --timeout came first";
+        }
+      }
+    }
+  }
+  finish_ready();
+}
+
+void StackCapture::finish_ready() {
+  for (auto it = m_requests.begin(); it != m_requests.end();) {
+    bool all = true;
+    for (const auto& ps : it->processes) {
+      for (const auto& p : ps) {
+        all = all && p.ended;
+      }
+    }
+    if (!all) {
+      ++it;
+      continue;
+    }
+    Done done = std::move(it->done);
+    const std::string record = answer(*it);
+    it = m_requests.erase(it);
+    done(record);
+  }
+}
+
+std::string StackCapture::answer(const Request& r) const {
+  json out = json::parse(r.head, nullptr, false);
+  if (!out.is_object()) {
+    out = json::object();
+  }
+  size_t count = 0;
+  for (const auto& ps : r.processes) {
+    count += ps.size();
+  }
+  const size_t per_process =
+      std::min(k_max_bytes_per_process, k_bytes_per_node / std::max<size_t>(1, count));
+  json ranks = json::array();
+  for (size_t t = 0; t < r.targets.size(); ++t) {
+    const Target& target = r.targets[t];
+    json rank = {{"rank", target.rank}, {"local_rank", target.local_rank}, {"pid", target.pid}};
+    if (!target.ended.empty()) {
+      rank["ended"] = target.ended;
+    }
+    json processes = json::array();
+    for (const Process& p : r.processes[t]) {
+      json one = {{"pid", p.pid}, {"exe", p.exe}, {"tool", p.tool}};
+      one["stacks"] = bounded(p.stacks, per_process);
+      std::string note = p.note;
+      if (p.timed_out) {
+        note =
+            fmt::format("{} did not finish in time; stopped{}",
+                        p.tool.empty() ? "the debugger" : p.tool, note.empty() ? "" : "; " + note);
+      }
+      if (!note.empty()) {
+        one["note"] = note;
+      }
+      processes.push_back(std::move(one));
+    }
+    rank["processes"] = std::move(processes);
+    ranks.push_back(std::move(rank));
+  }
+  out["ranks"] = std::move(ranks);
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace ddplaunch

@@ -1,0 +1,148 @@
+"""`ddplaunch stacks` (docs/STATUS.md, "Stacks on demand"): every rank's
+stacks, taken by a debugger on its node while the job goes on."""
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import BIN, WORKER, finish, free_port, wait_until
+
+pytestmark = pytest.mark.skipif(not (shutil.which("eu-stack") or shutil.which("gdb")),
+                                reason="needs eu-stack (elfutils) or gdb; quickstart installs both")
+
+PYTHON = "/usr/bin/python3"
+# A Python rank asleep in a function of its own until the test releases it.
+SLEEPER = """
+import os, sys, time
+def wait_for_release(path):
+    while not os.path.exists(path):
+        time.sleep(0.05)
+open(sys.argv[1] + ".ready", "w").close()
+wait_for_release(sys.argv[1])
+"""
+
+
+def py_bt_installed():
+    """gdb and the interpreter's gdb extension (Debian's python3.X-dbg)."""
+    exe = os.path.realpath(PYTHON)
+    return bool(shutil.which("gdb")) and os.path.exists(f"/usr/share/gdb/auto-load{exe}-gdb.py")
+
+
+def test_a_native_rank_in_read_and_a_python_rank_asleep_show_their_frames_and_the_job_ends_0(
+        jobs, tmp_path):
+    """Two nodes on loopback, one rank each: rank 0 a native program blocked
+    in read(), rank 1 Python in time.sleep(). Both stacks show, and once
+    released the job ends with 0 on both nodes: taking stacks stopped
+    nothing."""
+    port = free_port()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    release = tmp_path / "release"
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    script = (f'if [ "$RANK" = 0 ]; then exec {WORKER} ready={tmp_path} readfifo={fifo} out=done; '
+              f'else exec {PYTHON} {tmp_path}/sleeper.py {release}; fi')
+    procs = [jobs.start(["--nnodes", 2, "--nproc-per-node", 1, "--master-port", port,
+                         "--", "sh", "-c", script]) for _ in range(2)]
+    assert wait_until(lambda: (tmp_path / "ready.0").exists()
+                      and (tmp_path / "release.ready").exists(), timeout=60)
+    r = jobs.run(["stacks", "--json", "--master-port", port], timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["missing"] == [] and sorted(x["rank"] for x in doc["ranks"]) == [0, 1], doc
+    by_rank = {x["rank"]: x for x in doc["ranks"]}
+    native = by_rank[0]["processes"][0]
+    assert native["tool"] in ("eu-stack", "gdb"), native
+    assert re.search(r"\bread\b|__libc_read|__GI___libc_read", native["stacks"]), native
+    python = by_rank[1]["processes"][0]
+    if py_bt_installed():
+        assert python["tool"] == "gdb py-bt", python
+        assert 'in wait_for_release' in python["stacks"] and "sleeper.py" in python["stacks"], python
+        assert "note" not in python, python
+    else:
+        assert "-dbg" in python["note"], python  # says what to install
+    # The screen: a header per rank, then its processes' stacks.
+    text = jobs.run(["stacks", "--master-port", port, "--ranks", 0], timeout=120)
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith("=== rank 0 (node 0, "), text.stdout
+    assert "=== rank 1" not in text.stdout, text.stdout
+    # Released, both ranks end well, and so does the job on both nodes.
+    release.touch()
+    with open(fifo, "w") as f:
+        f.write("x")
+    results = finish(procs, timeout=120)
+    for rc, _, err in results:
+        assert rc == 0, err
+    assert any("done" in out for _, out, _ in results), results  # rank 0 went on past read()
+
+
+def test_the_documented_lines_typed_in_a_workers_shell_in_a_one_node_job(jobs, tmp_path):
+    """README's and docs/STATUS.md's lines as typed, in a worker's shell of
+    the default one-node job: rank 0 asks while rank 1 sleeps in Python."""
+    out = tmp_path / "stacks.txt"
+    release = tmp_path / "release"
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    script = (f'if [ "$RANK" = 0 ]; then until [ -e {release}.ready ]; do sleep 0.05; done; '
+              f'ddplaunch stacks > {out} && ddplaunch stacks --ranks 1 --json > {out}.json; '
+              f'rc=$?; touch {release}; exit $rc; fi; '
+              f'exec {PYTHON} {tmp_path}/sleeper.py {release}')
+    path = os.path.dirname(BIN) + ":" + os.environ["PATH"]
+    r = jobs.run(["--nproc-per-node", 2, "--", "sh", "-c", script], env={"PATH": path},
+                 timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert text.startswith("=== rank 0 (node 0, ") and "=== rank 1 (node 0, " in text, text
+    doc = json.loads((tmp_path / "stacks.txt.json").read_text())
+    assert [x["rank"] for x in doc["ranks"]] == [1] and doc["missing"] == [], doc
+    frames = doc["ranks"][0]["processes"][0]["stacks"]
+    assert "wait_for_release" in frames if py_bt_installed() else "nanosleep" in frames, frames
+
+
+def test_the_workers_credential_may_not_ask_for_stacks_the_jobs_token_may(jobs, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("the job's secret\n")
+    token.chmod(0o600)
+    port = free_port()
+    procs = [jobs.start(["--nnodes", 2, "--nproc-per-node", 1, "--master-port", port,
+                         "--rdzv-token-file", token, "--", WORKER, f"ready={tmp_path}",
+                         f"waitfile={tmp_path}/release"]) for _ in range(2)]
+    assert wait_until(lambda: (tmp_path / "ready.0").exists()
+                      and (tmp_path / "ready.1").exists(), timeout=60)
+    worker_env = dict(l.split("=", 1) for l in open(f"/proc/{find_worker(tmp_path)}/environ")
+                      .read().split("\0") if l.startswith("DDPLAUNCH_STORE_"))
+    refused = jobs.run(["stacks"], env={**worker_env, "DDPLAUNCH_RDZV_TOKEN": ""}, timeout=60)
+    assert refused.returncode == 3, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "may not ask for stacks" in lines[0] and "--token-file" in lines[0], \
+        refused.stderr
+    # status, read-only, is open to the workers' credential.
+    assert jobs.run(["status"], env={**worker_env, "DDPLAUNCH_RDZV_TOKEN": ""},
+                    timeout=60).returncode == 0
+    r = jobs.run(["stacks", "--master-port", port, "--token-file", token, "--json"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert sorted(x["rank"] for x in json.loads(r.stdout)["ranks"]) == [0, 1]
+    (tmp_path / "release").touch()
+    for rc, _, err in finish(procs, timeout=120):
+        assert rc == 0, err
+
+
+def find_worker(tmp_path):
+    """The pid of a ddplaunch_worker of this test (its argv names tmp_path)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+        except OSError:
+            continue
+        if cmdline.startswith(WORKER) and str(tmp_path) in cmdline:
+            return int(pid)
+    raise AssertionError("no worker found")
+
+
+def test_bad_input_is_one_line_and_no_job_is_exit_3(jobs):
+    r = jobs.run(["stacks", "--ranks", "x"], timeout=60)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = jobs.run(["stacks", "--master-port", free_port(), "--timeout", 1], timeout=60)
+    assert r.returncode == 3 and "no job answers" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
