@@ -188,6 +188,9 @@ void OutputRouter::take_line(RankStreams& w, Stream stream, std::string_view lin
     return;  // "\r" that starts an update: nothing to show yet
   }
   const bool whole = end != LineEnd::k_return && end != LineEnd::k_bare_newline;
+  if (end == LineEnd::k_newline || end == LineEnd::k_bare_newline) {
+    ++w.channels[static_cast<int>(stream)].lines;  // its '\n' (status's progress events)
+  }
   if (is_err && whole) {
     w.stderr_tail.push(line);  // a progress bar's updates are not the tail
   }
@@ -254,8 +257,11 @@ std::string_view OutputRouter::take_plain_lines(RankStreams& w, Stream stream,
   }
   const char* const readable_end = data.data() + data.size();
   while (!raw && p < run_end) {
-    if (quick && scratch.batch.add_lines(prefix16, scratch.prefix_text.size(), p, run_end,
-                                         readable_end, max_line) > 0) {
+    if (const size_t added = quick ? scratch.batch.add_lines(prefix16, scratch.prefix_text.size(),
+                                                             p, run_end, readable_end, max_line)
+                                   : 0;
+        added > 0) {
+      w.channels[static_cast<int>(stream)].lines += static_cast<long long>(added);
       if (scratch.batch.must_flush()) {
         flush(fd, scratch);
       }
@@ -270,6 +276,7 @@ std::string_view OutputRouter::take_plain_lines(RankStreams& w, Stream stream,
     if (is_err) {
       w.stderr_tail.push({p, len});
     }
+    ++w.channels[static_cast<int>(stream)].lines;
     scratch.batch.add(scratch.prefix_text, {p, len});
     if (scratch.batch.must_flush()) {
       flush(fd, scratch);
@@ -278,7 +285,10 @@ std::string_view OutputRouter::take_plain_lines(RankStreams& w, Stream stream,
   }
   if (raw && p > raw_from) {
     // Unprefixed whole lines are their own bytes: handed to the console as
-    // they lie in the read buffer (after what was batched before them).
+    // they lie in the read buffer (after what was batched before them);
+    // the windows above found their ends, not their number.
+    w.channels[static_cast<int>(stream)].lines +=
+        static_cast<long long>(count_newlines({raw_from, static_cast<size_t>(p - raw_from)}));
     flush(fd, scratch);
     if (m_console_ok[fd].load(std::memory_order_relaxed) &&
         !m_console.write(fd, {raw_from, static_cast<size_t>(p - raw_from)})) {
@@ -295,12 +305,10 @@ void OutputRouter::on_data(int local_rank, Stream stream, std::string_view data)
 }
 
 void OutputRouter::note_activity(Channel& c, std::string_view data) {
-  const size_t n = count_newlines(data);
-  if (n == 0) {
+  const size_t end = data.rfind('\n');
+  if (end == std::string_view::npos) {
     return;
   }
-  c.lines += static_cast<long long>(n);
-  const size_t end = data.rfind('\n');
   size_t begin = end == 0 ? std::string_view::npos : data.rfind('\n', end - 1);
   begin = begin == std::string_view::npos ? 0 : begin + 1;
   std::string_view line = data.substr(begin, end - begin);
@@ -327,7 +335,9 @@ void OutputRouter::process(RankStreams& w, Stream stream, std::string_view data,
   if (c.file) {
     posix::write_all(c.file.get(), data);
   }
-  if (c.to_console || stream == Stream::k_err || m_filtered[static_cast<int>(stream)]) {
+  if (!c.to_console && stream != Stream::k_err && !m_filtered[static_cast<int>(stream)]) {
+    c.lines += static_cast<long long>(count_newlines(data));  // no scan below finds them
+  } else {
     start_lines(w, scratch);
     auto take = [&](std::string_view line, LineEnd end) {
       take_line(w, stream, line, end, scratch);

@@ -128,8 +128,10 @@ class OutputRouter {
     std::chrono::steady_clock::time_point last_at{};
   };
   RankStreams& rank_streams(int local_rank) const;
-  // Counts `data`'s lines into `c` and keeps its last whole one (a progress
-  // bar's last state), for activity(): one pass of count_newlines().
+  // Keeps `data`'s last whole line (a progress bar's last state) in `c`,
+  // for activity(): a search back from its end. The lines are counted by
+  // the scans that already find them (take_line(), take_plain_lines()), and
+  // by count_newlines() where nothing scans the bytes.
   static void note_activity(Channel& c, std::string_view data);
   void process(RankStreams& w, Stream stream, std::string_view data, Scratch& scratch);
   void start_lines(const RankStreams& w, Scratch& scratch);

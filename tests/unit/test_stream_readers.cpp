@@ -21,6 +21,7 @@
 #include "config/config.hpp"
 #include "output/stream_readers.hpp"
 #include "posix/fd.hpp"
+#include "scratch_dir.hpp"
 
 namespace ddplaunch {
 namespace {
@@ -293,6 +294,44 @@ TEST(StreamReaders, TheConsoleShowsTheSameLinesHoweverTheReadsCutTheStream) {
     }
     for (size_t read_size : {1, 7, 100, 4096, 65539}) {
       EXPECT_EQ(shown(prefix, read_size), whole) << prefix << " " << read_size;
+    }
+  }
+}
+
+// `ddplaunch status`'s progress events: every '\n' a rank wrote, counted by
+// whichever scan took its bytes: the prefixed quick path, the splitter (a
+// line split across reads, "\r\n", a progress bar), --no-prefix's raw copy,
+// stderr, and a stream that goes to a file only (--redirects).
+TEST(OutputRouterActivity, EveryNewlineIsCountedOnEveryPathAndTheLastLineKept) {
+  std::string flood;
+  for (int i = 0; i < 300; ++i) {
+    flood += "line " + std::to_string(i) + "\n";
+  }
+  const std::vector<std::string> reads = {
+      flood,       "half a ",  "line\nbar 10%\rbar 20%\r",
+      "\n",        "a\r\nb\n", std::string(70000, 'x') + "\nlast one\n",
+      "unfinished"};
+  const long long newlines = 300 + 1 + 1 + 2 + 2;
+  for (const char* prefix : {"[rank {rank}]: ", ""}) {
+    for (const bool redirected : {false, true}) {
+      for (const Stream stream : {Stream::k_out, Stream::k_err}) {
+        Config config = Rig::configured(prefix);
+        ScratchDir logs;
+        if (redirected) {
+          config.log_dir = logs / "logs";
+          config.redirects.all = 3;
+        }
+        Capture console;
+        OutputRouter router(config, console);
+        router.start(layout(1));
+        for (const auto& r : reads) {
+          router.on_data(0, stream, r);
+        }
+        const auto a = router.activity(0);
+        EXPECT_EQ(a.lines, newlines) << "prefix '" << prefix << "' redirected " << redirected
+                                     << " stream " << static_cast<int>(stream);
+        EXPECT_EQ(a.last_line, "last one");
+      }
     }
   }
 }
