@@ -326,6 +326,14 @@ void Agent::on_verdict(const JobVerdict& verdict) {
     return;
   }
   m_verdict = verdict;
+  if (verdict.lost >= 0 && m_lost_nodes.size() < 1024) {
+    LostNode lost{verdict.lost, "", "", m_round, m_clock.wall_now()};
+    if (m_topology && static_cast<size_t>(verdict.lost) < m_topology->nodes.size()) {
+      lost.host = m_topology->nodes[static_cast<size_t>(verdict.lost)].host;
+      lost.addr = m_topology->nodes[static_cast<size_t>(verdict.lost)].addr;
+    }
+    m_lost_nodes.push_back(std::move(lost));
+  }
   if (writes_job_events()) {
     EventFields f;
     f.num("round", m_round).num("exit_code", verdict.exit_code).text("message", verdict.message);
@@ -380,6 +388,21 @@ void Agent::on_verdict(const JobVerdict& verdict) {
     apply(m_supervisor->on_remote_stop(verdict.exit_code, m_clock.now()));
   }
   advance();
+}
+
+void Agent::on_preflight(int node_rank, double seconds, const std::vector<std::string>& blocked) {
+  if (m_events == nullptr) {
+    return;
+  }
+  m_events->set_node_rank(node_rank);
+  event("preflight",
+        EventFields()
+            .num("round", m_round)
+            .flag("ok", blocked.empty())
+            .real("seconds", seconds)
+            .num("blocked", static_cast<long long>(blocked.size()))
+            .text_or_null("first_blocked",
+                          blocked.empty() ? std::nullopt : std::optional(blocked.front())));
 }
 
 void Agent::on_finished(std::vector<RankOutcome> ranks) {

@@ -153,6 +153,8 @@ class Agent : public JobLink::Listener {
   void on_not_needed(int exit_code, const std::string& message) override;
   void on_verdict(const JobVerdict& verdict) override;
   void on_finished(std::vector<RankOutcome> ranks) override;
+  void on_preflight(int node_rank, double seconds,
+                    const std::vector<std::string>& blocked) override;
 
   // --- results --------------------------------------------------------------------
   bool done() const { return m_phase == Phase::k_done; }
@@ -297,7 +299,16 @@ class Agent : public JobLink::Listener {
   int m_no_progress = 0;
   bool m_stalled = false;                   // the job ends: its rounds without progress are spent
   std::vector<NodeReplacement> m_replaced;  // the spares this round started with
-  std::string m_preempted_by;               // --preempt-signal: who received it, for the report
+  // The nodes the job lost, for `ddplaunch status` (node 0 lists them).
+  struct LostNode {
+    int node_rank = -1;  // in the round it was lost in
+    std::string host;
+    std::string addr;
+    int round = 0;
+    double time = 0;
+  };
+  std::vector<LostNode> m_lost_nodes;
+  std::string m_preempted_by;  // --preempt-signal: who received it, for the report
   HealthCheck m_health_check;
   GpuReleaseWait m_gpu_release_wait;
   EventLog* m_events = nullptr;

@@ -134,6 +134,15 @@ std::string Agent::status_record(const std::string& request_text) const {
                    {"world_size", m_plan ? m_plan->layout.world_size : 0},
                    {"start_time", m_agent_began},
                    {"elapsed_s", wall - m_agent_began}};
+    json lost = json::array();
+    for (const LostNode& l : m_lost_nodes) {
+      lost.push_back({{"node_rank", l.node_rank},
+                      {"host", l.host},
+                      {"addr", l.addr},
+                      {"round", l.round},
+                      {"time", l.time}});
+    }
+    node["job"]["lost_nodes"] = std::move(lost);
   }
   json out = json::array();
   for (size_t i = 0; shown && i < m_pids.size() && m_plan && i < m_plan->workers.size(); ++i) {

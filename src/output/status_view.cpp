@@ -57,12 +57,16 @@ std::string format_document(const json& doc, int width) {
              width) +
          "\n";
   for (const auto& n : doc["nodes"]) {
-    out += cut(fmt::format("{:>5} {:<16} {:<15} {:<9} {:>8} {:>7} {:>7}", n.value("node_rank", -1),
-                           n.value("host", ""), n.value("addr", ""), n.value("state", ""),
-                           n.value("agent_pid", 0), secs(n.value("agent_cpu_s", json())),
-                           mib(n.value("agent_rss_kib", json()))),
-               width) +
-           "\n";
+    const json pid = n.value("agent_pid", json());
+    std::string row =
+        fmt::format("{:>5} {:<16} {:<15} {:<9} {:>8} {:>7} {:>7}", n.value("node_rank", -1),
+                    n.value("host", ""), n.value("addr", ""), n.value("state", ""),
+                    pid.is_number_integer() ? std::to_string(pid.get<long long>()) : "-",
+                    secs(n.value("agent_cpu_s", json())), mib(n.value("agent_rss_kib", json())));
+    if (n.value("state", "") == "lost") {
+      row += fmt::format("  in round {}", n.value("round", 0));
+    }
+    out += cut(row, width) + "\n";
   }
   for (const auto& m : doc["missing"]) {
     out +=
@@ -190,6 +194,25 @@ std::string status_document(int64_t n, const std::vector<int>& asked,
     answer.erase("ranks");
     answer.erase("job");
     doc["nodes"].push_back(std::move(answer));
+  }
+  // The nodes the job lost (node 0's list), as nodes in the "lost" state:
+  // the rank they had in the round they were lost in.
+  const json& job = doc["job"];
+  const auto lost = job.is_object() ? job.find("lost_nodes") : job.end();
+  for (size_t i = 0; lost != job.end() && lost->is_array() && i < lost->size() && i < 1024; ++i) {
+    const json& l = (*lost)[i];
+    const auto rank = l.is_object() ? l.find("node_rank") : l.end();
+    if (rank == l.end() || !rank->is_number_integer() ||
+        (only && !only->contains(rank->get<int>()))) {
+      continue;
+    }
+    json node = {{"node_rank", *rank}, {"state", "lost"}};
+    for (const char* field : {"host", "addr", "round"}) {
+      if (const auto f = l.find(field); f != l.end() && (f->is_string() || f->is_number())) {
+        node[field] = *f;
+      }
+    }
+    doc["nodes"].push_back(std::move(node));
   }
   return doc.dump(-1, ' ', false, json::error_handler_t::replace);
 }

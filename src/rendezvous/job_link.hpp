@@ -49,6 +49,15 @@ class JobLink {
     // finish() is done: the ranks known here, by rank (node 0: every node's
     // that reported; other nodes: their own).
     virtual void on_finished(std::vector<RankOutcome> ranks) = 0;
+    // This node's (`node_rank`'s) network preflight probes ended after `seconds`: the paths
+    // from here found blocked (empty: every one is open). The job's go or
+    // stop comes after, from node 0.
+    virtual void on_preflight(int node_rank, double seconds,
+                              const std::vector<std::string>& blocked) {
+      (void)node_rank;
+      (void)seconds;
+      (void)blocked;
+    }
   };
 
   virtual ~JobLink() = default;

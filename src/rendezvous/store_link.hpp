@@ -148,6 +148,7 @@ class StoreLink : public JobLink {
   // The topology of the round that waits for the network preflight.
   std::optional<Topology> m_preflight_topology;
   TimePoint m_preflight_deadline{};  // by when every node's report is in
+  TimePoint m_preflight_began{};     // this node's probes' start
   JoinStep m_join_step = JoinStep::k_adding;
 
  private:

@@ -165,7 +165,8 @@ void StoreLink::start_job(const Topology& topology, int node_rank, bool prefligh
   m_preflight_topology = topology;
   round_starting_soon();  // a member's last word: if it goes now, node 0 hears at once
   const auto timeout = millis(m_config.preflight_timeout_s);
-  m_preflight_deadline = now() + timeout + timeout + std::chrono::seconds(5);
+  m_preflight_began = now();
+  m_preflight_deadline = m_preflight_began + timeout + timeout + std::chrono::seconds(5);
   std::vector<int> peers =
       m_probe != nullptr ? preflight_peers(node_rank, m_nnodes) : std::vector<int>{};
   if (m_probe != nullptr && probes_master_port(node_rank, m_nnodes)) {
@@ -228,6 +229,10 @@ void StoreLink::probed(const std::vector<ProbeFailure>& failures) {
   for (const auto& f : failures) {
     blocked.push_back(describe_blocked(m_node_rank, m_self.host, f));
     log::warn("network preflight: {}", blocked.back());
+  }
+  if (m_listener != nullptr) {
+    m_listener->on_preflight(
+        m_node_rank, std::chrono::duration<double>(now() - m_preflight_began).count(), blocked);
   }
   m_store.set(keys::probed(m_node_rank), encode_probe_report(blocked),
               [this] { preflight_reported(); });

@@ -141,8 +141,13 @@ def test_the_documented_line_gives_each_node_its_own_file(jobs, hosts, tmp_path)
         assert rc == 3, err
     by_node = {n: events(tmp_path / f"events-{n}.jsonl") for n in (0, 1)}
     for n, found in by_node.items():
-        # Automatic ranks: a node knows its rank once rendezvous ends.
-        known = [e["event"] for e in found].index("rendezvous_end")
+        # Automatic ranks: a node knows its rank once the plan names it; the
+        # network preflight (on by default) runs then, before the round.
+        names = [e["event"] for e in found]
+        known = names.index("preflight")
+        assert names.index("rendezvous_start") < known < names.index("rendezvous_end"), names
+        assert found[known]["ok"] is True and found[known]["blocked"] == 0, found[known]
+        assert found[known]["first_blocked"] is None and found[known]["round"] == 0
         assert {e["node"] for e in found[:known]} == {None}, found
         assert {e["node"] for e in found[known:]} == {n}, found
         assert [e["event"] for e in found][:2] == ["agent_start", "rendezvous_start"], found

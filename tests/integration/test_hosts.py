@@ -214,19 +214,29 @@ def test_a_host_whose_firewall_drops_the_probe_port_ends_the_job_before_any_work
 
 
 @needs_nft
-def test_node_0_rejecting_master_port_is_named_by_the_node_that_cannot_reach_it(jobs, hosts):
+def test_node_0_rejecting_master_port_is_named_by_the_node_that_cannot_reach_it(
+        jobs, hosts, tmp_path):
     """node0 resets connections to the workers' MASTER_PORT (--worker-port):
     torch's store would be out of reach from node1; the preflight says so at
-    once (a refusal needs no timeout)."""
+    once (a refusal needs no timeout), and in node1's event log."""
     port = hosts.free_port("node0")
     firewall(hosts, "node0", f"tcp dport {port} reject with tcp reset")
-    procs = start_agents(jobs, hosts, ["--nproc-per-node", 1, "--worker-port", port, "--",
+    procs = start_agents(jobs, hosts, ["--nproc-per-node", 1, "--worker-port", port,
+                                       "--event-log", tmp_path / "events-{node_rank}.jsonl", "--",
                                        "true"])
     results = finish(procs, timeout=120)
     for rc, out, err in results:
         assert rc == 3, err
-    assert (f"node 1 (node1) cannot reach node 0 (node0) at node0:{port} (MASTER_PORT, where rank "
-            "0's store will listen): connection refused") in results[0][2], results[0][2]
+    blocked = (f"node 1 (node1) cannot reach node 0 (node0) at node0:{port} (MASTER_PORT, where "
+               "rank 0's store will listen): connection refused")
+    assert blocked in results[0][2], results[0][2]
+    for n, ok in ((0, True), (1, False)):
+        found = [json.loads(line) for line in
+                 (tmp_path / f"events-{n}.jsonl").read_text().splitlines()]
+        pre = [e for e in found if e["event"] == "preflight"]
+        assert len(pre) == 1 and pre[0]["ok"] is ok and pre[0]["node"] == n, found
+        assert (pre[0]["first_blocked"] is None) if ok else blocked in pre[0]["first_blocked"], pre
+        assert found[-1]["event"] == "job_end" and found[-1]["exit_code"] == 3, found
 
 
 @needs_nft

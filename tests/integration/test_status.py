@@ -3,6 +3,7 @@ demand through the job's store, from a node of the job or from elsewhere
 with --master-addr/--master-port and the token."""
 import json
 import os
+import re
 import signal
 import subprocess
 
@@ -209,3 +210,32 @@ def test_a_one_node_job_answers_too_once_asked(jobs, tmp_path):
     doc = json.loads(out.read_text())
     assert doc["job"]["nnodes"] == 1 and doc["missing"] == [], doc
     assert sorted(x["rank"] for x in doc["ranks"]) == [0, 1, 2], doc
+
+
+def test_a_node_an_elastic_job_lost_shows_as_lost(jobs):
+    """--nnodes 2:3: one of three agents is killed; the job goes on with two,
+    and status lists the third as lost, with the round it was lost in."""
+    port = free_port()
+    procs = [jobs.start(["--nnodes", "2:3", "--nproc-per-node", 1, "--master-port", port,
+                         "--max-restarts", 1, "--rdzv-last-call", 600, "--rdzv-timeout", 60,
+                         "--", "sh", "-c", STEPS]) for _ in range(3)]
+    doc = running(jobs, port, ranks=3)
+    by_pid = {p.pid: p for p in procs}
+    node2 = next(n for n in doc["nodes"] if n["node_rank"] == 2)
+    victim = by_pid[node2["agent_pid"]]
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+
+    def lost_listed():
+        d = status_json(jobs, port)
+        return d if d["job"] and d["job"]["round"] == 1 and len(d["ranks"]) == 2 and any(
+            n["state"] == "lost" for n in d["nodes"]) else None
+    doc = wait_until(lost_listed, timeout=90, interval=0.2)
+    assert doc, status(jobs, "--master-port", port).stdout
+    lost = [n for n in doc["nodes"] if n["state"] == "lost"]
+    assert lost == [{"node_rank": 2, "host": node2["host"], "addr": node2["addr"], "round": 0,
+                     "state": "lost"}], doc["nodes"]
+    assert sorted(n["node_rank"] for n in doc["nodes"] if n["state"] == "running") == [0, 1]
+    screen = status(jobs, "--master-port", port).stdout
+    assert re.search(r"^\s+2 .* lost .* in round 0$", screen, re.M), screen
+    stop([p for p in procs if p is not victim])
