@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "agent/stack_capture.hpp"
@@ -74,6 +75,10 @@ class Agent : public JobLink::Listener {
   using GpuReleaseWait = std::function<std::optional<pid_t>(const std::vector<pid_t>& pids,
                                                             std::chrono::milliseconds timeout)>;
   void set_gpu_release_wait(GpuReleaseWait wait) { m_gpu_release_wait = std::move(wait); }
+  // Each process's GPU memory in bytes, for `ddplaunch status` (NVML, set
+  // by run_launch, opened on the first request; none or nullopt: not shown).
+  using GpuMemory = std::function<std::optional<std::unordered_map<pid_t, unsigned long long>>()>;
+  void set_gpu_memory(GpuMemory read) { m_gpu_memory = std::move(read); }
   // --event-log: where this node's events go (docs/EVENTS.md); none: no
   // event is built.
   void set_event_log(EventLog* log) { m_events = log; }
@@ -311,6 +316,7 @@ class Agent : public JobLink::Listener {
   std::string m_preempted_by;  // --preempt-signal: who received it, for the report
   HealthCheck m_health_check;
   GpuReleaseWait m_gpu_release_wait;
+  GpuMemory m_gpu_memory;
   EventLog* m_events = nullptr;
   StatusResponder* m_status = nullptr;
   StatusResponder* m_stacks_responder = nullptr;

@@ -144,6 +144,8 @@ std::string Agent::status_record(const std::string& request_text) const {
     }
     node["job"]["lost_nodes"] = std::move(lost);
   }
+  // GPU memory by pid where NVML can say (a request's only NVML call).
+  const auto gpu = shown && m_gpu_memory ? m_gpu_memory() : std::nullopt;
   json out = json::array();
   for (size_t i = 0; shown && i < m_pids.size() && m_plan && i < m_plan->workers.size(); ++i) {
     const int rank = m_plan->workers[i].rank;
@@ -181,6 +183,15 @@ std::string Agent::status_record(const std::string& request_text) const {
         {"processes", usage[i].processes}};
     if (exit) {
       r["exit"] = exit->describe();
+    }
+    if (gpu) {
+      unsigned long long bytes = 0;
+      for (const pid_t pid : usage[i].pids) {
+        if (const auto it = gpu->find(pid); it != gpu->end()) {
+          bytes += it->second;
+        }
+      }
+      r["gpu_memory_bytes"] = bytes;
     }
     out.push_back(std::move(r));
   }

@@ -246,6 +246,22 @@ Agent::GpuReleaseWait gpu_release_wait(const EnvMap& env, Driver& driver) {
   };
 }
 
+// `ddplaunch status`'s GPU memory per rank: NVML, opened on the first
+// request (a job nobody asks about never loads it); absent: nothing shown.
+Agent::GpuMemory gpu_memory(const EnvMap& env) {
+  auto reader = std::make_shared<std::optional<GpuMemory>>();
+  return [&env, reader]() -> std::optional<std::unordered_map<pid_t, unsigned long long>> {
+    if (!*reader) {
+      std::string why;
+      *reader = nvml_gpu_memory(env, why);
+      if (!**reader) {
+        log::debug("status shows no GPU memory: {}", why);
+      }
+    }
+    return **reader ? (**reader)() : std::nullopt;
+  };
+}
+
 // Process-wide settings made while this process has one thread.
 void prepare_process(const Config& config, const EnvMap& env) {
   ::signal(SIGPIPE, SIG_IGN);
@@ -325,6 +341,7 @@ void hook_agent(const Config& config, const EnvMap& env, Agent& agent, Driver& d
   }
   agent.set_event_log(events);
   agent.set_gpu_release_wait(gpu_release_wait(env, driver));
+  agent.set_gpu_memory(gpu_memory(env));
   if (store.link) {
     store.link->set_listener(agent);
     store.answer_requests(agent);

@@ -50,4 +50,25 @@ GpuHolders nvml_gpu_holders(const EnvMap& env, std::string& why) {
   };
 }
 
+GpuMemory nvml_gpu_memory(const EnvMap& env, std::string& why) {
+  std::shared_ptr<NvmlSession> session = NvmlSession::open(why);
+  if (!session) {
+    return {};
+  }
+  const std::vector<std::string> ids = session->visible(env);
+  return [session, ids]() -> std::optional<std::unordered_map<pid_t, unsigned long long>> {
+    std::unordered_map<pid_t, unsigned long long> bytes;
+    for (const auto& id : ids) {
+      const auto usage = session->compute_usage(id);
+      if (!usage) {
+        return std::nullopt;
+      }
+      for (const auto& p : *usage) {
+        bytes[p.pid] += p.used_bytes;
+      }
+    }
+    return bytes;
+  };
+}
+
 }  // namespace ddplaunch

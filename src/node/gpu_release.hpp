@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "config/env_map.hpp"
@@ -38,5 +39,12 @@ std::optional<pid_t> wait_gpu_release(
 // function's life (nvmlInit can take a while on a node without persistence
 // mode). An empty function, with `why` set, where NVML is absent.
 GpuHolders nvml_gpu_holders(const EnvMap& env, std::string& why);
+
+// Each process's GPU memory (bytes, over the GPUs `env` makes visible), for
+// `ddplaunch status` and --metrics-port; nullopt when NVML cannot say.
+using GpuMemory = std::function<std::optional<std::unordered_map<pid_t, unsigned long long>>()>;
+// GpuMemory over NVML, with one session kept for the function's life; an
+// empty function, with `why` set, where NVML is absent.
+GpuMemory nvml_gpu_memory(const EnvMap& env, std::string& why);
 
 }  // namespace ddplaunch

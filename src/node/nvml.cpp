@@ -133,26 +133,44 @@ bool NvmlSession::responds(const std::string& id, std::string& error) const {
 }
 
 std::optional<std::vector<pid_t>> NvmlSession::compute_processes(const std::string& id) const {
+  const auto usage = compute_usage(id);
+  if (!usage) {
+    return std::nullopt;
+  }
+  std::vector<pid_t> pids;
+  for (const auto& p : *usage) {
+    pids.push_back(p.pid);
+  }
+  return pids;
+}
+
+std::optional<std::vector<NvmlSession::GpuProcess>> NvmlSession::compute_usage(
+    const std::string& id) const {
   int rc = 0;
   NvmlDevice dev = device(id, rc);
   if (dev == nullptr) {
     return std::nullopt;
   }
-  std::vector<pid_t> pids;
+  // NVML's "not available" value for a process's memory.
+  constexpr unsigned long long k_unknown = ~0ULL;
+  std::vector<GpuProcess> out;
   // Asked with room for 64, then again with what the driver says it needs.
   for (unsigned room = 64; room <= 65536;) {
     unsigned count = room;
+    out.clear();
     if (m_api.processes != nullptr) {
       std::vector<NvmlProcess> found(room);
       rc = m_api.processes(dev, &count, found.data());
       for (unsigned i = 0; rc == k_success && i < count; ++i) {
-        pids.push_back(static_cast<pid_t>(found[i].pid));
+        out.push_back({static_cast<pid_t>(found[i].pid),
+                       found[i].used_gpu_memory == k_unknown ? 0 : found[i].used_gpu_memory});
       }
     } else if (m_api.processes_v1 != nullptr) {
       std::vector<NvmlProcessV1> found(room);
       rc = m_api.processes_v1(dev, &count, found.data());
       for (unsigned i = 0; rc == k_success && i < count; ++i) {
-        pids.push_back(static_cast<pid_t>(found[i].pid));
+        out.push_back({static_cast<pid_t>(found[i].pid),
+                       found[i].used_gpu_memory == k_unknown ? 0 : found[i].used_gpu_memory});
       }
     } else {
       return std::nullopt;
@@ -165,7 +183,7 @@ std::optional<std::vector<pid_t>> NvmlSession::compute_processes(const std::stri
   if (rc != k_success) {
     return std::nullopt;
   }
-  return pids;
+  return out;
 }
 
 }  // namespace ddplaunch

@@ -32,6 +32,13 @@ class NvmlSession {
   // The processes holding a compute context on GPU `id` (host pids, as the
   // driver sees them); nullopt when NVML cannot say.
   std::optional<std::vector<pid_t>> compute_processes(const std::string& id) const;
+  // The same, each with the GPU memory it uses there (bytes; 0 where the
+  // driver does not say, as in a container without the host's pid view).
+  struct GpuProcess {
+    pid_t pid = 0;
+    unsigned long long used_bytes = 0;
+  };
+  std::optional<std::vector<GpuProcess>> compute_usage(const std::string& id) const;
 
   struct Api;
 

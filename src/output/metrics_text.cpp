@@ -92,6 +92,8 @@ std::string openmetrics_text(const std::string& record_json) {
       {"ddplaunch_rank_cpu_seconds", "counter", "CPU time of the rank's process tree", "seconds"},
       {"ddplaunch_rank_memory_bytes", "gauge", "Resident memory of the rank's process tree",
        "bytes"},
+      {"ddplaunch_rank_gpu_memory_bytes", "gauge",
+       "GPU memory of the rank's process tree (where NVML is present)", "bytes"},
   };
   const json ranks = r.value("ranks", json::array());
   for (const Family& f : families) {
@@ -115,8 +117,13 @@ std::string openmetrics_text(const std::string& record_json) {
         v = number(k, "since_progress_s");
       } else if (name == "ddplaunch_rank_cpu_seconds") {
         v = number(k, "cpu_s");
-      } else {
+      } else if (name == "ddplaunch_rank_memory_bytes") {
         v = number(k, "rss_kib") * 1024;
+      } else {
+        if (!k.contains("gpu_memory_bytes") || !k["gpu_memory_bytes"].is_number()) {
+          continue;  // no NVML here
+        }
+        v = number(k, "gpu_memory_bytes");
       }
       out += fmt::format("{}{}{{{}{}}} {}\n", f.name, counter ? "_total" : "", labels, extra, v);
     }

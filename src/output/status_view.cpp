@@ -72,9 +72,15 @@ std::string format_document(const json& doc, int width) {
     out +=
         fmt::format("{:>5} did not answer in time (lost, stopped or unreachable)\n", m.get<int>());
   }
+  // A GPU column where NVML gave the ranks' GPU memory.
+  bool gpu = false;
+  for (const auto& r : doc["ranks"]) {
+    gpu = gpu || (r.is_object() && r.contains("gpu_memory_bytes"));
+  }
   const std::string head =
       fmt::format("{:>5} {:>4} {:>8} {:<9} {:>7} {:>9} {:>7} {:>5} {:>7}  ", "RANK", "NODE", "PID",
-                  "STATE", "RUN", "PROGRESS", "AGE", "CPU%", "RSS");
+                  "STATE", "RUN", "PROGRESS", "AGE", "CPU%", "RSS") +
+      (gpu ? fmt::format("{:>7}  ", "GPU") : "");
   out += cut(head + "LAST LINE", width) + "\n";
   for (const auto& r : doc["ranks"]) {
     const std::string row =
@@ -83,7 +89,13 @@ std::string format_document(const json& doc, int width) {
                     r.value("state", ""), secs(r.value("run_s", json())),
                     r.value("progress_events", 0LL), secs(r.value("since_progress_s", json())),
                     r.value("cpu_percent", 0.0), mib(r.value("rss_kib", json())));
-    out += cut(row + r.value("last_line", ""), width) + "\n";
+    const json gpu_bytes = r.value("gpu_memory_bytes", json());
+    const std::string gpu_cell =
+        !gpu ? ""
+             : fmt::format(
+                   "{:>7}  ",
+                   mib(gpu_bytes.is_number() ? json(gpu_bytes.get<double>() / 1024) : json()));
+    out += cut(row + gpu_cell + r.value("last_line", ""), width) + "\n";
   }
   return out;
 }

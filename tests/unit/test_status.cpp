@@ -242,6 +242,39 @@ TEST(MetricsText, ANodesRecordIsOpenMetricsWithEscapedLabelsAndAnEnd) {
   EXPECT_EQ(openmetrics_text("{"), "# EOF\n");
 }
 
+// Where NVML gave each rank's GPU memory: a GPU column on the screen and a
+// metric; where it did not, neither.
+TEST(StatusView, GpuMemoryIsShownWhereNvmlGaveIt) {
+  nlohmann::json rank = {{"rank", 0},
+                         {"node_rank", 0},
+                         {"pid", 9},
+                         {"state", "running"},
+                         {"run_s", 1.0},
+                         {"progress_events", 1},
+                         {"since_progress_s", 0.5},
+                         {"cpu_percent", 1.0},
+                         {"rss_kib", 2048},
+                         {"last_line", "step"}};
+  nlohmann::json doc = {{"job", nullptr},
+                        {"nodes", nlohmann::json::array()},
+                        {"missing", nlohmann::json::array()},
+                        {"ranks", {rank}}};
+  EXPECT_EQ(format_status(doc.dump(), 200).find(" GPU "), std::string::npos);
+  doc["ranks"][0]["gpu_memory_bytes"] = 3ULL << 30;
+  const std::string screen = format_status(doc.dump(), 200);
+  EXPECT_NE(screen.find("    GPU  LAST LINE"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("  3072M  step"), std::string::npos) << screen;
+  nlohmann::json record = {{"node_rank", 0}, {"host", "h"}, {"ranks", {rank}}};
+  EXPECT_EQ(openmetrics_text(record.dump()).find("ddplaunch_rank_gpu_memory_bytes{"),
+            std::string::npos);
+  record["ranks"][0]["gpu_memory_bytes"] = 1024;
+  EXPECT_NE(openmetrics_text(record.dump())
+                .find("ddplaunch_rank_gpu_memory_bytes{node_rank=\"0\","
+                      "host=\"h\",rank=\"0\",local_rank=\"-1\"} 1024\n"),
+            std::string::npos)
+      << openmetrics_text(record.dump());
+}
+
 TEST(StatusPage, ThePageNeedsNothingFromElsewhereAndTheEventsAreOneArray) {
   const std::string& page = status_page_html();
   EXPECT_EQ(page.find("http://"), std::string::npos);
