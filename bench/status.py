@@ -12,12 +12,17 @@ floor of reading /proc); then for 256 nodes x 8 ranks, node 0 a real agent
 and nodes 1..255 played by bench/sim_nodes (each answers as an agent does,
 a record of 8 ranks; median of 5). Then the launch of a one-node job of N
 `true` workers (median of 30) with and without --metrics-port: the
-listener's own cost."""
+listener's own cost. Then a 1,024-worker launch (2 nodes x 512 `true` on
+loopback, median of 10) alone and while `ddplaunch status --json` asks it
+over and over from another process; and `ddplaunch stacks --json` for a
+job of 1 node x 8 sleeping ranks (native `sleep`, and Python when gdb and
+python3-dbg are installed; median of 3)."""
 import argparse
 import os
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 
 from benchlib import free_port, raise_fds, run_timed
@@ -100,6 +105,65 @@ def launch_cost(exe, nproc, runs=30):
             f"{with_port / without:.2f}x, {(with_port - without) * 1000:+.2f} ms |")
 
 
+def launch_2x512(exe, asking):
+    """Seconds until both agents of a 2 x 512 job of `true` exited; with
+    `asking`, a status request is made over and over meanwhile."""
+    port = free_port()
+    done = threading.Event()
+    asked = [0]
+
+    def ask():
+        while not done.is_set():
+            subprocess.run([exe, "status", "--json", "--master-port", str(port), "--timeout", "1"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            asked[0] += 1
+    asker = threading.Thread(target=ask) if asking else None
+    if asker:
+        asker.start()
+    t = time.perf_counter()
+    agents = [subprocess.Popen([exe, "--nnodes", "2", "--nproc-per-node", "512", "--master-port",
+                                str(port), "--", "true"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, preexec_fn=raise_fds) for _ in range(2)]
+    codes = [a.wait() for a in agents]
+    took = time.perf_counter() - t
+    done.set()
+    if asker:
+        asker.join()
+    assert codes == [0, 0], codes
+    return took, asked[0]
+
+
+def during_launch(exe, runs=10):
+    alone = statistics.median(launch_2x512(exe, False)[0] for _ in range(runs))
+    both = [launch_2x512(exe, True) for _ in range(runs)]
+    asked = statistics.median(b[1] for b in both)
+    with_status = statistics.median(b[0] for b in both)
+    return (f"| 2 x 512 `true`, loopback | {alone * 1000:.0f} ms | {with_status * 1000:.0f} ms "
+            f"({asked:.0f} requests during it) | {with_status / alone:.2f}x, "
+            f"{(with_status - alone) * 1000:+.0f} ms |")
+
+
+def stacks_latency(exe, program, label, runs=3):
+    port = free_port()
+    agents = [subprocess.Popen([exe, "--nnodes", "2", "--nproc-per-node", "4", "--master-port",
+                                str(port), "--", *program], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL) for _ in range(2)]
+    try:
+        ask = [exe, "stacks", "--json", "--master-port", str(port)]
+        for _ in range(300):
+            r = subprocess.run(ask, capture_output=True, text=True)
+            if r.returncode == 0 and r.stdout.count('"rank"') == 8:
+                break
+            time.sleep(0.1)
+        took = timed(ask, runs)
+    finally:
+        for a in agents:
+            a.terminate()
+        for a in agents:
+            a.wait()
+    return f"| {label} | {took * 1000:.0f} ms | {took * 1000 / 8:.0f} ms |"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
@@ -115,6 +179,17 @@ def main():
     print("|---|---|---|---|")
     for nproc in (1, 64):
         print(launch_cost(exe, nproc), flush=True)
+    print()
+    print("| 1,024-worker launch | alone | with status asked meanwhile | ratio, overhead |")
+    print("|---|---|---|---|")
+    print(during_launch(exe), flush=True)
+    print()
+    print("| `ddplaunch stacks --json`, 2 nodes x 4 ranks | time | per rank |")
+    print("|---|---|---|")
+    print(stacks_latency(exe, ["sleep", "600"], "native (`sleep`: eu-stack)"), flush=True)
+    py = "import time\ndef wait():\n    time.sleep(600)\nwait()"
+    print(stacks_latency(exe, ["/usr/bin/python3", "-c", py], "Python (gdb py-bt where installed)"),
+          flush=True)
 
 
 if __name__ == "__main__":
