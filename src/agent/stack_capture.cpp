@@ -200,12 +200,25 @@ void StackCapture::end(Process& p) {
   text.resize(static_cast<size_t>(std::max<ssize_t>(0, got)));
   p.memfd.close();
   p.stacks = p.tool == "eu-stack" ? std::move(text) : without_chatter(text);
-  if (p.timed_out && !p.was_stopped) {
-    ::kill(p.pid, SIGCONT);  // a debugger killed while it held the process stopped
-  }
+}
+
+void StackCapture::stop(Process& p) {
+  p.timed_out = true;
+  m_spawner.stop_debugger(p.debugger);
+  m_leaving.push_back({p.debugger, p.pid, p.was_stopped});
+  end(p);
 }
 
 bool StackCapture::on_debugger_ended(pid_t pid) {
+  for (auto it = m_leaving.begin(); it != m_leaving.end(); ++it) {
+    if (it->debugger == pid) {
+      if (!it->was_stopped) {
+        ::kill(it->held, SIGCONT);  // killed while it held the process stopped
+      }
+      m_leaving.erase(it);
+      return true;
+    }
+  }
   for (auto& r : m_requests) {
     for (auto& ps : r.processes) {
       for (auto& p : ps) {
@@ -242,9 +255,7 @@ void StackCapture::on_time() {
     for (auto& ps : r.processes) {
       for (auto& p : ps) {
         if (p.kill_at && now >= *p.kill_at) {
-          p.kill_at.reset();
-          p.timed_out = true;
-          m_spawner.stop_debugger(p.debugger);  // reaped, then end()
+          stop(p);
         }
         if (!p.started && now >= r.deadline) {
           p.ended = true;
@@ -253,6 +264,7 @@ void StackCapture::on_time() {
       }
     }
   }
+  start_more();
   finish_ready();
 }
 

@@ -103,6 +103,9 @@ class StackCapture {
   void start_more();
   bool start(Request& request, size_t target, Process& process);
   void end(Process& process);
+  // Past its time: killed, and its output so far taken at once (its reap
+  // may never be seen here: the round's end sweeps the launcher's children).
+  void stop(Process& process);
   void finish_ready();
   std::string answer(const Request& request) const;
 
@@ -111,6 +114,14 @@ class StackCapture {
   size_t m_max_running;
   size_t m_running = 0;
   std::deque<Request> m_requests;
+  // Debuggers killed and not yet reaped: (debugger, the process it held, whether that
+  // process was stopped before); that process gets SIGCONT once its debugger is gone.
+  struct Leaving {
+    pid_t debugger;
+    pid_t held;
+    bool was_stopped;
+  };
+  std::vector<Leaving> m_leaving;
 };
 
 }  // namespace ddplaunch

@@ -38,6 +38,8 @@ void ProcessSpawner::kill_all() {
     while (auto reaped = reap_any()) {
       if (auto lr = local_rank_of(reaped->first)) {
         m_children[static_cast<size_t>(*lr)].mark_reaped();
+      } else {
+        debugger_of(reaped->first);  // a debugger the sweep killed: never signalled again
       }
     }
   }
@@ -56,7 +58,8 @@ std::vector<pid_t> ProcessSpawner::reclaim(std::chrono::milliseconds timeout, in
     left = kill_marked_once(m_marker);
     seen.insert(left.begin(), left.end());
     strays += kill_stray_children(m_spared);
-    while (reap_any()) {  // the killed ones reparented to us: no zombie is left
+    while (auto reaped = reap_any()) {  // the killed ones reparented to us: no zombie is left
+      debugger_of(reaped->first);       // a debugger it swept: never signalled again
     }
     if (left.empty() || std::chrono::steady_clock::now() >= deadline) {
       break;

@@ -146,3 +146,39 @@ def test_bad_input_is_one_line_and_no_job_is_exit_3(jobs):
     r = jobs.run(["stacks", "--master-port", free_port(), "--timeout", 1], timeout=60)
     assert r.returncode == 3 and "no job answers" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_debuggers_past_the_timeout_are_stopped_and_the_ranks_go_on(jobs, tmp_path):
+    """--timeout 1 is shorter than gdb needs to read Python's symbols: each
+    node answers in time with what it has (the debuggers it stopped named),
+    and every rank goes on to print all its lines and end with 0."""
+    port = free_port()
+    (tmp_path / "tick.py").write_text(
+        "import os, time\n"
+        "def tick():\n"
+        "    for i in range(30):\n"
+        "        print('tick', i, flush=True)\n"
+        "        time.sleep(0.1)\n"
+        f"open('{tmp_path}/ready.' + os.environ['RANK'], 'w').close()\n"
+        f"while not os.path.exists('{tmp_path}/go'):\n"
+        "    time.sleep(0.02)\n"
+        "tick()\n")
+    procs = [jobs.start(["--nnodes", 2, "--nproc-per-node", 2, "--master-port", port, "--",
+                         PYTHON, tmp_path / "tick.py"]) for _ in range(2)]
+    assert wait_until(lambda: all((tmp_path / f"ready.{r}").exists() for r in range(4)),
+                      timeout=60)
+    (tmp_path / "go").touch()
+    r = jobs.run(["stacks", "--json", "--master-port", port, "--timeout", 1], timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert sorted(x["rank"] for x in doc["ranks"]) == [0, 1, 2, 3], doc
+    for rank in doc["ranks"]:
+        for p in rank["processes"]:
+            cut_short = any(s in p.get("note", "") for s in ("did not finish in time", "not taken"))
+            assert cut_short or p["stacks"], p
+    results = finish(procs, timeout=120)
+    for rc, out, err in results:
+        assert rc == 0, err
+    out = "".join(o for _, o, _ in results)
+    for rank in range(4):
+        assert f"[rank {rank}]: tick 29" in out, out
