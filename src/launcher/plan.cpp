@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "config/integer.hpp"
 #include "config/launch_error.hpp"
 
 namespace ddplaunch {
@@ -156,8 +157,25 @@ class AgentArgs {
     if (hosts[i].slots && m_config.source_of("nproc_per_node") != "flag") {
       args.push_back("--nproc-per-node=" + std::to_string(*hosts[i].slots));
     }
+    if (m_metrics_port > 0) {
+      args.push_back("--metrics-port=" + std::to_string(metrics_port(i)));
+    }
     args.insert(args.end(), m_program.begin(), m_program.end());
     return args;
+  }
+
+  // --metrics-port for agent i: the port given, plus one for each agent
+  // before it in the list on the same host (--launcher local: this one), so
+  // that agents sharing a host each listen on a port of their own.
+  int metrics_port(size_t i) const {
+    const auto& hosts = m_context.hosts;
+    int before = 0;
+    for (size_t j = 0; j < i; ++j) {
+      const bool same = (m_context.is_local[i] && m_context.is_local[j]) ||
+                        m_config.launcher == Launcher::k_local || hosts[j].host == hosts[i].host;
+      before += same ? 1 : 0;
+    }
+    return m_metrics_port + before;
   }
 
   // A subtree root's arguments: it starts hosts [first, last) itself.
@@ -168,6 +186,9 @@ class AgentArgs {
       args.push_back("--summary-json=" + m_summary_json);
     }
     args.insert(args.end(), m_subtree_only.begin(), m_subtree_only.end());
+    if (m_metrics_port > 0) {
+      args.push_back("--metrics-port=" + std::to_string(metrics_port(first)));
+    }
     args.push_back("--hosts=" + host_list(m_context.hosts, first, last));
     args.push_back("--subtree=" + std::to_string(node_rank));
     args.insert(args.end(), m_program.begin(), m_program.end());
@@ -220,6 +241,10 @@ class AgentArgs {
         m_summary_json = it->second.value;
         continue;
       }
+      if (key == "metrics_port") {
+        m_metrics_port = static_cast<int>(parse_integer(it->second.value).value_or(0));
+        continue;  // each agent's own (metrics_port())
+      }
       if (k_subtree_keys.contains(key)) {
         add_flag(m_subtree_only, spec, it->second);
       } else if (!k_launcher_keys.contains(key)) {
@@ -252,6 +277,7 @@ class AgentArgs {
   std::vector<std::string> m_subtree_only;
   std::vector<std::string> m_program;
   std::string m_summary_json;
+  int m_metrics_port = 0;  // --metrics-port as given (0: none)
 };
 
 AgentStart direct_start(const Config& config, const PlanContext& context, const AgentArgs& args,

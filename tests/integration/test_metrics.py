@@ -149,3 +149,35 @@ def test_bad_metrics_flags_are_one_line_and_exit_2(jobs):
     assert get(f"http://127.0.0.1:{taken}/nothing")[0] == 404
     holder.send_signal(signal.SIGTERM)
     finish([holder])
+
+
+def two_free_ports():
+    """A port P with P+1 free too."""
+    import socket
+    for _ in range(100):
+        p = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p + 1))
+                return p
+            except OSError:
+                continue
+    raise AssertionError("no two free ports in a row")
+
+
+def test_agents_sharing_a_host_each_take_the_next_port(jobs, tmp_path):
+    """One command starts both agents on this machine (--launcher local):
+    the first serves on P, the next on P+1 (docs/METRICS.md), not a clash."""
+    port = two_free_ports()
+    done = tmp_path / "done"
+    script = (f'while [ ! -e {done} ]; do echo "step of rank $RANK"; sleep 0.1; done')
+    proc = jobs.start(["--hosts", "a:1,b:1", "--launcher", "local", "--metrics-port", port,
+                       "--", "sh", "-c", script])
+    for p, node in ((port, 0), (port + 1, 1)):
+        # Its node rank once rendezvous named it (-1 before).
+        assert wait_until(lambda: f'ddplaunch_node{{node_rank="{node}"' in
+                          get(f"http://127.0.0.1:{p}/metrics")[2], timeout=60, interval=0.1), \
+            get(f"http://127.0.0.1:{p}/metrics")
+    done.touch()
+    rc, _, err = finish([proc])[0]
+    assert rc == 0, err
