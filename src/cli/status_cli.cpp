@@ -37,9 +37,12 @@ void add_job_options(CLI::App& app, StatusCommand& cmd, JobOptions& o) {
   app.add_option("--master-addr,--master_addr,--addr", cmd.addr,
                  "Node 0's address [the job found on this host]");
   app.add_option("--master-port,--master_port,--port", o.port_text, "The job's port [found]");
-  app.add_option(
-      "--token-file,--rdzv-token-file", cmd.token_file,
-      "File holding the job's token [$DDPLAUNCH_RDZV_TOKEN, else a worker's credential]");
+  app.add_option("--token-file,--rdzv-token-file", cmd.token_file,
+                 cmd.stacks
+                     ? "File holding the job's token [$DDPLAUNCH_RDZV_TOKEN, else ddplaunch token "
+                       "init's file]"
+                     : "File holding the job's token [$DDPLAUNCH_RDZV_TOKEN, else a worker's "
+                       "credential]");
   app.add_option("--timeout", o.timeout_text,
                  fmt::format("Seconds each node has to answer [{:g}]", cmd.timeout_s));
 }

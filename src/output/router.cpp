@@ -203,7 +203,7 @@ void OutputRouter::take_line(RankStreams& w, Stream stream, std::string_view lin
   }
   if (w.channels[static_cast<int>(stream)].to_console) {
     if (end == LineEnd::k_bare_newline) {
-      scratch.batch.add({}, {});  // the update above stays, and the next line starts below it
+      scratch.batch.add("", "");  // the update above stays, and the next line starts below it
     } else {
       scratch.batch.add(scratch.prefix_text, line, end == LineEnd::k_return ? '\r' : '\n');
     }
