@@ -390,21 +390,6 @@ void Agent::on_verdict(const JobVerdict& verdict) {
   advance();
 }
 
-void Agent::on_preflight(int node_rank, double seconds, const std::vector<std::string>& blocked) {
-  if (m_events == nullptr) {
-    return;
-  }
-  m_events->set_node_rank(node_rank);
-  event("preflight",
-        EventFields()
-            .num("round", m_round)
-            .flag("ok", blocked.empty())
-            .real("seconds", seconds)
-            .num("blocked", static_cast<long long>(blocked.size()))
-            .text_or_null("first_blocked",
-                          blocked.empty() ? std::nullopt : std::optional(blocked.front())));
-}
-
 void Agent::on_finished(std::vector<RankOutcome> ranks) {
   m_gathered = std::move(ranks);
   advance();

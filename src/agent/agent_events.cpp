@@ -44,4 +44,19 @@ void Agent::job_ended() const {
   event("job_end", f);
 }
 
+void Agent::on_preflight(int node_rank, double seconds, const std::vector<std::string>& blocked) {
+  if (m_events == nullptr) {
+    return;
+  }
+  m_events->set_node_rank(node_rank);
+  event("preflight",
+        EventFields()
+            .num("round", m_round)
+            .flag("ok", blocked.empty())
+            .real("seconds", seconds)
+            .num("blocked", static_cast<long long>(blocked.size()))
+            .text_or_null("first_blocked",
+                          blocked.empty() ? std::nullopt : std::optional(blocked.front())));
+}
+
 }  // namespace ddplaunch
