@@ -326,32 +326,10 @@ void Agent::on_verdict(const JobVerdict& verdict) {
     return;
   }
   m_verdict = verdict;
-  if (verdict.lost >= 0 && m_lost_nodes.size() < 1024) {
-    LostNode lost{verdict.lost, "", "", m_round, m_clock.wall_now()};
-    if (m_topology && static_cast<size_t>(verdict.lost) < m_topology->nodes.size()) {
-      lost.host = m_topology->nodes[static_cast<size_t>(verdict.lost)].host;
-      lost.addr = m_topology->nodes[static_cast<size_t>(verdict.lost)].addr;
-    }
-    m_lost_nodes.push_back(std::move(lost));
+  if (verdict.lost >= 0) {
+    remember_lost_node(verdict.lost);
   }
-  if (writes_job_events()) {
-    EventFields f;
-    f.num("round", m_round).num("exit_code", verdict.exit_code).text("message", verdict.message);
-    f.num_or_null("root_rank", verdict.root_cause
-                                   ? std::optional<long long>(verdict.root_cause->rank)
-                                   : std::nullopt);
-    f.num_or_null("decided_by",
-                  verdict.node >= 0 ? std::optional<long long>(verdict.node) : std::nullopt);
-    f.flag("regroup", verdict.regroup);
-    event("verdict", f);
-    if (verdict.lost >= 0) {
-      event("node_lost", EventFields().num("round", m_round).num("node_rank", verdict.lost));
-    }
-    if (verdict.preempt > 0) {
-      event("preempted",
-            EventFields().num("round", m_round).text("signal", signal_name(verdict.preempt)));
-    }
-  }
+  verdict_events(verdict);
   if (m_phase == Phase::k_joining && !m_join_signal) {
     // Another node stopped the job before it started.
     m_summary.root_cause = verdict.root_cause;

@@ -304,7 +304,11 @@ class Agent : public JobLink::Listener {
   int m_no_progress = 0;
   bool m_stalled = false;                   // the job ends: its rounds without progress are spent
   std::vector<NodeReplacement> m_replaced;  // the spares this round started with
-  // The nodes the job lost, for `ddplaunch status` (node 0 lists them).
+  // The nodes the job lost, for `ddplaunch status` (node 0 lists them; at
+  // most 1,024 kept): remember_lost_node() when a verdict names one.
+  void remember_lost_node(int node_rank);
+  // Node 0's events of a verdict: the verdict, a lost node, a preemption.
+  void verdict_events(const JobVerdict& verdict) const;
   struct LostNode {
     int node_rank = -1;  // in the round it was lost in
     std::string host;

@@ -3,6 +3,7 @@
 // ranks' starts and exits, its end); node 0, or the only node, also writes
 // the job's (the verdict, restarts, spares taken, lost nodes, preemption).
 #include "agent/agent.hpp"
+#include "supervise/exit_info.hpp"
 
 namespace ddplaunch {
 
@@ -57,6 +58,27 @@ void Agent::on_preflight(int node_rank, double seconds, const std::vector<std::s
             .num("blocked", static_cast<long long>(blocked.size()))
             .text_or_null("first_blocked",
                           blocked.empty() ? std::nullopt : std::optional(blocked.front())));
+}
+
+void Agent::verdict_events(const JobVerdict& verdict) const {
+  if (!writes_job_events()) {
+    return;
+  }
+  EventFields f;
+  f.num("round", m_round).num("exit_code", verdict.exit_code).text("message", verdict.message);
+  f.num_or_null("root_rank", verdict.root_cause ? std::optional<long long>(verdict.root_cause->rank)
+                                                : std::nullopt);
+  f.num_or_null("decided_by",
+                verdict.node >= 0 ? std::optional<long long>(verdict.node) : std::nullopt);
+  f.flag("regroup", verdict.regroup);
+  event("verdict", f);
+  if (verdict.lost >= 0) {
+    event("node_lost", EventFields().num("round", m_round).num("node_rank", verdict.lost));
+  }
+  if (verdict.preempt > 0) {
+    event("preempted",
+          EventFields().num("round", m_round).text("signal", signal_name(verdict.preempt)));
+  }
 }
 
 }  // namespace ddplaunch

@@ -92,6 +92,18 @@ void Agent::stacks_request(const std::string& text, StatusResponder::Reply reply
                    [reply = std::move(reply)](const std::string& record) { reply(record); });
 }
 
+void Agent::remember_lost_node(int node_rank) {
+  if (m_lost_nodes.size() >= 1024) {
+    return;
+  }
+  LostNode lost{node_rank, "", "", m_round, m_clock.wall_now()};
+  if (m_topology && static_cast<size_t>(node_rank) < m_topology->nodes.size()) {
+    lost.host = m_topology->nodes[static_cast<size_t>(node_rank)].host;
+    lost.addr = m_topology->nodes[static_cast<size_t>(node_rank)].addr;
+  }
+  m_lost_nodes.push_back(std::move(lost));
+}
+
 std::string Agent::status_record(const std::string& request_text) const {
   json request;
   std::optional<std::set<int>> ranks;

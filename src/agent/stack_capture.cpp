@@ -159,7 +159,7 @@ void StackCapture::start_more() {
   }
 }
 
-bool StackCapture::start(Request& request, size_t target, Process& p) {
+void StackCapture::start(Request& request, size_t target, Process& p) {
   p.started = true;
   const StackPlan plan = plan_stacks(p.pid, p.exe, py_bt_for(p.exe));
   p.note = plan.note;
@@ -168,7 +168,7 @@ bool StackCapture::start(Request& request, size_t target, Process& p) {
   if (!p.memfd) {
     p.ended = true;
     p.note = std::string("no memory file for the debugger's output: ") + std::strerror(errno);
-    return false;
+    return;
   }
   const auto debugger =
       m_spawner.start_debugger(request.targets[target].local_rank, plan.candidates,
@@ -176,7 +176,7 @@ bool StackCapture::start(Request& request, size_t target, Process& p) {
   if (!debugger) {
     p.ended = true;
     p.note = "no eu-stack, gdb or cuda-gdb on PATH: install elfutils, or gdb";
-    return false;
+    return;
   }
   p.debugger = debugger->pid;
   p.tool = plan.tools.at(debugger->which);
@@ -187,7 +187,6 @@ bool StackCapture::start(Request& request, size_t target, Process& p) {
   }
   p.kill_at = std::min(request.deadline, m_clock.now() + k_debugger_limit);
   ++m_running;
-  return true;
 }
 
 void StackCapture::end(Process& p) {

@@ -101,7 +101,7 @@ class StackCapture {
   };
 
   void start_more();
-  bool start(Request& request, size_t target, Process& process);
+  void start(Request& request, size_t target, Process& process);
   void end(Process& process);
   // Past its time: killed, and its output so far taken at once (its reap
   // may never be seen here: the round's end sweeps the launcher's children).

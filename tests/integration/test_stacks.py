@@ -78,26 +78,40 @@ def test_a_native_rank_in_read_and_a_python_rank_asleep_show_their_frames_and_th
     assert any("done" in out for _, out, _ in results), results  # rank 0 went on past read()
 
 
-def test_the_documented_lines_typed_in_a_workers_shell_in_a_one_node_job(jobs, tmp_path):
+def test_the_documented_lines_typed_in_a_workers_shell_in_two_one_node_jobs_at_once(
+        jobs, tmp_path):
     """README's and docs/STATUS.md's lines as typed, in a worker's shell of
-    the default one-node job: rank 0 asks while rank 1 sleeps in Python."""
-    out = tmp_path / "stacks.txt"
-    release = tmp_path / "release"
-    (tmp_path / "sleeper.py").write_text(SLEEPER)
-    script = (f'if [ "$RANK" = 0 ]; then until [ -e {release}.ready ]; do sleep 0.05; done; '
-              f'ddplaunch stacks > {out} && ddplaunch stacks --ranks 1 --json > {out}.json; '
-              f'rc=$?; touch {release}; exit $rc; fi; '
-              f'exec {PYTHON} {tmp_path}/sleeper.py {release}')
+    the default one-node job, in two such jobs of this user on this host at
+    once: rank 0 asks while rank 1 sleeps in Python, and each job's answer
+    is its own rank 1."""
     path = os.path.dirname(BIN) + ":" + os.environ["PATH"]
-    r = jobs.run(["--nproc-per-node", 2, "--", "sh", "-c", script], env={"PATH": path},
-                 timeout=120)
-    assert r.returncode == 0, r.stderr
-    text = out.read_text()
-    assert text.startswith("=== rank 0 (node 0, ") and "=== rank 1 (node 0, " in text, text
-    doc = json.loads((tmp_path / "stacks.txt.json").read_text())
-    assert [x["rank"] for x in doc["ranks"]] == [1] and doc["missing"] == [], doc
-    frames = doc["ranks"][0]["processes"][0]["stacks"]
-    assert "wait_for_release" in frames if py_bt_installed() else "nanosleep" in frames, frames
+    procs = {}
+    for name in ("a", "b"):
+        d = tmp_path / name
+        d.mkdir()
+        release = d / "release"
+        (d / "sleeper.py").write_text(SLEEPER)
+        script = (f'if [ "$RANK" = 0 ]; then until [ -e {release}.ready ]; do sleep 0.05; done; '
+                  f'ddplaunch stacks > {d}/stacks.txt && '
+                  f'ddplaunch stacks --ranks 1 --json > {d}/stacks.json; '
+                  f'rc=$?; touch {release}; exit $rc; fi; '
+                  f'echo $$ > {d}/rank1.pid; exec {PYTHON} {d}/sleeper.py {release}')
+        procs[name] = jobs.start(["--nproc-per-node", 2, "--", "sh", "-c", script],
+                                 env={"PATH": path})
+    for name, (rc, _, err) in zip(procs, finish(list(procs.values()), timeout=120)):
+        assert rc == 0, (name, err)
+    for name in procs:
+        d = tmp_path / name
+        text = (d / "stacks.txt").read_text()
+        assert text.startswith("=== rank 0 (node 0, ") and "=== rank 1 (node 0, " in text, text
+        doc = json.loads((d / "stacks.json").read_text())
+        assert [x["rank"] for x in doc["ranks"]] == [1] and doc["missing"] == [], doc
+        assert doc["ranks"][0]["pid"] == int((d / "rank1.pid").read_text()), (name, doc)
+        frames = doc["ranks"][0]["processes"][0]["stacks"]
+        if py_bt_installed():
+            assert "wait_for_release" in frames and f"{d}/sleeper.py" in frames, frames
+        else:
+            assert "nanosleep" in frames, frames
 
 
 def test_the_workers_credential_may_not_ask_for_stacks_the_jobs_token_may(jobs, tmp_path):
