@@ -27,7 +27,11 @@ Agent::Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner
       m_router(config, console),
       m_error_files(m_self.job_dir),
       m_stacks(spawner, clock),
-      m_mpi(mpi) {}
+      m_mpi(mpi) {
+  if (m_config.python_stacks_signal && !m_self.job_dir.empty()) {
+    m_stacks.use_python_signal(*m_config.python_stacks_signal, python_stacks_dir(m_self.job_dir));
+  }
+}
 
 std::string Agent::node_name() const {
   if (m_plan) {

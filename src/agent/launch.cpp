@@ -413,6 +413,9 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   NodeIdentity self = identify_node(config, env, address.host);
   if (guard) {
     self.job_dir = guard->job_dir();
+    if (config.python_stacks_signal) {
+      arm_python_stacks(*config.python_stacks_signal, self.job_dir, worker_env);
+    }
   }
   if (config.dry_run) {
     return dry_run(config, env, self, console);

@@ -1,12 +1,15 @@
 #include "agent/stack_capture.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -22,6 +25,9 @@ using json = nlohmann::json;
 // <this><the interpreter's path>-gdb.py.
 constexpr const char* k_gdb_auto_load = "/usr/share/gdb/auto-load";
 constexpr size_t k_max_bytes_per_process = 64 * 1024;
+// How often a dumping process's file is looked at: its handler writes
+// every thread's stack in one burst, and is done when the size holds.
+constexpr auto k_dump_poll = std::chrono::milliseconds(20);
 
 std::vector<std::string> gdb_line(const std::string& gdb, const std::string& pid,
                                   std::vector<std::string> commands) {
@@ -71,7 +77,117 @@ std::string without_chatter(const std::string& text) {
   return out;
 }
 
+// Whether `pid` catches `signal` (SigCgt in /proc/PID/status).
+bool catches(pid_t pid, int signal) {
+  const auto text = posix::read_small_file("/proc/" + std::to_string(pid) + "/status", 8192);
+  const size_t at = text ? text->find("\nSigCgt:") : std::string::npos;
+  if (at == std::string::npos || signal < 1 || signal > 64) {
+    return false;
+  }
+  const unsigned long long mask = std::strtoull(text->c_str() + at + 8, nullptr, 16);
+  return (mask >> (signal - 1)) & 1U;
+}
+
+std::string read_dump(const std::string& path) {
+  posix::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  std::string text(fd ? 4 * k_max_bytes_per_process : 0, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
+    if (n <= 0) {
+      break;
+    }
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  return text;
+}
+
 }  // namespace
+
+std::string python_stacks_dir(const std::string& job_dir) {
+  return job_dir + "/python-stacks";
+}
+
+std::string python_stacks_hook(int signal, const std::string& dump_dir) {
+  // A JSON string is a Python string literal.
+  const std::string dir = json(dump_dir).dump(-1, ' ', true, json::error_handler_t::replace);
+  return fmt::format(R"(# Written by ddplaunch for --python-stacks-signal; removed with the job.
+# `ddplaunch stacks` sends this process signal {0} and reads every thread's
+# Python stack from {1}/<pid>. Then the sitecustomize this one hides runs.
+def _ddplaunch_python_stacks():
+    import os
+    import sys
+
+    try:
+        import atexit
+        import faulthandler
+
+        mine = {{}}  # this process's file: a forked child makes its own
+
+        def arm():
+            try:
+                mine["pid"] = os.getpid()
+                mine["path"] = os.path.join({1}, str(mine["pid"]))
+                dump = open(mine["path"], "a")
+                faulthandler.register({0}, file=dump, all_threads=True, chain=False)
+            except (OSError, RuntimeError, ValueError):
+                pass
+
+        def disarm():
+            if mine.get("pid") == os.getpid():
+                try:
+                    os.remove(mine["path"])
+                except OSError:
+                    pass
+
+        arm()
+        atexit.register(disarm)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=arm)
+    except Exception:
+        pass
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if isinstance(p, str) and os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["sitecustomize"] = module
+        spec.loader.exec_module(module)
+
+
+_ddplaunch_python_stacks()
+del _ddplaunch_python_stacks
+)",
+                     signal, dir);
+}
+
+bool arm_python_stacks(int signal, const std::string& job_dir, EnvMap& worker_env) {
+  const std::string hook_dir = job_dir + "/python";
+  const std::string dump_dir = python_stacks_dir(job_dir);
+  std::error_code ec;
+  bool ok = !job_dir.empty() && std::filesystem::create_directory(hook_dir, ec) &&
+            std::filesystem::create_directory(dump_dir, ec);
+  if (ok) {
+    std::ofstream out(hook_dir + "/sitecustomize.py", std::ios::trunc);
+    out << python_stacks_hook(signal, dump_dir);
+    out.close();
+    ok = static_cast<bool>(out);
+  }
+  if (!ok) {
+    log::warn(
+        "--python-stacks-signal: cannot write {}/sitecustomize.py ({}): `ddplaunch stacks` "
+        "shows Python frames only through gdb",
+        hook_dir, ec ? ec.message() : std::string(std::strerror(errno)));
+    return false;
+  }
+  std::string& path = worker_env["PYTHONPATH"];
+  path = path.empty() ? hook_dir : hook_dir + ":" + path;
+  return true;
+}
 
 bool is_python(const std::string& exe) {
   return std::filesystem::path(exe).filename().string().starts_with("python");
@@ -117,7 +233,7 @@ StackCapture::~StackCapture() {
   for (auto& r : m_requests) {
     for (auto& ps : r.processes) {
       for (auto& p : ps) {
-        if (p.started && !p.ended) {
+        if (p.step == Step::debugging) {
           m_spawner.stop_debugger(p.debugger);
         }
       }
@@ -125,8 +241,24 @@ StackCapture::~StackCapture() {
   }
 }
 
+void StackCapture::use_python_signal(int signal, std::string dump_dir) {
+  m_python_signal = signal;
+  m_dump_dir = std::move(dump_dir);
+}
+
 void StackCapture::capture(const std::string& head, std::vector<Target> targets, TimePoint deadline,
                            Done done) {
+  if (m_python_signal != 0 && m_requests.empty()) {
+    // The files of processes gone (a DataLoader's workers come and go).
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(m_dump_dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      const long pid = std::strtol(name.c_str(), nullptr, 10);
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+        std::filesystem::remove(entry.path(), ec);
+      }
+    }
+  }
   Request r{head, std::move(targets), {}, deadline, std::move(done)};
   for (const Target& t : r.targets) {
     std::vector<Process> ps;
@@ -144,14 +276,42 @@ void StackCapture::capture(const std::string& head, std::vector<Target> targets,
   finish_ready();
 }
 
+bool StackCapture::armed(const Process& p) const {
+  struct stat st = {};
+  return m_python_signal != 0 &&
+         ::stat((m_dump_dir + "/" + std::to_string(p.pid)).c_str(), &st) == 0 &&
+         catches(p.pid, m_python_signal);
+}
+
+bool StackCapture::dumping(pid_t pid) const {
+  for (const auto& r : m_requests) {
+    for (const auto& ps : r.processes) {
+      for (const auto& p : ps) {
+        if (p.pid == pid && p.step == Step::dumping) {
+          return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
 void StackCapture::start_more() {
+  const TimePoint now = m_clock.now();
   for (auto& r : m_requests) {
     for (size_t t = 0; t < r.processes.size(); ++t) {
       for (auto& p : r.processes[t]) {
-        if (m_running >= m_max_running) {
-          return;
+        if (now >= r.deadline) {
+          continue;  // on_time() says it was not taken
         }
-        if (!p.started && !p.ended && m_clock.now() < r.deadline) {
+        if (p.step == Step::waiting) {
+          if (!armed(p)) {
+            p.step = Step::queued;
+          } else if (!dumping(p.pid)) {  // one dump at a time into its file
+            begin_dump(r, p);
+          }
+        }
+        if (p.step == Step::queued && m_running < m_max_running) {
           start(r, t, p);
         }
       }
@@ -159,28 +319,81 @@ void StackCapture::start_more() {
   }
 }
 
+void StackCapture::begin_dump(const Request& request, Process& p) {
+  const std::string path = m_dump_dir + "/" + std::to_string(p.pid);
+  const char state = state_of(p.pid);
+  if (state == 'T' || state == 't') {
+    p.note = "stopped: its Python frames come once it runs again";
+    p.step = Step::queued;
+    return;
+  }
+  // Its handler appends (O_APPEND): what an earlier request read goes.
+  if (::truncate(path.c_str(), 0) != 0 || ::kill(p.pid, m_python_signal) != 0) {
+    p.note = std::string("its Python frames could not be asked for: ") + std::strerror(errno);
+    p.step = Step::queued;
+    return;
+  }
+  p.step = Step::dumping;
+  p.dump_until = std::min(request.deadline, m_clock.now() + k_dump_limit);
+  p.look_at = m_clock.now() + k_dump_poll;
+}
+
+void StackCapture::look_at_dump(Process& p, TimePoint now) {
+  const std::string path = m_dump_dir + "/" + std::to_string(p.pid);
+  struct stat st = {};
+  const off_t size = ::stat(path.c_str(), &st) == 0 ? st.st_size : 0;
+  if ((size > 0 && size == p.dump_size) || now >= p.dump_until) {
+    p.look_at.reset();
+    p.python = read_dump(path);
+    if (p.python.empty()) {
+      p.note = fmt::format(
+          "no Python frames: it was sent signal {} and wrote none in time (does the program "
+          "handle that signal itself?)",
+          m_python_signal);
+    }
+    p.step = Step::queued;
+    return;
+  }
+  p.dump_size = size;
+  p.look_at = now + k_dump_poll;
+}
+
 void StackCapture::start(Request& request, size_t target, Process& p) {
-  p.started = true;
-  const StackPlan plan = plan_stacks(p.pid, p.exe, py_bt_for(p.exe));
-  p.note = plan.note;
+  p.step = Step::debugging;
+  const bool own_frames = !p.python.empty();
+  const StackPlan plan = plan_stacks(p.pid, p.exe, !own_frames && py_bt_for(p.exe));
+  if (!own_frames && !plan.note.empty()) {
+    std::string why = plan.note;
+    if (m_python_signal != 0 && p.note.empty()) {
+      why +=
+          ", or let it load the sitecustomize.py of --python-stacks-signal (it does not with "
+          "python -I, -E or -S, or with a PYTHONPATH set after the launch)";
+    }
+    p.note = p.note.empty() ? why : p.note + "; " + why;
+  }
   p.was_stopped = state_of(p.pid) == 'T';
   p.memfd = posix::Fd(::memfd_create("ddplaunch-stacks", MFD_CLOEXEC));
   if (!p.memfd) {
-    p.ended = true;
+    p.step = Step::ended;
     p.note = std::string("no memory file for the debugger's output: ") + std::strerror(errno);
+    p.stacks = std::move(p.python);
     return;
   }
   const auto debugger =
       m_spawner.start_debugger(request.targets[target].local_rank, plan.candidates,
                                "/proc/self/fd/" + std::to_string(p.memfd.get()));
   if (!debugger) {
-    p.ended = true;
-    p.note = "no eu-stack, gdb or cuda-gdb on PATH: install elfutils, or gdb";
+    p.step = Step::ended;
+    p.memfd.close();
+    p.tool = own_frames ? "faulthandler" : "";
+    p.note = own_frames ? "native frames not shown: install elfutils, or gdb"
+                        : "no eu-stack, gdb or cuda-gdb on PATH: install elfutils, or gdb";
+    p.stacks = std::move(p.python);
     return;
   }
   p.debugger = debugger->pid;
-  p.tool = plan.tools.at(debugger->which);
-  if (!plan.note.empty() || p.tool == "gdb py-bt") {
+  p.tool = (own_frames ? "faulthandler + " : "") + plan.tools.at(debugger->which);
+  if (!p.note.empty() || own_frames || p.tool == "gdb py-bt") {
     // the note stands
   } else if (is_python(p.exe)) {
     p.note = "Python frames not shown: install gdb";
@@ -190,7 +403,7 @@ void StackCapture::start(Request& request, size_t target, Process& p) {
 }
 
 void StackCapture::end(Process& p) {
-  p.ended = true;
+  p.step = Step::ended;
   p.kill_at.reset();
   --m_running;
   const off_t size = p.memfd ? ::lseek(p.memfd.get(), 0, SEEK_END) : 0;
@@ -198,7 +411,11 @@ void StackCapture::end(Process& p) {
   const ssize_t got = text.empty() ? 0 : ::pread(p.memfd.get(), text.data(), text.size(), 0);
   text.resize(static_cast<size_t>(std::max<ssize_t>(0, got)));
   p.memfd.close();
-  p.stacks = p.tool == "eu-stack" ? std::move(text) : without_chatter(text);
+  p.stacks = p.tool.ends_with("eu-stack") ? std::move(text) : without_chatter(text);
+  if (!p.python.empty()) {
+    // Its own Python frames first, then the native ones.
+    p.stacks = std::move(p.python) + "\n" + p.stacks;
+  }
 }
 
 void StackCapture::stop(Process& p) {
@@ -221,7 +438,7 @@ bool StackCapture::on_debugger_ended(pid_t pid) {
   for (auto& r : m_requests) {
     for (auto& ps : r.processes) {
       for (auto& p : ps) {
-        if (p.started && !p.ended && p.debugger == pid) {
+        if (p.step == Step::debugging && p.debugger == pid) {
           end(p);
           start_more();
           finish_ready();
@@ -239,8 +456,10 @@ std::optional<StackCapture::TimePoint> StackCapture::next_deadline() const {
     first = first ? std::min(*first, r.deadline) : r.deadline;
     for (const auto& ps : r.processes) {
       for (const auto& p : ps) {
-        if (p.kill_at) {
-          first = std::min(*first, *p.kill_at);
+        for (const auto& at : {p.kill_at, p.look_at}) {
+          if (at) {
+            first = std::min(*first, *at);
+          }
         }
       }
     }
@@ -256,9 +475,14 @@ void StackCapture::on_time() {
         if (p.kill_at && now >= *p.kill_at) {
           stop(p);
         }
-        if (!p.started && now >= r.deadline) {
-          p.ended = true;
-          p.note = "not taken: the command's --timeout came first";
+        if (p.look_at && now >= *p.look_at) {
+          look_at_dump(p, now);
+        }
+        if ((p.step == Step::waiting || p.step == Step::queued) && now >= r.deadline) {
+          p.step = Step::ended;
+          p.note = p.python.empty() ? "not taken: the command's --timeout came first"
+                                    : "native frames not taken: the command's --timeout came first";
+          p.stacks = std::move(p.python);
         }
       }
     }
@@ -272,7 +496,7 @@ void StackCapture::finish_ready() {
     bool all = true;
     for (const auto& ps : it->processes) {
       for (const auto& p : ps) {
-        all = all && p.ended;
+        all = all && p.step == Step::ended;
       }
     }
     if (!all) {

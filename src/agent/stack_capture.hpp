@@ -3,9 +3,11 @@
 // rank's processes (the worker and its descendants, a few at most) while
 // the job runs: a debugger attaches to one process, prints every thread's
 // stack into an anonymous memory file, and detaches. Python processes get
-// their Python frames from gdb's py-bt where the interpreter's gdb
-// extension is installed (Debian's python3.X-dbg), else native frames and a
-// note saying what to install. A few debuggers run at once, each bounded in
+// their Python frames from their own faulthandler where the job armed it
+// (--python-stacks-signal: a signal, and the frames read from a file),
+// else from gdb's py-bt where the interpreter's gdb extension is installed
+// (Debian's python3.X-dbg), else native frames and a note saying what to
+// install. A few debuggers run at once, each bounded in
 // time; the node's answer (one JSON record) is given when all have ended or
 // when the request's deadline comes, whichever is first.
 // Not thread-safe: the agent's loop drives it.
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "config/env_map.hpp"
 #include "posix/clock.hpp"
 #include "posix/fd.hpp"
 #include "proc/spawner.hpp"
@@ -41,6 +44,17 @@ StackPlan plan_stacks(pid_t pid, const std::string& exe, bool py_bt);
 // gdb extension is in gdb's auto-load directory.
 bool is_python(const std::string& exe);
 bool py_bt_for(const std::string& exe);
+
+// --python-stacks-signal: writes `job_dir`/python/sitecustomize.py, which
+// makes every Python process that reads it register faulthandler for
+// `signal`, writing every thread's stack to python_stacks_dir(job_dir)/<its
+// pid> (a child made by fork() gets its own file), and then runs the
+// sitecustomize it hides, if any. That directory goes first on
+// `worker_env`'s PYTHONPATH. False (and a warning) when it cannot be written.
+bool arm_python_stacks(int signal, const std::string& job_dir, EnvMap& worker_env);
+std::string python_stacks_dir(const std::string& job_dir);
+// The sitecustomize.py arm_python_stacks() writes.
+std::string python_stacks_hook(int signal, const std::string& dump_dir);
 
 class StackCapture {
  public:
@@ -71,6 +85,11 @@ class StackCapture {
   // JSON object's text: the node's fields) with "ranks" added, by
   // `deadline` at the latest.
   void capture(const std::string& head, std::vector<Target> targets, TimePoint deadline, Done done);
+  // Python processes armed by arm_python_stacks() give their own stacks:
+  // `signal` asks, and `dump_dir`/<pid> holds the answer.
+  void use_python_signal(int signal, std::string dump_dir);
+  // How long a process's own handler may take to write its stacks.
+  static constexpr auto k_dump_limit = std::chrono::seconds(2);
   // A debugger started by this ended (reaped): true when it was one of ours.
   bool on_debugger_ended(pid_t pid);
   std::optional<TimePoint> next_deadline() const;
@@ -78,17 +97,23 @@ class StackCapture {
   size_t running() const { return m_running; }
 
  private:
+  // waiting -> (dumping: its own handler writes its Python frames) ->
+  // queued (for a debugger slot) -> debugging -> ended.
+  enum class Step { waiting, dumping, queued, debugging, ended };
   struct Process {
     pid_t pid = 0;
     std::string exe;
     std::string tool;
     std::string note;
+    std::string python;  // the frames its own handler wrote
     std::string stacks;
     posix::Fd memfd;
     pid_t debugger = -1;
-    std::optional<TimePoint> kill_at;
-    bool started = false;
-    bool ended = false;
+    std::optional<TimePoint> kill_at;  // debugging: stopped then
+    std::optional<TimePoint> look_at;  // dumping: its file is looked at then
+    TimePoint dump_until{};
+    off_t dump_size = -1;
+    Step step = Step::waiting;
     bool timed_out = false;
     bool was_stopped = false;  // stopped before (SIGSTOP): left so after
   };
@@ -101,6 +126,11 @@ class StackCapture {
   };
 
   void start_more();
+  // Whether `process` registered the job's handler (arm_python_stacks()).
+  bool armed(const Process& process) const;
+  bool dumping(pid_t pid) const;
+  void begin_dump(const Request& request, Process& process);
+  void look_at_dump(Process& process, TimePoint now);
   void start(Request& request, size_t target, Process& process);
   void end(Process& process);
   // Past its time: killed, and its output so far taken at once (its reap
@@ -113,6 +143,8 @@ class StackCapture {
   const Clock& m_clock;
   size_t m_max_running;
   size_t m_running = 0;
+  int m_python_signal = 0;  // 0: none (no --python-stacks-signal)
+  std::string m_dump_dir;
   std::deque<Request> m_requests;
   // Debuggers killed and not yet reaped: (debugger, the process it held, whether that
   // process was stopped before); that process gets SIGCONT once its debugger is gone.

@@ -166,6 +166,12 @@ void validate(const Config& c) {
              " ranks; run more workers or fewer parameter servers",
          {"tf_ps", "tf_chief", "nnodes", "nproc_per_node"});
   }
+  if (c.python_stacks_signal && c.python_stacks_signal == c.preempt_signal) {
+    fail(c,
+         "--python-stacks-signal and --preempt-signal name the same signal; give the stacks "
+         "another (USR1, USR2 or RTMIN+N)",
+         {"python_stacks_signal", "preempt_signal"});
+  }
   if (c.module && c.no_python) {
     fail(c, "-m/--module runs a Python module and cannot be combined with --no-python",
          {"module", "no_python"});

@@ -198,6 +198,10 @@ struct Config {
   // rank of every node, which then has --term-timeout to checkpoint and
   // exit; the job exits 75. Default: none (SIGUSR1/2 reach this node's ranks only).
   std::optional<int> preempt_signal;
+  // --python-stacks-signal: every Python process of the job registers
+  // faulthandler for this signal, and `ddplaunch stacks` asks it for its
+  // Python frames with it (docs/STATUS.md). Default: none (gdb's py-bt only).
+  std::optional<int> python_stacks_signal;
   double health_check_timeout_s = 60;  // Default: 60 seconds, then the check has failed
 
   // --- Output ------------------------------------------------------------------

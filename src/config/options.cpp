@@ -319,6 +319,47 @@ void apply_preempt_signal(Config& c, const std::string& given, const std::string
                    given + "'");
 }
 
+// --python-stacks-signal: a signal nothing in Python or ddplaunch uses, and
+// that faulthandler accepts.
+void apply_python_stacks_signal(Config& c, const std::string& given, const std::string& flag) {
+  std::string value = given;
+  std::transform(value.begin(), value.end(), value.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
+  if (value.starts_with("SIG")) {
+    value.erase(0, 3);
+  }
+  const int rt_count = SIGRTMAX - SIGRTMIN;
+  int sig = 0;
+  if (value == "USR1" || value == std::to_string(SIGUSR1)) {
+    sig = SIGUSR1;
+  } else if (value == "USR2" || value == std::to_string(SIGUSR2)) {
+    sig = SIGUSR2;
+  } else if (value == "RTMIN") {
+    sig = SIGRTMIN;
+  } else if (value.starts_with("RTMIN+")) {
+    auto n = parse_integer_in(value.substr(6), 0, rt_count);
+    sig = n ? SIGRTMIN + static_cast<int>(*n) : 0;
+  } else if (auto n = parse_integer_in(value, SIGRTMIN, SIGRTMAX)) {
+    sig = static_cast<int>(*n);
+  }
+  if (sig == 0) {
+    throw UsageError(flag + " takes USR1, USR2 or RTMIN+N (N from 0 to " +
+                     std::to_string(rt_count) + "), with or without SIG, or its number; got '" +
+                     given + "'");
+  }
+  c.python_stacks_signal = sig;
+}
+
+std::string show_python_stacks_signal(const Config& c) {
+  if (!c.python_stacks_signal) {
+    return {};
+  }
+  const int sig = *c.python_stacks_signal;
+  return sig == SIGUSR1   ? "SIGUSR1"
+         : sig == SIGUSR2 ? "SIGUSR2"
+                          : "SIGRTMIN+" + std::to_string(sig - SIGRTMIN);
+}
+
 // torchrun's --signals-to-handle: checked; ddplaunch's own handling stays.
 void apply_signals_to_handle(Config& c, const std::string& value, const std::string& flag) {
   static const std::set<std::string> known = {"SIGTERM", "SIGINT",  "SIGHUP",
@@ -753,6 +794,12 @@ const OptionSpec k_options[] = {
      }
      return std::string();
    }},
+  {"python_stacks_signal", "--python-stacks-signal,--python_stacks_signal", k_supervision,
+   "A signal (USR1, USR2, RTMIN+N) that every Python process of the job answers with every "
+   "thread's stack (faulthandler, armed by a sitecustomize.py ddplaunch puts first on "
+   "PYTHONPATH): `ddplaunch stacks` then shows Python frames without gdb; choose one your "
+   "program does not use",
+   false, nullptr, nullptr, apply_python_stacks_signal, show_python_stacks_signal},
   {"health_check", "--health-check,--health_check", k_supervision,
    "Shell command each node runs before it joins; a node whose command fails (or runs past "
    "--health-check-timeout) does not join. `ddplaunch check` runs the built-in checks",

@@ -196,3 +196,116 @@ def test_debuggers_past_the_timeout_are_stopped_and_the_ranks_go_on(jobs, tmp_pa
     out = "".join(o for _, o, _ in results)
     for rank in range(4):
         assert f"[rank {rank}]: tick 29" in out, out
+
+
+# The documented --python-stacks-signal job: rank 1 sleeps in a function of
+# its own, beside a child it forked (as a DataLoader does); rank 0 types the
+# documented stacks lines, then releases it.
+TRAIN = """
+import os, subprocess, sys, time
+def wait_for_release():
+    while not os.path.exists("release"):
+        time.sleep(0.05)
+def child_waits():
+    while not os.path.exists("release"):
+        time.sleep(0.05)
+if os.environ["RANK"] == "1":
+    child = os.fork()
+    if child == 0:
+        child_waits()
+        os._exit(0)
+    with open("rank1.pids", "w") as f:
+        f.write(f"{os.getpid()} {child}")
+    wait_for_release()
+    os.waitpid(child, 0)
+else:
+    while not os.path.exists("rank1.pids"):
+        time.sleep(0.05)
+    with open("stacks.txt", "w") as out:
+        subprocess.run(["ddplaunch", "stacks", "--ranks", "1"], stdout=out, check=True)
+    with open("stacks.json", "w") as out:
+        subprocess.run(["ddplaunch", "stacks", "--ranks", "1", "--json"], stdout=out, check=True)
+    open("release", "w").close()
+"""
+
+
+def test_the_documented_python_stacks_signal_job_shows_python_frames_without_gdb(jobs, tmp_path):
+    """docs/STATUS.md's --python-stacks-signal lines as typed, in two jobs
+    of this user on this host at once (`python3` the first on PATH, whatever
+    it is, with or without python3-dbg): each rank 1 and the child it forked
+    give their own Python frames through the signal, nothing of them reaches
+    the job's output, and every job ends 0 with its files gone."""
+    path = os.path.dirname(BIN) + ":" + os.environ["PATH"]
+    procs = {}
+    for name in ("a", "b"):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "train.py").write_text(TRAIN)
+        procs[name] = jobs.start(["--nproc-per-node", 2, "--python-stacks-signal", "USR2", "--",
+                                  "python3", "train.py"], env={"PATH": path}, cwd=d)
+    for name, (rc, out, err) in zip(procs, finish(list(procs.values()), timeout=120)):
+        assert rc == 0, (name, err)
+        assert "most recent call first" not in out + err, (name, out, err)
+    for name in procs:
+        d = tmp_path / name
+        parent, child = map(int, (d / "rank1.pids").read_text().split())
+        doc = json.loads((d / "stacks.json").read_text())
+        assert [x["rank"] for x in doc["ranks"]] == [1] and doc["missing"] == [], doc
+        assert doc["ranks"][0]["pid"] == parent, (name, doc)
+        processes = {p["pid"]: p for p in doc["ranks"][0]["processes"]}
+        assert child in processes, (name, doc)
+        for pid, function in ((parent, "wait_for_release"), (child, "child_waits")):
+            p = processes[pid]
+            assert p["tool"].startswith("faulthandler"), p
+            assert f'File "{d}/train.py", line' in p["stacks"] and f"in {function}" in p["stacks"], p
+            assert "note" not in p, p
+        text = (d / "stacks.txt").read_text()
+        assert text.startswith(f"=== rank 1 (node 0, ") and "in wait_for_release" in text, text
+    assert wait_until(lambda: not hooks_left(), timeout=10), "the job directories went with the jobs"
+
+
+def hooks_left():
+    """The job directories in /dev/shm holding a --python-stacks-signal hook."""
+    return [e for e in os.listdir("/dev/shm") if e.startswith("ddplaunch-job-")
+            and os.path.exists(f"/dev/shm/{e}/python/sitecustomize.py")]
+
+
+def test_a_users_own_sitecustomize_still_runs_and_an_isolated_python_says_why_it_has_no_frames(
+        jobs, tmp_path):
+    """Two nodes on loopback with --python-stacks-signal RTMIN+2: the
+    sitecustomize.py on the user's PYTHONPATH still runs in every rank (ddplaunch's
+    runs it after arming), and a rank started with `python3 -I` (which reads
+    no PYTHONPATH) is not signalled: its note says why. That rank runs a copy
+    of the interpreter, which gdb has no Python extension for."""
+    port = free_port()
+    (tmp_path / "bin").mkdir()
+    copy = tmp_path / "bin" / os.path.basename(os.path.realpath(PYTHON))
+    shutil.copy(os.path.realpath(PYTHON), copy)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "sitecustomize.py").write_text(
+        "import os\n"
+        f"open('{tmp_path}/mine.' + os.environ['RANK'], 'w').write(__file__)\n")
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    release = tmp_path / "release"
+    script = (f'if [ "$RANK" = 0 ]; then exec {copy} -I {tmp_path}/sleeper.py {release}.0; fi; '
+              f'exec {PYTHON} {tmp_path}/sleeper.py {release}.1')
+    procs = [jobs.start(["--nnodes", 2, "--nproc-per-node", 1, "--master-port", port,
+                         "--python-stacks-signal", "RTMIN+2", "--", "sh", "-c", script],
+                        env={"PYTHONPATH": str(mine)}) for _ in range(2)]
+    assert wait_until(lambda: (tmp_path / "release.0.ready").exists()
+                      and (tmp_path / "release.1.ready").exists(), timeout=60)
+    assert (tmp_path / "mine.1").read_text() == str(mine / "sitecustomize.py")
+    assert not (tmp_path / "mine.0").exists(), "python -I reads no PYTHONPATH"
+    r = jobs.run(["stacks", "--json", "--master-port", port], timeout=120)
+    assert r.returncode == 0, r.stderr
+    by_rank = {x["rank"]: x["processes"][0] for x in json.loads(r.stdout)["ranks"]}
+    assert by_rank[1]["tool"].startswith("faulthandler") and "in wait_for_release" in \
+        by_rank[1]["stacks"], by_rank[1]
+    isolated = by_rank[0]
+    assert isolated["tool"] in ("eu-stack", "gdb"), isolated
+    assert "-dbg" in isolated["note"] and "python -I" in isolated["note"], isolated
+    for rank in (0, 1):
+        (tmp_path / f"release.{rank}").touch()
+    for rc, _, err in finish(procs, timeout=120):
+        assert rc == 0, err

@@ -121,6 +121,10 @@ TEST(Config, GoodCommandLines) {
          EXPECT_EQ(c.health_check_timeout_s, 5);
          EXPECT_EQ(c.restart_reclaim_timeout_s, 0);
        }},
+      {{"--python-stacks-signal", "usr2", "p"},
+       [](const Config& c) { EXPECT_EQ(c.python_stacks_signal, SIGUSR2); }},
+      {{"--python-stacks-signal", "SIGRTMIN+3", "--preempt-signal", "USR2", "p"},
+       [](const Config& c) { EXPECT_EQ(c.python_stacks_signal, SIGRTMIN + 3); }},
       {{"--preempt-signal", "15", "p"},
        [](const Config& c) {
          EXPECT_EQ(c.preempt_signal, SIGTERM);
@@ -150,6 +154,10 @@ TEST(Config, BadCommandLinesAreUsageErrorsNamingTheFlag) {
       {{"--nnodes", "1:", "p"}, "--nnodes"},
       {{"--rdzv-last-call", "-1", "p"}, "--rdzv-last-call"},
       {{"--preempt-signal", "KILL", "p"}, "--preempt-signal takes USR1, USR2"},
+      {{"--python-stacks-signal", "TERM", "p"},
+       "--python-stacks-signal takes USR1, USR2 or RTMIN+N"},
+      {{"--python-stacks-signal", "RTMIN+99", "p"}, "--python-stacks-signal takes"},
+      {{"--python-stacks-signal", "USR1", "--preempt-signal", "USR1", "p"}, "name the same signal"},
       {{"--restart-min-progress", "-1", "p"}, "--restart-min-progress"},
       {{"--health-check-timeout", "0", "p"}, "--health-check-timeout"},
       {{"--nnodes", "2", "--node-rank", "2", "p"}, "out of range"},

@@ -2,8 +2,12 @@
 // over the fake store), the /proc stat parser and the screen.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -375,6 +379,124 @@ TEST(StackCapture, WithoutADebuggerTheAnswerSaysWhatToInstall) {
   ASSERT_TRUE(answer) << "nothing to wait for";
   const auto p = nlohmann::json::parse(*answer)["ranks"][0]["processes"][0];
   EXPECT_NE(p["note"].get<std::string>().find("install elfutils"), std::string::npos) << p;
+}
+
+// A process whose handler for SIGUSR2 appends its "frames" to its file in
+// `dir`, as the faulthandler armed by --python-stacks-signal does; with
+// `armed` false it neither catches the signal nor has a file.
+int dump_fd = -1;
+
+pid_t python_like(const std::string& dir, bool armed) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (armed) {
+      const std::string path = dir + "/" + std::to_string(::getpid());
+      dump_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+      struct sigaction sa = {};
+      sa.sa_handler = [](int) {
+        const char text[] = "Current thread 0x1 (most recent call first):\n  File \"x.py\"\n";
+        (void)!::write(dump_fd, text, sizeof(text) - 1);
+      };
+      ::sigaction(SIGUSR2, &sa, nullptr);
+    }
+    for (;;) {
+      ::pause();
+    }
+  }
+  return pid;
+}
+
+template <typename F>
+bool wait_for(F done) {
+  for (int i = 0; i < 5000; ++i) {
+    if (done()) {
+      return true;
+    }
+    ::usleep(1000);
+  }
+  return false;
+}
+
+bool caught_by(pid_t pid, int sig) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.starts_with("SigCgt:")) {
+      return (std::stoull(line.substr(7), nullptr, 16) >> (sig - 1)) & 1U;
+    }
+  }
+  return false;
+}
+
+TEST(StackCapture, AnArmedProcessWritesItsOwnFramesOnTheSignalAndAnUnarmedOneIsNotSignalled) {
+  char tmpl[] = "/tmp/ddplaunch-stacks-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const pid_t armed = python_like(dir, true);
+  const pid_t plain = python_like(dir, false);
+  ASSERT_TRUE(wait_for([&] {
+    return caught_by(armed, SIGUSR2) && std::filesystem::exists(dir + "/" + std::to_string(armed));
+  }));
+  FakeClock clock;
+  FakeDebuggers debuggers;
+  StackCapture capture(debuggers, clock);
+  capture.use_python_signal(SIGUSR2, dir);
+  std::optional<std::string> answer;
+  capture.capture("{}", {{0, 0, armed, "", {armed}}, {1, 1, plain, "", {plain}}},
+                  clock.now() + std::chrono::seconds(30),
+                  [&answer](const std::string& a) { answer = a; });
+  EXPECT_EQ(debuggers.started, std::vector<int>{1})
+      << "the armed one's debugger waits for its dump";
+  // Its handler writes at once; the size, seen twice the same, says it is done.
+  for (int i = 0; i < 500 && debuggers.started.size() < 2; ++i) {
+    ::usleep(2000);
+    clock.t += std::chrono::milliseconds(20);
+    capture.on_time();
+  }
+  ASSERT_EQ(debuggers.started, (std::vector<int>{1, 0}));
+  ASSERT_TRUE(capture.on_debugger_ended(1000));
+  ASSERT_TRUE(capture.on_debugger_ended(1001));
+  ASSERT_TRUE(answer);
+  const auto doc = nlohmann::json::parse(*answer);
+  const auto own = doc["ranks"][0]["processes"][0];
+  EXPECT_EQ(own["stacks"].get<std::string>(),
+            "Current thread 0x1 (most recent call first):\n  File \"x.py\"\n\nframes of " +
+                std::to_string(armed) + "\n")
+      << "its own frames, then the native ones";
+  EXPECT_EQ(own["tool"], "faulthandler + eu-stack");
+  EXPECT_FALSE(own.contains("note")) << own;
+  EXPECT_EQ(::kill(plain, 0), 0) << "a process not catching the signal was not sent it";
+  EXPECT_EQ(::waitpid(plain, nullptr, WNOHANG), 0);
+  for (pid_t pid : {armed, plain}) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  // The next request sweeps the files of processes gone.
+  capture.capture("{}", {}, clock.now() + std::chrono::seconds(1), [](const std::string&) {});
+  EXPECT_FALSE(std::filesystem::exists(dir + "/" + std::to_string(armed)));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PythonStacks, TheHookGoesFirstOnThePythonPathAndNamesTheSignalAndTheDirectory) {
+  char tmpl[] = "/tmp/ddplaunch-stacks-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string job_dir = tmpl;
+  EnvMap env = {{"PYTHONPATH", "/mine"}};
+  ASSERT_TRUE(arm_python_stacks(SIGUSR2, job_dir, env));
+  EXPECT_EQ(env["PYTHONPATH"], job_dir + "/python:/mine");
+  std::ifstream hook(job_dir + "/python/sitecustomize.py");
+  const std::string text((std::istreambuf_iterator<char>(hook)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("faulthandler.register(" + std::to_string(SIGUSR2) + ", file=dump"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\"" + python_stacks_dir(job_dir) + "\""), std::string::npos) << text;
+  EXPECT_TRUE(std::filesystem::is_directory(python_stacks_dir(job_dir)));
+  EnvMap none;
+  EXPECT_FALSE(arm_python_stacks(SIGUSR2, job_dir + "/gone/deeper", none));
+  EXPECT_FALSE(none.contains("PYTHONPATH")) << "nothing to find there";
+  std::filesystem::remove_all(job_dir);
+  // A directory name with quotes is still one Python string.
+  EXPECT_NE(python_stacks_hook(10, "/tmp/a\"b").find("\"/tmp/a\\\"b\""), std::string::npos);
 }
 
 TEST(StackPlan, PythonFramesComeFromGdbsPyBtWhereInstalledElseANoteSaysWhatToInstall) {
