@@ -143,10 +143,10 @@ def during_launch(exe, runs=10):
             f"{(with_status - alone) * 1000:+.0f} ms |")
 
 
-def stacks_latency(exe, program, label, runs=3):
+def stacks_latency(exe, program, label, runs=3, options=()):
     port = free_port()
     agents = [subprocess.Popen([exe, "--nnodes", "2", "--nproc-per-node", "4", "--master-port",
-                                str(port), "--", *program], stdout=subprocess.DEVNULL,
+                                str(port), *options, "--", *program], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL) for _ in range(2)]
     try:
         ask = [exe, "stacks", "--json", "--master-port", str(port)]
@@ -167,8 +167,23 @@ def stacks_latency(exe, program, label, runs=3):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    ap.add_argument("--only", choices=["stacks"], help="only the stacks table")
     args = ap.parse_args()
     exe = os.path.abspath(os.path.join(args.build, "ddplaunch"))
+    if args.only != "stacks":
+        status_tables(args, exe)
+    print("| `ddplaunch stacks --json`, 2 nodes x 4 ranks | time | per rank |")
+    print("|---|---|---|")
+    print(stacks_latency(exe, ["sleep", "600"], "native (`sleep`: eu-stack)"), flush=True)
+    py = "import time\ndef wait():\n    time.sleep(600)\nwait()"
+    print(stacks_latency(exe, ["/usr/bin/python3", "-c", py], "Python (gdb py-bt where installed)"),
+          flush=True)
+    print(stacks_latency(exe, ["/usr/bin/python3", "-c", py],
+                         "Python with `--python-stacks-signal USR2` (faulthandler + eu-stack)",
+                         options=["--python-stacks-signal", "USR2"]), flush=True)
+
+
+def status_tables(args, exe):
     print("| job | `ddplaunch status --json` | floor | ratio, overhead |")
     print("|---|---|---|---|")
     print(ranks_64(exe, 1), flush=True)
@@ -184,12 +199,6 @@ def main():
     print("|---|---|---|---|")
     print(during_launch(exe), flush=True)
     print()
-    print("| `ddplaunch stacks --json`, 2 nodes x 4 ranks | time | per rank |")
-    print("|---|---|---|")
-    print(stacks_latency(exe, ["sleep", "600"], "native (`sleep`: eu-stack)"), flush=True)
-    py = "import time\ndef wait():\n    time.sleep(600)\nwait()"
-    print(stacks_latency(exe, ["/usr/bin/python3", "-c", py], "Python (gdb py-bt where installed)"),
-          flush=True)
 
 
 if __name__ == "__main__":
