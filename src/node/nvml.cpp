@@ -8,7 +8,9 @@
 
 namespace ddplaunch {
 
-namespace {
+// NVML's types, as its ABI has them. A named namespace: NvmlSession::Api,
+// which has external linkage, holds pointers to functions taking them.
+namespace nvml_abi {
 
 using NvmlReturn = int;
 using NvmlDevice = void*;
@@ -29,7 +31,9 @@ struct NvmlProcessV1 {
   unsigned long long used_gpu_memory;
 };
 
-}  // namespace
+}  // namespace nvml_abi
+
+using namespace nvml_abi;
 
 // The calls this launcher makes into NVML, typed here: nvml.h comes with the
 // CUDA toolkit, which a build need not have. Bound once per process.
