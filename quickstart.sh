@@ -40,8 +40,12 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# -O2 with line tables (-g1): stacks and sanitizer reports name files and
+# lines, and each file compiles in two thirds of the time full -g takes.
+optimized=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+           "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG")
 say "building ($BUILD_DIR)"
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B "$BUILD_DIR" "${optimized[@]}" >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"
 
 case "$mode" in
@@ -72,7 +76,7 @@ case "$mode" in
         # built once, from scratch, and it takes 2 min instead of 5 on 2
         # cores. The main build above compiles each file alone, so a file
         # that misses an include still fails there.
-        cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPLAUNCH_SANITIZE="$sanitizer" \
+        cmake -S . -B "$dir" "${optimized[@]}" -DDDPLAUNCH_SANITIZE="$sanitizer" \
           -DDDPLAUNCH_BUILD_BENCH=OFF -DCMAKE_UNITY_BUILD=ON >/dev/null
         cmake --build "$dir" -j "$JOBS"
         say "the suite under -DDDPLAUNCH_SANITIZE=$sanitizer ($dir)"

@@ -14,6 +14,7 @@ targets=(fuzz_protocol fuzz_records fuzz_argv fuzz_nodelist fuzz_store_server fu
 
 cmake -S . -B "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DDDPLAUNCH_SANITIZE=fuzzer -DDDPLAUNCH_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
   -DCMAKE_UNITY_BUILD=ON >/dev/null
 cmake --build "$dir" -j "${JOBS:-$(nproc)}" --target ddplaunch_fuzzers
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import TORCH_PYTHON, finish, free_port
+from conftest import TORCH_PYTHON, finish, free_port, needs_torch
 
 SCRIPT = textwrap.dedent("""\
     import os, sys, time
@@ -65,7 +65,7 @@ def hung_stacks(report):
     return [line.strip() for line in lines[at + 1:] if line.startswith("  rank")]
 
 
-@pytest.mark.skipif(TORCH_PYTHON is None, reason="needs Debian's python3-torch")
+@needs_torch
 def test_a_hang_shows_every_ranks_stack_and_blames_the_one_outside_the_collective(jobs, tmp_path):
     (tmp_path / "hung.py").write_text(COLLECTIVE)
     r = jobs.run(["--nproc-per-node", 2, "--hang-timeout", 3, "--summary-json", tmp_path / "s.json",
@@ -82,7 +82,7 @@ def test_a_hang_shows_every_ranks_stack_and_blames_the_one_outside_the_collectiv
     assert by_rank[1]["hung_for_s"] > 0 and by_rank[1]["stack"].startswith("fetch_next_batch"), by_rank
 
 
-@pytest.mark.skipif(TORCH_PYTHON is None, reason="needs Debian's python3-torch")
+@needs_torch
 def test_a_hung_job_across_nodes_takes_every_nodes_stacks(jobs, tmp_path):
     """Two nodes, ranks 0-3: rank 3 (node 1) stops in its own code. Whichever
     node finds the hang first, every node's ranks give their stacks, every

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import SOURCE_DIR, TORCH_PYTHON, free_port
+from conftest import SOURCE_DIR, TORCH_PYTHON, free_port, needs_torch
 
 EXAMPLE = os.path.join(SOURCE_DIR, "examples", "ddp_gloo.py")
 
@@ -19,7 +19,8 @@ def torch_available():
         return False
 
 
-pytestmark = pytest.mark.skipif(not torch_available(), reason="python3-torch with gloo is not installed")
+pytestmark = [needs_torch,
+              pytest.mark.skipif(not torch_available(), reason="python3-torch with gloo is not installed")]
 
 
 def test_gloo_process_group_and_ddp_on_one_node(jobs):
