@@ -323,7 +323,9 @@ void StackCapture::begin_dump(const Request& request, Process& p) {
   const std::string path = m_dump_dir + "/" + std::to_string(p.pid);
   const char state = state_of(p.pid);
   if (state == 'T' || state == 't') {
-    p.note = "stopped: its Python frames come once it runs again";
+    p.note =
+        "stopped (SIGSTOP): not asked for its own Python frames, which it would write only once "
+        "continued";
     p.step = Step::queued;
     return;
   }

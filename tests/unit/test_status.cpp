@@ -467,6 +467,26 @@ TEST(StackCapture, AnArmedProcessWritesItsOwnFramesOnTheSignalAndAnUnarmedOneIsN
   EXPECT_FALSE(own.contains("note")) << own;
   EXPECT_EQ(::kill(plain, 0), 0) << "a process not catching the signal was not sent it";
   EXPECT_EQ(::waitpid(plain, nullptr, WNOHANG), 0);
+  // Stopped, it is not sent the signal (it would answer only once continued).
+  ASSERT_EQ(::kill(armed, SIGSTOP), 0);
+  ASSERT_TRUE(wait_for([&] {
+    std::ifstream stat("/proc/" + std::to_string(armed) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    return text.find(") T ") != std::string::npos;
+  }));
+  answer.reset();
+  capture.capture("{}", {{0, 0, armed, "", {armed}}}, clock.now() + std::chrono::seconds(30),
+                  [&answer](const std::string& a) { answer = a; });
+  ASSERT_EQ(debuggers.started.size(), 3u) << "straight to its debugger";
+  ASSERT_TRUE(capture.on_debugger_ended(1002));
+  ASSERT_TRUE(answer);
+  const auto stopped = nlohmann::json::parse(*answer)["ranks"][0]["processes"][0];
+  EXPECT_EQ(stopped["tool"], "eu-stack");
+  EXPECT_NE(stopped["note"].get<std::string>().find("stopped (SIGSTOP)"), std::string::npos)
+      << stopped;
+  EXPECT_EQ(std::filesystem::file_size(dir + "/" + std::to_string(armed)),
+            own["stacks"].get<std::string>().find("\nframes of"))
+      << "nothing more written: no signal was sent";
   for (pid_t pid : {armed, plain}) {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
