@@ -21,6 +21,9 @@ struct StatusCommand {
   std::string token_file;         // the job's token. Default: $DDPLAUNCH_RDZV_TOKEN, a worker's
   double timeout_s = 3;           // how long nodes have to answer. Default: 3 (stacks: 30)
   std::optional<std::string> print_and_exit;  // --help
+
+  // The command's name as typed: "status" or "stacks".
+  const char* name() const { return stacks ? "stacks" : "status"; }
 };
 
 // Parses `args` (what follows "status"). Throws UsageError.

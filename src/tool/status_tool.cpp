@@ -153,14 +153,14 @@ JobAddress find_job(const StatusCommand& cmd, const EnvMap& env) {
     throw UsageError(
         fmt::format("{}: {} jobs of yours run on this host (ports {}): give the one to show with "
                     "--master-port",
-                    cmd.stacks ? "stacks" : "status", jobs.size(), ports));
+                    cmd.name(), jobs.size(), ports));
   }
   if (jobs.empty()) {
     throw LaunchError(k_exit_no_job,
                       fmt::format("{}: no ddplaunch job of yours runs on this host (none of your "
                                   "processes is a worker of one): give --master-addr and "
                                   "--master-port of a job's node 0, and its token",
-                                  cmd.stacks ? "stacks" : "status"));
+                                  cmd.name()));
   }
   jobs[0].tokens = job_tokens(cmd, env, jobs[0].token);
   return jobs[0];
@@ -244,7 +244,7 @@ int terminal_width() {
 }  // namespace
 
 int run_status_command(const StatusCommand& cmd, const EnvMap& env) {
-  const char* name = cmd.stacks ? "stacks" : "status";
+  const char* name = cmd.name();
   const std::optional<JobAddress> job = find_job(cmd, env);
   std::optional<StoreClient> store;
   // A stacks request waits longer for its answers, not for the store.
