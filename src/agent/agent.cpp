@@ -7,6 +7,7 @@
 #include <system_error>
 #include <utility>
 
+#include "agent/python_stacks.hpp"
 #include "config/launch_error.hpp"
 #include "log.hpp"
 #include "output/report_json.hpp"

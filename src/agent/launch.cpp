@@ -14,6 +14,7 @@
 #include "agent/health_check.hpp"
 #include "agent/job_pages.hpp"
 #include "agent/node_store.hpp"
+#include "agent/python_stacks.hpp"
 #include "agent/reach_probe.hpp"
 #include "config/launch_error.hpp"
 #include "launcher/agent_channel.hpp"

@@ -22,7 +22,6 @@
 #include <string>
 #include <vector>
 
-#include "config/env_map.hpp"
 #include "posix/clock.hpp"
 #include "posix/fd.hpp"
 #include "proc/spawner.hpp"
@@ -44,17 +43,6 @@ StackPlan plan_stacks(pid_t pid, const std::string& exe, bool py_bt);
 // gdb extension is in gdb's auto-load directory.
 bool is_python(const std::string& exe);
 bool py_bt_for(const std::string& exe);
-
-// --python-stacks-signal: writes `job_dir`/python/sitecustomize.py, which
-// makes every Python process that reads it register faulthandler for
-// `signal`, writing every thread's stack to python_stacks_dir(job_dir)/<its
-// pid> (a child made by fork() gets its own file), and then runs the
-// sitecustomize it hides, if any. That directory goes first on
-// `worker_env`'s PYTHONPATH. False (and a warning) when it cannot be written.
-bool arm_python_stacks(int signal, const std::string& job_dir, EnvMap& worker_env);
-std::string python_stacks_dir(const std::string& job_dir);
-// The sitecustomize.py arm_python_stacks() writes.
-std::string python_stacks_hook(int signal, const std::string& dump_dir);
 
 class StackCapture {
  public:

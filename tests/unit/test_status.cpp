@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "agent/python_stacks.hpp"
 #include "agent/stack_capture.hpp"
 #include "fake_store.hpp"
 #include "node/process_usage.hpp"
