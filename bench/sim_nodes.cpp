@@ -353,12 +353,13 @@ int main(int argc, char** argv) {
       fences.push_back(std::make_unique<FenceExchange>(*nodes[i]->store));
       State* state = &nodes[i]->state;
       const size_t expected = size * members.size();
-      fences.back()->enter("ddplaunch.bench.0.0", "all", members, static_cast<int>(i) + 1,
-                           std::string(size, 'x'), [state, expected](bool ok, std::string data) {
-                             state->fenced = true;
-                             state->failed = !ok || data.size() != expected;
-                             state->error = "the fence's data was not every node's";
-                           });
+      fences.back()->enter(
+          "ddplaunch.bench.0.0", "all", members, static_cast<int>(i) + 1, std::string(size, 'x'),
+          [state, expected](FenceExchange::Outcome outcome, std::string data) {
+            state->fenced = true;
+            state->failed = outcome != FenceExchange::Outcome::k_ok || data.size() != expected;
+            state->error = "the fence's data was not every node's";
+          });
       sync(i);
     }
     run_until(&State::fenced);

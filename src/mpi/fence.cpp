@@ -15,6 +15,7 @@ namespace {
 // The done key: 'p' and the number of parts the data is in; anything else
 // ("abandoned", "missing", "too large") fails the fence.
 constexpr char k_fence_parts = 'p';
+constexpr std::string_view k_fence_abandoned = "abandoned";
 // As many parts as one MULTI_GET reply holds.
 constexpr int k_max_fence_parts =
     static_cast<int>(protocol::k_max_reply / protocol::k_max_value) - 1;
@@ -30,7 +31,8 @@ std::vector<std::string> fence_part_keys(const FenceKeys& keys, int parts) {
 }  // namespace
 
 void FenceExchange::enter(const std::string& nspace, const std::string& signature,
-                          const std::vector<int>& nodes, int self, std::string data, Done done) {
+                          const std::vector<int>& nodes, int self, std::string data, Done done,
+                          StoreConnection::Duration timeout) {
   const long seq = m_seq[nspace + "/" + signature]++;
   if (data.size() > protocol::k_max_value) {
     // One record per node: more than the store holds in a value fails this
@@ -39,49 +41,80 @@ void FenceExchange::enter(const std::string& nspace, const std::string& signatur
         "a PMIx fence's data from this node is {} bytes, over the store's {} per value: "
         "the fence fails",
         data.size(), protocol::k_max_value);
-    done(false, {});
+    done(Outcome::k_failed, {});
     return;
   }
   auto keys = std::make_shared<FenceKeys>(fence_keys(nspace, signature, seq, nodes));
-  const auto me = std::find(nodes.begin(), nodes.end(), self) - nodes.begin();
+  const auto me = static_cast<size_t>(std::find(nodes.begin(), nodes.end(), self) - nodes.begin());
   const auto total = static_cast<int64_t>(nodes.size());
   StoreConnection& conn = m_connection;
   m_waiting.insert(keys->done);
-  auto finish = [this, &conn, keys, done = std::move(done)](std::optional<std::string> said) {
+  auto finish = [this, &conn, keys, me, total,
+                 done = std::move(done)](std::optional<std::string> said) {
     m_waiting.erase(keys->done);
-    if (!said || said->empty() || (*said)[0] != k_fence_parts) {
-      done(false, {});  // abandon(): the round ended first
+    if (!said) {
+      // Its timeout passed: this node's record and count stay, as a late
+      // fence may still complete for the others.
+      done(Outcome::k_timed_out, {});
       return;
     }
-    const auto parts = parse_integer_in(std::string_view(*said).substr(1), 1, k_max_fence_parts);
+    if (said->empty() || *said == k_fence_abandoned) {
+      done(Outcome::k_failed, {});  // abandon(): the round ended first; its keys go with the round
+      return;
+    }
+    const auto parts =
+        (*said)[0] == k_fence_parts
+            ? parse_integer_in(std::string_view(*said).substr(1), 1, k_max_fence_parts)
+            : std::nullopt;
     if (!parts) {
-      done(false, {});
+      done(Outcome::k_failed, {});  // "missing" or "too large": the fence failed everywhere
+      release(conn, keys, me, total, 0);
       return;
     }
-    conn.multi_get(fence_part_keys(*keys, static_cast<int>(*parts)),
-                   [done](std::vector<std::optional<std::string>> got) {
-                     std::string all;
-                     for (const auto& part : got) {
-                       if (!part) {
-                         done(false, {});
-                         return;
-                       }
-                       all += *part;
-                     }
-                     done(true, std::move(all));
-                   });
+    const int count = static_cast<int>(*parts);
+    conn.multi_get(fence_part_keys(*keys, count), [&conn, keys, me, total, count, done](
+                                                      std::vector<std::optional<std::string>> got) {
+      std::string all;
+      bool ok = true;
+      for (const auto& part : got) {
+        ok = ok && part.has_value();
+        all += part.value_or("");
+      }
+      done(ok ? Outcome::k_ok : Outcome::k_failed, ok ? std::move(all) : std::string());
+      release(conn, keys, me, total, count);
+    });
   };
   // The record first: whoever sees the count complete knows every record is
   // in, and gathers them once for everyone.
-  conn.set(keys->records.at(static_cast<size_t>(me)), data,
-           [&conn, keys, total, finish = std::move(finish)]() mutable {
+  conn.set(keys->records.at(me), data,
+           [&conn, keys, total, timeout, finish = std::move(finish)]() mutable {
              conn.add(keys->counter, 1, [&conn, keys, total](int64_t arrived) {
                if (arrived == total) {
                  gather(conn, keys);
                }
              });
-             conn.get(keys->done, StoreConnection::Duration(0), std::move(finish));
+             conn.get(keys->done, timeout, std::move(finish));
            });
+}
+
+// A node done with a fence's result deletes its own record (the gatherer read
+// every record before it set done) and counts itself out; the last node out
+// deletes what is shared: the counters, the parts and done. Node 0's store then
+// holds no key of a completed fence, however many fences a job makes.
+void FenceExchange::release(StoreConnection& conn, const std::shared_ptr<FenceKeys>& keys,
+                            size_t me, int64_t total, int parts) {
+  conn.erase(keys->records.at(me), [] {});
+  conn.add(keys->read, 1, [&conn, keys, total, parts](int64_t out) {
+    if (out != total) {
+      return;
+    }
+    for (const auto& key : fence_part_keys(*keys, parts)) {
+      conn.erase(key, [] {});
+    }
+    conn.erase(keys->counter, [] {});
+    conn.erase(keys->done, [] {});
+    conn.erase(keys->read, [] {});
+  });
 }
 
 // The last node to arrive reads every record (the N records the store
@@ -127,7 +160,7 @@ void FenceExchange::gather(StoreConnection& conn, const std::shared_ptr<FenceKey
 
 void FenceExchange::abandon() {
   for (const auto& key : m_waiting) {
-    m_connection.set(key, "abandoned", [] {});
+    m_connection.set(key, std::string(k_fence_abandoned), [] {});
   }
   m_waiting.clear();
 }

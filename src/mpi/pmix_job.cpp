@@ -120,6 +120,7 @@ FenceKeys fence_keys(const std::string& nspace, const std::string& signature, lo
   }
   keys.counter = base + "arrived";
   keys.done = base + "done";
+  keys.read = base + "read";
   return keys;
 }
 

@@ -60,6 +60,7 @@ struct FenceKeys {
   std::vector<std::string> records;  // by position in `nodes`
   std::string counter;
   std::string done;
+  std::string read;  // counts the nodes done with the result: the last deletes the fence's keys
 };
 FenceKeys fence_keys(const std::string& nspace, const std::string& signature, long seq,
                      const std::vector<int>& nodes);

@@ -61,10 +61,14 @@ void PmixServer::fence(FenceCall& call) {
   log::debug("PMIx fence among {} node(s): {} bytes from this node", nodes.size(),
              call.data.size());
   auto shared = std::make_shared<FenceCall>(std::move(call));
-  m_fences->enter(job.nspace, signature, nodes, job.node_rank, shared->data,
-                  [this, shared](bool ok, std::string data) {
-                    complete(shared->done, shared->nspace, ok, std::move(data));
-                  });
+  const auto timeout = std::chrono::duration_cast<StoreConnection::Duration>(shared->timeout);
+  m_fences->enter(
+      job.nspace, signature, nodes, job.node_rank, shared->data,
+      [this, shared](FenceExchange::Outcome outcome, std::string data) {
+        complete(shared->done, shared->nspace, outcome == FenceExchange::Outcome::k_ok,
+                 std::move(data), outcome == FenceExchange::Outcome::k_timed_out);
+      },
+      timeout);
 }
 
 void PmixServer::direct_modex(DmodexCall& call) {
@@ -107,7 +111,7 @@ void PmixServer::serve_direct_modex() {
 }
 
 void PmixServer::complete(const ModexDone& done, const std::string& nspace, bool ok,
-                          std::string data) {
+                          std::string data, bool timed_out) {
   if (done.cbfunc == nullptr) {
     return;
   }
@@ -120,7 +124,8 @@ void PmixServer::complete(const ModexDone& done, const std::string& nspace, bool
     return;
   }
   if (!ok) {
-    done.cbfunc(PMIX_ERROR, nullptr, 0, done.cbdata, nullptr, nullptr);
+    done.cbfunc(timed_out ? PMIX_ERR_TIMEOUT : PMIX_ERROR, nullptr, 0, done.cbdata, nullptr,
+                nullptr);
     return;
   }
   auto owned = std::make_unique<std::string>(std::move(data));

@@ -99,8 +99,10 @@ class PmixServer : public MpiHost {
   void fence(FenceCall& call);
   void direct_modex(DmodexCall& call);
   // Hands libpmix a fence's or a direct modex's data (for the round still
-  // current: libpmix forgot a past round's calls with its namespace).
-  void complete(const ModexDone& done, const std::string& nspace, bool ok, std::string data);
+  // current: libpmix forgot a past round's calls with its namespace);
+  // `timed_out`: not ok because its PMIX_TIMEOUT passed (PMIX_ERR_TIMEOUT).
+  void complete(const ModexDone& done, const std::string& nspace, bool ok, std::string data,
+                bool timed_out = false);
   void serve_direct_modex();
 
   Options m_options;

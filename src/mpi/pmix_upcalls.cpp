@@ -78,12 +78,10 @@ pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info
   if (cbfunc == nullptr || upcall_target() == nullptr) {
     return PMIX_ERR_NOT_SUPPORTED;
   }
-  // What a fence may ask that it does: collect the data, within a timeout
-  // (the job's own failure detection ends a fence first), and the
-  // collective's hints, which change nothing here.
-  if (refused("fence", info, ninfo,
-              {PMIX_COLLECT_DATA, PMIX_TIMEOUT, PMIX_LOCAL_COLLECTIVE_STATUS,
-               PMIX_SORTED_PROC_ARRAY})) {
+  // What a fence may ask that it does: collect the data, within a timeout,
+  // over procs in any order. PMIX_LOCAL_COLLECTIVE_STATUS is not read: a
+  // fence that requires it is refused.
+  if (refused("fence", info, ninfo, {PMIX_COLLECT_DATA, PMIX_TIMEOUT, PMIX_SORTED_PROC_ARRAY})) {
     return PMIX_ERR_NOT_SUPPORTED;
   }
   FenceCall call;
@@ -98,6 +96,8 @@ pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info
   for (size_t i = 0; i < ninfo; ++i) {
     if (info_is(info[i], PMIX_COLLECT_DATA)) {
       collect = info_true(info[i]);
+    } else if (info_is(info[i], PMIX_TIMEOUT)) {
+      call.timeout = info_seconds(info[i]).value_or(std::chrono::seconds(0));
     }
   }
   if (collect && data != nullptr) {
@@ -114,7 +114,9 @@ pmix_status_t on_direct_modex(const pmix_proc_t* proc, const pmix_info_t info[],
   if (proc == nullptr || cbfunc == nullptr || upcall_target() == nullptr) {
     return PMIX_ERR_NOT_SUPPORTED;
   }
-  if (refused("direct modex", info, ninfo, {PMIX_TIMEOUT, PMIX_REQUIRED_KEY})) {
+  // PMIX_REQUIRED_KEY is not read (the request asks for the rank's whole
+  // data): a request that requires it is refused.
+  if (refused("direct modex", info, ninfo, {PMIX_TIMEOUT})) {
     return PMIX_ERR_NOT_SUPPORTED;
   }
   DmodexCall call;

@@ -38,8 +38,9 @@ struct WorkerSaid {
 // fence_nb: this node's ranks of a fence are all in.
 struct FenceCall {
   std::string nspace;
-  std::vector<int> ranks;  // its participants; -1: the whole namespace
-  std::string data;        // this node's data, when the fence collects it
+  std::vector<int> ranks;           // its participants; -1: the whole namespace
+  std::string data;                 // this node's data, when the fence collects it
+  std::chrono::seconds timeout{0};  // PMIX_TIMEOUT; 0: none
   ModexDone done;
 };
 
