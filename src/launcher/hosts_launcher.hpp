@@ -110,7 +110,8 @@ class HostsLauncher : public StreamPump::Sink {
     std::string to_write;  // channel bytes not yet taken by its stdin
     bool held = false;     // its header waits for node 0's store port
     LineSplitter out_lines, err_lines;
-    int ready = 0;  // nodes of it that said they started
+    int ready = 0;                 // nodes of it that said they started
+    bool store_port_said = false;  // node 0's agent said its store's port (once)
     std::optional<ExitInfo> exit;
     std::string last_error;  // its last stderr line
     std::string ssh_said;    // the last line ssh itself wrote

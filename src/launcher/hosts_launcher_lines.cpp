@@ -92,10 +92,15 @@ void HostsLauncher::on_closed(StreamPump::Id id) {
 
 void HostsLauncher::on_line(Started& s, bool is_out, std::string_view text, LineEnd end) {
   if (is_out && end == LineEnd::k_newline && text.starts_with(k_agent_store_port) &&
-      s.start.node_rank == 0 && m_held_header) {
+      s.start.node_rank == 0 && !s.store_port_said) {
+    // The channel's line, never the user's: taken even when no header waits
+    // for it any more (the job already stopped, a host could not start).
+    s.store_port_said = true;
     const auto port = parse_integer_in(text.substr(k_agent_store_port.size()), 1, 65535);
     log::debug("node 0's store listens on port {}", port.value_or(0));
-    release_headers(port ? static_cast<int>(*port) : 0);
+    if (m_held_header) {
+      release_headers(port ? static_cast<int>(*port) : 0);
+    }
     return;
   }
   if (is_out && end == LineEnd::k_newline && text.starts_with(k_agent_ready)) {

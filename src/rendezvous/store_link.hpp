@@ -162,8 +162,10 @@ class StoreLink : public JobLink {
   // join record under it.
   void take_arrival();
   void record_arrival(int arrival);
-  // A new connection after one closed before the node was part of the job.
+  // A new connection after one closed before the node was part of the job;
+  // with an arrival taken, whether the store still has it.
   void rejoin();
+  void confirm_arrival();
   void probe_peers(std::vector<std::optional<std::string>> endpoints, std::vector<int> peers);
   void probed(const std::vector<ProbeFailure>& failures);
 

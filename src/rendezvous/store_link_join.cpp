@@ -5,6 +5,7 @@
 #include <chrono>
 #include <utility>
 
+#include "config/integer.hpp"
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
 #include "rendezvous/keys.hpp"
@@ -91,14 +92,43 @@ void StoreLink::rejoin() {
       });
       return;
     case JoinStep::k_recording:
-      record_arrival(m_self.arrival);
-      return;
     case JoinStep::k_recorded:
-      joined_as(m_self.arrival);
+      confirm_arrival();
       return;
     case JoinStep::k_answered:
       return;
   }
+}
+
+// Whether the store this node reached again still counts its arrival and
+// holds its record there: node 0's agent may have been started anew, with
+// an empty store, while this node was away. Its own record there: it waits
+// for node 0's answer under it; the arrival still counted but without a
+// record: it writes it; anything else (a new store, or another node's
+// record under that arrival): it joins anew.
+void StoreLink::confirm_arrival() {
+  const int arrival = m_self.arrival;
+  m_store.multi_get(
+      {keys::k_arrivals, keys::node(arrival)},
+      [this, arrival](std::vector<std::optional<std::string>> got) {
+        if (m_phase != Phase::k_joining || arrival != m_self.arrival) {
+          return;
+        }
+        const auto counted = got.at(0) ? parse_integer(*got.at(0)) : std::nullopt;
+        const bool still_counted = counted && *counted > arrival;
+        if (got.at(1) && *got.at(1) == encode_join(m_self)) {
+          m_join_step = JoinStep::k_recorded;
+          joined_as(arrival);
+        } else if (!got.at(1) && still_counted) {
+          record_arrival(arrival);
+        } else {
+          log::info(
+              "the store at {} no longer holds this node's arrival {} (node 0's agent was "
+              "started again?): joining anew",
+              m_where, arrival);
+          take_arrival();
+        }
+      });
 }
 
 // The round's verdict, whenever it comes; one of an earlier round (answered

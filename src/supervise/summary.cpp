@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "ddplaunch/error.hpp"
 #include "supervise/hang_stacks.hpp"
@@ -109,6 +110,8 @@ std::string describe_round_end(const RoundSummary& r) {
 
 namespace {
 
+constexpr std::string_view k_python_traceback = "Traceback (most recent call last):";
+
 // The last lines of a traceback, each as "  | line".
 void append_traceback(std::string& out, const std::string& traceback) {
   constexpr size_t k_lines = 30;
@@ -188,6 +191,53 @@ void append_rounds(std::string& out, const JobSummary& s) {
   }
 }
 
+// The lines of `tail` besides the traceback Python printed for `error`: the
+// block from its "Traceback (most recent call last):" (or the tail's start)
+// to the line that repeats the error's message, and any other line the
+// error file's traceback holds.
+std::vector<const std::string*> beside_traceback(const std::vector<std::string>& tail,
+                                                 const WorkerError& error) {
+  auto trimmed = [](const std::string& line) {
+    const auto start = line.find_first_not_of(" \t");
+    return start == std::string::npos ? std::string_view() : std::string_view(line).substr(start);
+  };
+  auto in_error = [&](const std::string& line) {
+    const std::string_view t = trimmed(line);
+    return t.empty() || error.traceback.find(t) != std::string::npos ||
+           error.message.find(t) != std::string::npos;
+  };
+  size_t block_begin = tail.size(), block_end = tail.size();  // [begin, end)
+  for (size_t i = tail.size(); i-- > 0;) {
+    if (!error.message.empty() && trimmed(tail[i]) == error.message) {
+      block_end = i + 1;
+      block_begin = i;
+      while (block_begin > 0 && trimmed(tail[block_begin - 1]) != k_python_traceback &&
+             (tail[block_begin - 1].starts_with(" ") || in_error(tail[block_begin - 1]))) {
+        --block_begin;
+      }
+      if (block_begin > 0 && trimmed(tail[block_begin - 1]) == k_python_traceback) {
+        --block_begin;
+      }
+      break;
+    }
+  }
+  std::vector<const std::string*> more;
+  for (size_t i = 0; i < tail.size(); ++i) {
+    if ((i < block_begin || i >= block_end) && !in_error(tail[i])) {
+      more.push_back(&tail[i]);
+    }
+  }
+  return more;
+}
+
+std::vector<const std::string*> every_line(const std::vector<std::string>& tail) {
+  std::vector<const std::string*> out;
+  for (const auto& line : tail) {
+    out.push_back(&line);
+  }
+  return out;
+}
+
 // The rank that failed first: how it ended, what it raised, its stderr's
 // tail, the job's message and the hung ranks' stacks.
 void append_root_cause(std::string& out, const JobSummary& s) {
@@ -201,24 +251,21 @@ void append_root_cause(std::string& out, const JobSummary& s) {
     out += fmt::format("ddplaunch: rank {} raised {}\n", r.rank, r.error->message);
     append_traceback(out, r.error->traceback);
   }
-  // An @record error file's traceback is what the rank printed last: its
-  // stderr's tail is shown only where it says more.
-  auto in_error = [&r](const std::string& line) {
-    const auto start = line.find_first_not_of(" \t");
-    return start == std::string::npos ||
-           r.error->traceback.find(line.substr(start)) != std::string::npos ||
-           r.error->message.find(line.substr(start)) != std::string::npos;
-  };
-  const bool adds = !r.error || !std::all_of(r.last_stderr.begin(), r.last_stderr.end(), in_error);
-  if (!r.last_stderr.empty() && !adds) {
-    out += fmt::format("ddplaunch: (rank {}'s stderr ends with that traceback)\n", r.rank);
-  } else if (!r.last_stderr.empty()) {
-    out += fmt::format("ddplaunch: last lines of rank {}'s stderr:\n", r.rank);
-    for (const auto& line : r.last_stderr) {
-      out += "  | " + line + "\n";
-    }
-  } else {
+  // An @record error file's traceback is what the rank printed last: of its
+  // stderr's tail, only the lines that say more are shown (the traceback
+  // once, above).
+  const std::vector<const std::string*> more =
+      r.error ? beside_traceback(r.last_stderr, *r.error) : every_line(r.last_stderr);
+  if (r.last_stderr.empty()) {
     out += fmt::format("ddplaunch: rank {} wrote nothing to stderr\n", r.rank);
+  } else if (more.empty()) {
+    out += fmt::format("ddplaunch: (rank {}'s stderr ends with that traceback)\n", r.rank);
+  } else {
+    out += fmt::format("ddplaunch: last lines of rank {}'s stderr{}:\n", r.rank,
+                       more.size() < r.last_stderr.size() ? ", beside that traceback" : "");
+    for (const auto* line : more) {
+      out += "  | " + *line + "\n";
+    }
   }
   if (!s.message.empty()) {
     out += "ddplaunch: " + s.message + "\n";

@@ -78,6 +78,20 @@ def test_record_error_file_gives_the_exception_even_when_stderr_buries_it(jobs, 
     assert "Traceback" in written["message"]["extraInfo"]["py_callstack"]
 
 
+def test_a_record_traceback_also_in_the_stderr_tail_is_shown_once(jobs):
+    # The rank's stderr ends with its traceback and a few lines more: the
+    # report shows the traceback under "raised", then only the lines more.
+    r = jobs.run(["--nproc-per-node", 2, "--python", TORCH_PYTHON, "--", RECORD],
+                 env={"NOISE_LINES": "3"}, timeout=300)
+    assert r.returncode == 1, r.stderr
+    report = r.stderr[r.stderr.index("job failed: rank 1"):]
+    assert "rank 1 raised ValueError: loss is nan at step 7 on rank 1 (é)" in report, report
+    assert report.count("  |   File \"" + RECORD + "\"") == 1, report
+    assert report.count("  | ValueError: loss is nan") == 1, report
+    assert "last lines of rank 1's stderr, beside that traceback:" in report, report
+    assert "  | noise line 2" in report, report
+
+
 def test_record_error_crosses_nodes(jobs, tmp_path):
     port = free_port()
     args = ["--nnodes", 2, "--nproc-per-node", 2, "--master-port", port, "--python", TORCH_PYTHON,

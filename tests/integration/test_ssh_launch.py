@@ -96,6 +96,8 @@ def test_a_host_that_refuses_ssh_is_named_and_nothing_is_left_elsewhere(jobs, ss
     # did not send, nor of an exit code the command does not exit with.
     assert "SIGTERM" not in err and "exit code 143" not in err, err
     assert "could not be started" in err.strip().splitlines()[-1], err
+    # The channel between the command and its agents stays between them.
+    assert "ddplaunch-agent" not in out + err, (out, err)
     assert wait_until(lambda: nothing_left(hosts), timeout=30), \
         {h: hosts.processes(h) for h in hosts.names}
 

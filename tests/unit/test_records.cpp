@@ -76,7 +76,20 @@ TEST(Summary, AStderrTailThatIsTheErrorFilesTracebackIsNotShownTwice) {
   EXPECT_NE(report.find("rank 3's stderr ends with that traceback"), std::string::npos) << report;
   s.root_cause->last_stderr.push_back("CUDA error: device-side assert");  // says more
   report = format_failure_report(s);
-  EXPECT_NE(report.find("last lines of rank 3's stderr"), std::string::npos) << report;
+  EXPECT_NE(report.find("last lines of rank 3's stderr, beside that traceback:\n"
+                        "  | CUDA error: device-side assert\n"),
+            std::string::npos)
+      << report;
+  // The traceback itself once: under "raised", not again with the tail.
+  const auto count = [&report](std::string_view what) {
+    size_t n = 0;
+    for (size_t at = report.find(what); at != std::string::npos; at = report.find(what, at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(count("  |   line\n"), 1U) << report;
+  EXPECT_EQ(count("  | ValueError: nan\n"), 1U) << report;
 }
 
 // 64 ranks on 4 nodes fail with the same NCCL error after rank 5 did; 16

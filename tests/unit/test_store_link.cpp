@@ -385,6 +385,36 @@ TEST_F(StoreLinkTest, AConnectionLostBeforeNodeZerosAnswerIsMadeAnew) {
       << "the same arrival, not a second one";
 }
 
+// Node 0's agent dies after two members stored their join records, and is
+// started again with an empty store: each member, joining again, finds its
+// arrival gone and takes a new one, so the new node 0 reads every record
+// and the round starts with all three.
+TEST_F(StoreLinkTest, MembersWhoseStoreWasStartedAgainJoinItAnew) {
+  config.nnodes = 3;
+  add(true);
+  add(false);
+  add(false);
+  member(1).join();
+  member(2).join();
+  settle();  // both records stored; they wait for node 0's answer
+  ASSERT_TRUE(store.value(keys::node(1)).has_value());
+  // Node 0's agent and its store go; a new one starts on the same address.
+  member(1).conn.fail(StoreConnection::Failure::k_lost, "connection closed by the store");
+  member(2).conn.fail(StoreConnection::Failure::k_lost, "connection closed by the store");
+  agents[0].reset();
+  store.core = KvCore();
+  agents[0] = std::make_unique<Agent>(store, config, clock, true, record());
+  host().join();  // the new node 0 takes arrival 0 in the new store
+  settle();
+  advance(100ms);  // the members connect again
+  settle();
+  ASSERT_TRUE(member(1).heard.joined()) << member(1).heard.failed.value_or(std::pair(0, "")).second;
+  ASSERT_TRUE(member(2).heard.joined());
+  ASSERT_TRUE(host().heard.joined());
+  EXPECT_EQ(host().heard.topology->nnodes(), 3);
+  EXPECT_EQ(store.value(keys::k_arrivals), std::optional<std::string>("3"));
+}
+
 // The ADD was counted but its answer lost with the connection: the node
 // takes a new arrival and gives up the arrivals before it without a record,
 // so node 0, reading them in order, does not wait for one that never comes.
