@@ -22,6 +22,14 @@ class StoreError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The store answered a request with an error and closed the connection: a
+// request this client's credential may not make (the workers' credential is
+// scoped), or one over the store's limits. The message says which.
+class StoreRejected : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
 class StoreClient {
  public:
   using Duration = std::chrono::milliseconds;

@@ -27,6 +27,7 @@
 #include "env/mpi_env.hpp"
 #include "mpi/mpi_host.hpp"
 #include "node/identity.hpp"
+#include "node/process_usage.hpp"
 #include "output/error_files.hpp"
 #include "output/event_log.hpp"
 #include "output/router.hpp"
@@ -34,6 +35,7 @@
 #include "proc/spawner.hpp"
 #include "rendezvous/job_link.hpp"
 #include "rendezvous/status_responder.hpp"
+#include "status/status_record.hpp"
 #include "supervise/supervisor.hpp"
 #include "supervise/verdict.hpp"
 
@@ -91,7 +93,9 @@ class Agent : public JobLink::Listener {
   }
   // The running round's nodes (0 before the first round).
   int round_nnodes() const { return m_plan ? m_plan->layout.nnodes : 0; }
-  std::string status_record(const std::string& request) const;
+  // This node's answer to a status request (nullopt when its filter leaves
+  // this node out).
+  std::optional<NodeStatus> status(const StatusRequest& request) const;
   // `ddplaunch stacks`: takes the stacks of the ranks asked about here, and
   // gives this node's record to `reply` once the debuggers are done (none
   // when its filter leaves this node out).
@@ -254,6 +258,10 @@ class Agent : public JobLink::Listener {
   bool writes_job_events() const;
   void round_ended(const Decision& decision, std::string_view next) const;
   void job_ended() const;
+  // status()'s parts: the job (node 0's), one rank.
+  JobStatus job_status(double wall) const;
+  RankStatus rank_status(size_t local_rank, const ProcessUsage& usage, TimePoint now,
+                         double wall) const;
   // The rounds so far, and the current one if its workers started.
   std::vector<RoundSummary> rounds(const Decision& last) const;
   RankOutcome outcome(int local_rank) const;
@@ -309,14 +317,7 @@ class Agent : public JobLink::Listener {
   void remember_lost_node(int node_rank);
   // Node 0's events of a verdict: the verdict, a lost node, a preemption.
   void verdict_events(const JobVerdict& verdict) const;
-  struct LostNode {
-    int node_rank = -1;  // in the round it was lost in
-    std::string host;
-    std::string addr;
-    int round = 0;
-    double time = 0;
-  };
-  std::vector<LostNode> m_lost_nodes;
+  std::vector<LostNodeStatus> m_lost_nodes;
   std::string m_preempted_by;  // --preempt-signal: who received it, for the report
   HealthCheck m_health_check;
   GpuReleaseWait m_gpu_release_wait;

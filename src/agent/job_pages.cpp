@@ -4,9 +4,9 @@
 #include <string_view>
 
 #include "log.hpp"
-#include "output/metrics_text.hpp"
 #include "output/status_page.hpp"
-#include "output/status_view.hpp"
+#include "status/metrics_text.hpp"
+#include "status/status_codec.hpp"
 
 namespace ddplaunch {
 
@@ -20,18 +20,19 @@ std::unique_ptr<MetricsServer> serve_job_pages(const Config& config, Agent& agen
       [&agent, collector, events](std::string_view path) -> MetricsServer::Response {
         constexpr const char* k_json = "application/json";
         if (path == "/metrics") {
-          return {200, k_openmetrics_type, openmetrics_text(agent.status_record("{}"))};
+          return {200, k_openmetrics_type,
+                  openmetrics_text(agent.status({}).value_or(NodeStatus()))};
         }
         // Node 0 once rendezvous says so (an agent that does not know its
         // rank yet serves /metrics only).
         const bool node_0 = agent.node_rank() == 0;
         if (node_0 && path == "/") {
-          return {200, "text/html; charset=utf-8", status_page_html()};
+          return {200, "text/html; charset=utf-8", std::string(status_page_html())};
         }
         if (node_0 && path == "/status.json") {
           if (collector == nullptr) {  // one node: its own answer is the job's
             return {200, k_json,
-                    status_document(0, {0}, {agent.status_record("{}")}, std::nullopt)};
+                    encode_status_document(merge_status(0, {0}, {agent.status({})}, std::nullopt))};
           }
           collector->refresh();
           return collector->last().empty()

@@ -6,6 +6,7 @@
 #include "launcher/agent_channel.hpp"
 #include "log.hpp"
 #include "rendezvous/store_host.hpp"
+#include "status/status_codec.hpp"
 
 namespace ddplaunch {
 
@@ -68,8 +69,11 @@ void NodeStore::answer_locally(int port, const std::string& token, Agent& agent,
 void NodeStore::answer_requests(Agent& agent) {
   status = std::make_unique<StatusResponder>(
       *client, k_status_keys,
-      [&agent](const std::string& request, const StatusResponder::Reply& reply) {
-        reply(agent.status_record(request));
+      [&agent](const std::string& text, const StatusResponder::Reply& reply) {
+        const std::optional<StatusRequest> request = decode_status_request(text);
+        const std::optional<NodeStatus> node =
+            request ? agent.status(*request) : std::optional<NodeStatus>();
+        reply(node ? encode_node_status(*node) : std::string());
       });
   stacks = std::make_unique<StatusResponder>(
       *client, k_stacks_keys, [&agent](const std::string& request, StatusResponder::Reply reply) {

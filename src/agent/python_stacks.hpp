@@ -13,16 +13,16 @@
 
 namespace ddplaunch {
 
-// --python-stacks-signal: writes `job_dir`/python/sitecustomize.py, which
-// makes every Python process that reads it register faulthandler for
+// --python-stacks-signal: writes `job_dir`/python/sitecustomize.py
+// (src/agent/sitecustomize.py, embedded) and stacks.conf beside it (the
+// signal's number, then the directory), which make every Python process
+// that reads them register faulthandler for
 // `signal`, writing every thread's stack to python_stacks_dir(job_dir)/<its
 // pid> (a child made by fork() gets its own file), and then runs the
 // sitecustomize it hides, if any. That directory goes first on
 // `worker_env`'s PYTHONPATH. False (and a warning) when it cannot be written.
 bool arm_python_stacks(int signal, const std::string& job_dir, EnvMap& worker_env);
 std::string python_stacks_dir(const std::string& job_dir);
-// The sitecustomize.py arm_python_stacks() writes.
-std::string python_stacks_hook(int signal, const std::string& dump_dir);
 // Whether `pid` catches `signal` (SigCgt in /proc/PID/status).
 bool catches_signal(pid_t pid, int signal);
 

@@ -9,10 +9,12 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "agent/python_stacks.hpp"
+#include "config/integer.hpp"
 #include "log.hpp"
 
 namespace ddplaunch {
@@ -143,8 +145,8 @@ void StackCapture::capture(const std::string& head, std::vector<Target> targets,
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(m_dump_dir, ec)) {
       const std::string name = entry.path().filename().string();
-      const long pid = std::strtol(name.c_str(), nullptr, 10);
-      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      const auto pid = parse_integer_in(name, 1, std::numeric_limits<pid_t>::max());
+      if (pid && ::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH) {
         std::filesystem::remove(entry.path(), ec);
       }
     }

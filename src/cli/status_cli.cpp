@@ -13,13 +13,8 @@ namespace ddplaunch {
 namespace {
 
 double seconds_of(const std::string& text, const std::string& flag, double lo) {
-  try {
-    size_t used = 0;
-    const double s = std::stod(text, &used);
-    if (used == text.size() && s >= lo && s <= 86400) {
-      return s;
-    }
-  } catch (const std::exception&) {
+  if (const auto s = parse_seconds_in(text, lo, 86400)) {
+    return *s;
   }
   throw UsageError(fmt::format("status {} {}: give seconds from {} to 86400", flag, text, lo));
 }

@@ -74,16 +74,12 @@ void check_arguments(const std::string& op, const std::vector<std::string>& posi
 void parse_numbers(StoreCommand& cmd, const std::string& timeout_text,
                    const std::string& port_text) {
   if (!timeout_text.empty()) {
-    try {
-      size_t used = 0;
-      cmd.timeout_s = std::stod(timeout_text, &used);
-      if (used != timeout_text.size() || !(cmd.timeout_s >= 0) || cmd.timeout_s > 1e6) {
-        throw std::invalid_argument("range");
-      }
-    } catch (const std::exception&) {
+    const auto seconds = parse_seconds_in(timeout_text, 0, 1e6);
+    if (!seconds) {
       throw UsageError("store " + cmd.op + " --timeout " + timeout_text +
                        ": give seconds, 0 or more (0: no limit)");
     }
+    cmd.timeout_s = *seconds;
   }
   if (!port_text.empty()) {
     const auto port = parse_integer_in(port_text, 1, 65535);

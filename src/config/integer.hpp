@@ -5,11 +5,13 @@
 // '+', no "0x") that fits in a long long; anything else is nullopt, so that
 // each caller can say which source held the bad value. parse_hex() is the
 // same in base 16; leading_integer() reads the number a /proc field starts
-// with. format_ranges() writes a sorted list of numbers as "0,2-7,9" (CPU
-// lists, rank lists). Pure; no system call.
+// with. parse_seconds_in() is the one parser of a number of seconds (every
+// flag that takes one). format_ranges() writes a sorted list of numbers as
+// "0,2-7,9" (CPU lists, rank lists). Pure; no system call.
 #pragma once
 
 #include <charconv>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,12 +39,26 @@ inline std::optional<long long> parse_integer_in(std::string_view text, long lon
   return v;
 }
 
-// The base-16 form of parse_integer(): hex digits only (/proc/net/tcp's ports).
-inline std::optional<long long> parse_hex(std::string_view text) {
-  long long value = 0;
+// The base-16 form of parse_integer(), unsigned and 64 bits wide: hex
+// digits only (/proc/net/tcp's ports, /proc/PID/status' signal masks).
+inline std::optional<unsigned long long> parse_hex(std::string_view text) {
+  unsigned long long value = 0;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value, 16);
   if (text.empty() || text.front() == '-' || ec != std::errc() || ptr != end) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+// A number of seconds within [lo, hi]: a decimal number ("1.5", "30", "1e3"),
+// all of `text`, finite; nullopt for anything else (no spaces, no unit).
+inline std::optional<double> parse_seconds_in(std::string_view text, double lo, double hi) {
+  double value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value) || value < lo ||
+      value > hi) {
     return std::nullopt;
   }
   return value;

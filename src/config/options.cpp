@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -28,15 +27,12 @@ int parse_int_in(std::string_view value, std::string_view flag, long long lo, lo
 }
 
 double parse_seconds(const std::string& value, const std::string& flag, bool allow_zero) {
-  double v = 0;
-  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  const bool ok = ec == std::errc() && ptr == value.data() + value.size() && !value.empty() &&
-                  std::isfinite(v) && v >= 0 && (allow_zero || v > 0) && v <= k_max_seconds;
-  if (!ok) {
+  const auto v = parse_seconds_in(value, 0, k_max_seconds);
+  if (!v || (!allow_zero && *v == 0)) {
     throw UsageError(flag + " must be a " + (allow_zero ? "non-negative" : "positive") +
                      " number of seconds up to 315360000 (ten years), got '" + value + "'");
   }
-  return v;
+  return *v;
 }
 
 bool parse_bool(const std::string& value, const std::string& flag) {

@@ -133,7 +133,8 @@ std::set<std::string> listening_inodes(int port) {
       f >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
       const auto colon = local.rfind(':');
       if (state == "0A" && colon != std::string::npos &&
-          parse_hex(std::string_view(local).substr(colon + 1)) == port) {
+          parse_hex(std::string_view(local).substr(colon + 1)) ==
+              static_cast<unsigned long long>(port)) {
         inodes.insert(inode);
       }
     }

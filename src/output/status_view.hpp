@@ -1,6 +1,6 @@
-// `ddplaunch status`'s screen: the job, its nodes and its ranks as a
-// table, from the document the command collected (docs/STATUS.md); and
-// `ddplaunch stacks`' text, each rank's processes' stacks. Pure.
+// `ddplaunch stacks`' document and text: the nodes' answers put together,
+// and each rank's processes' stacks (docs/STATUS.md). `ddplaunch status`'
+// own record, document and screen are the status room's (src/status/). Pure.
 #pragma once
 
 #include <cstdint>
@@ -11,18 +11,15 @@
 
 namespace ddplaunch {
 
-// The document of request `n` (docs/STATUS.md): the answers of the nodes
-// `asked` (nullopt: none came), node 0's giving the job; a node outside
+// The stacks document of request `n`: the answers of the nodes `asked`
+// (nullopt: none came), node 0's giving the job's size; a node outside
 // `only` (when given) answered for the job's size only and is not shown.
-std::string status_document(int64_t n, const std::vector<int>& asked,
+std::string stacks_document(int64_t n, const std::vector<int>& asked,
                             const std::vector<std::optional<std::string>>& answers,
                             const std::optional<std::set<int>>& only);
 
-// `doc` is the command's JSON document; lines are cut to `width` columns.
-std::string format_status(const std::string& doc, int width);
-
-// `doc` is `ddplaunch stacks`' document (status_document() of its
-// answers): every rank's processes and their stacks, by rank. Control
+// `doc` is stacks_document()'s: every rank's processes and their stacks,
+// by rank. Control
 // characters in a debugger's output (it may print a process's memory)
 // become '?'.
 std::string format_stacks(const std::string& doc);

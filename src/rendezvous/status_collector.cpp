@@ -3,8 +3,8 @@
 #include <utility>
 #include <vector>
 
-#include "output/status_view.hpp"
 #include "rendezvous/status_responder.hpp"
+#include "status/status_codec.hpp"
 
 namespace ddplaunch {
 
@@ -36,7 +36,7 @@ void StatusCollector::collect(int64_t n, int nnodes) {
   }
   m_store.wait(keys, m_timeout, [this, n, keys, asked](bool) {
     m_store.multi_get(keys, [this, n, keys, asked](std::vector<std::optional<std::string>> got) {
-      m_last = status_document(n, asked, got, std::nullopt);
+      m_last = encode_status_document(merge_status(n, asked, decode_answers(got), std::nullopt));
       m_last_at = m_clock.now();
       m_in_flight = false;
       for (const auto& key : keys) {

@@ -3,7 +3,7 @@
 // (status_responder.hpp), asked over node 0's store connection without
 // blocking. refresh() starts a request unless one is in flight or the last
 // is fresh; each node has `timeout` to answer; last() is the newest
-// complete document (status_view.hpp's status_document()).
+// complete document (status_codec.hpp's, as /status.json serves it).
 // Not thread-safe: the agent's loop drives the connection.
 #pragma once
 

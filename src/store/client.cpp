@@ -32,6 +32,9 @@ struct StoreClient::Impl {
   void run_until(const bool& done) {
     while (!done) {
       if (conn->state() == AsyncClient::State::k_failed) {
+        if (conn->failure() == StoreConnection::Failure::k_rejected) {
+          throw StoreRejected(conn->error());
+        }
         throw StoreError(conn->error());
       }
       const auto deadline = conn->deadline();

@@ -22,6 +22,8 @@
 #include "posix/secret_file.hpp"
 #include "rendezvous/status_responder.hpp"
 #include "rendezvous/store_host.hpp"
+#include "status/status_codec.hpp"
+#include "status/status_screen.hpp"
 
 namespace ddplaunch {
 
@@ -190,22 +192,20 @@ Answers ask(StoreClient& store, const StatusCommand& cmd, const RequestKeys& kin
   };
   Answers a;
   a.n = store.add(kind.seq(), 1);
-  store.set(kind.request(a.n),
-            json{{"ranks", cmd.ranks}, {"nodes", cmd.nodes}, {"timeout_s", cmd.timeout_s}}.dump());
+  a.only = cmd.nodes.empty() ? std::nullopt : std::optional(parse_rank_list(cmd.nodes, "--nodes"));
+  StatusRequest request;
+  request.ranks =
+      cmd.ranks.empty() ? std::nullopt : std::optional(parse_rank_list(cmd.ranks, "--ranks"));
+  request.nodes = a.only;
+  request.timeout_s = cmd.timeout_s;
+  store.set(kind.request(a.n), encode_status_request(request));
   const std::string first = kind.answer(a.n, 0);
   std::optional<std::string> node0;
   if (store.wait({first}, left())) {
     node0 = store.get(first);
   }
-  const json head = node0 ? json::parse(*node0, nullptr, false) : json();
-  const json job = head.is_object() ? head.value("job", json()) : json();
-  const auto count = job.is_object() ? job.find("nnodes") : job.end();
   // A forged answer is read for what it can give; at most 1,000,000 nodes.
-  const int nnodes =
-      count != job.end() && count->is_number_integer()
-          ? static_cast<int>(std::clamp<int64_t>(count->get<int64_t>(), 1, 1'000'000))
-          : 1;
-  a.only = cmd.nodes.empty() ? std::nullopt : std::optional(parse_rank_list(cmd.nodes, "--nodes"));
+  const int nnodes = std::clamp(node0 ? answered_nnodes(*node0).value_or(1) : 1, 1, 1'000'000);
   a.answers = {node0};
   std::vector<std::string> keys = {first};
   for (int r = 0; r < nnodes; ++r) {
@@ -264,28 +264,36 @@ int run_status_command(const StatusCommand& cmd, const EnvMap& env) {
   }
   const bool tty = ::isatty(STDOUT_FILENO) == 1;
   for (;;) {
-    json doc;
+    std::string text;
+    bool all_answered = true;
     try {
       const Answers a = ask(*store, cmd, cmd.stacks ? k_stacks_keys : k_status_keys);
-      doc = json::parse(status_document(a.n, a.asked, a.answers, a.only));
-    } catch (const StoreError& e) {
-      if (cmd.stacks &&
-          std::string_view(e.what()).find("workers' credential") != std::string_view::npos) {
-        throw LaunchError(k_exit_no_job,
-                          "stacks: the workers' credential may not ask for stacks: give the "
-                          "job's token with --token-file FILE or $DDPLAUNCH_RDZV_TOKEN");
+      if (cmd.stacks) {
+        const std::string doc = stacks_document(a.n, a.asked, a.answers, a.only);
+        text = cmd.json ? doc + "\n" : format_stacks(doc);
+        all_answered = json::parse(doc).value("missing", json::array()).empty();
+      } else {
+        const StatusDocument doc = merge_status(a.n, a.asked, decode_answers(a.answers), a.only);
+        text = cmd.json ? encode_status_document(doc) + "\n" : format_status(doc, terminal_width());
+        all_answered = doc.missing.empty();
       }
+    } catch (const StoreRejected& e) {
+      // Its requests are the job's own keys: the store refuses them only to
+      // a credential that may not ask (stacks need the job's token).
+      throw LaunchError(k_exit_no_job,
+                        cmd.stacks ? std::string("stacks: the workers' credential may not ask for "
+                                                 "stacks: give the job's token with --token-file "
+                                                 "FILE or $DDPLAUNCH_RDZV_TOKEN")
+                                   : fmt::format("{}: the job's store at {}:{} refused: {}", name,
+                                                 job->host, job->port, e.what()));
+    } catch (const StoreError& e) {
       throw LaunchError(k_exit_no_job, fmt::format("{}: the job's store at {}:{} failed: {}", name,
                                                    job->host, job->port, e.what()));
     }
-    const std::string dumped = doc.dump(-1, ' ', false, json::error_handler_t::replace);
-    const std::string text = cmd.json     ? dumped + "\n"
-                             : cmd.stacks ? format_stacks(dumped)
-                                          : format_status(dumped, terminal_width());
     std::fputs(cmd.watch_s && tty ? ("\x1b[H\x1b[2J" + text).c_str() : text.c_str(), stdout);
     std::fflush(stdout);
     if (!cmd.watch_s) {
-      return doc["missing"].empty() ? k_exit_ok : k_exit_some_missing;
+      return all_answered ? k_exit_ok : k_exit_some_missing;
     }
     if (!tty && !cmd.json) {
       std::fputs("\n", stdout);

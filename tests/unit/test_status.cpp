@@ -13,9 +13,9 @@
 
 #include "agent/python_stacks.hpp"
 #include "agent/stack_capture.hpp"
+#include "embedded.hpp"
 #include "fake_store.hpp"
 #include "node/process_usage.hpp"
-#include "output/metrics_text.hpp"
 #include "output/status_page.hpp"
 #include "output/status_view.hpp"
 #include "rendezvous/status_responder.hpp"
@@ -150,138 +150,13 @@ TEST(ProcessUsage, ThisProcessTreeHasItsOwnMemory) {
   EXPECT_EQ(usage[1].processes, 0) << "no such process: zeros";
 }
 
-TEST(StatusView, TheScreenHasTheJobEveryNodeAndRankAndNamesTheSilentNodes) {
-  const nlohmann::json doc = {
-      {"job",
-       {{"run_id", "j1"},
-        {"round", 1},
-        {"restarts", 1},
-        {"max_restarts", 3},
-        {"nnodes", 3},
-        {"nnodes_expected", "3"},
-        {"world_size", 6},
-        {"elapsed_s", 12.5}}},
-      {"nodes", {{{"node_rank", 0}, {"host", "a"}, {"addr", "10.0.0.1"}, {"state", "running"}}}},
-      {"missing", {2}},
-      {"ranks",
-       {{{"rank", 0},
-         {"node_rank", 0},
-         {"pid", 11},
-         {"state", "stopped"},
-         {"run_s", 3.0},
-         {"progress_events", 7},
-         {"since_progress_s", 2.5},
-         {"cpu_percent", 50.0},
-         {"rss_kib", 2048},
-         {"last_line", "epoch 3 loss 0.25 " + std::string(300, 'x')}}}}};
-  const std::string screen = format_status(doc.dump(), 100);
-  EXPECT_NE(screen.find("job j1  round 1  restarts 1/3  nodes 3 (expected 3)  world size 6"),
-            std::string::npos)
-      << screen;
-  EXPECT_NE(screen.find("2 did not answer in time"), std::string::npos) << screen;
-  EXPECT_NE(screen.find("stopped"), std::string::npos) << screen;
-  EXPECT_NE(screen.find("epoch 3 loss 0.25"), std::string::npos) << screen;
-  for (size_t at = 0, end; at < screen.size(); at = end + 1) {
-    end = screen.find('\n', at);
-    EXPECT_LE(end - at, 100u) << "cut to the width";
-  }
-  EXPECT_EQ(format_status("not json", 80), "status: no answer could be read\n");
-}
-
-TEST(StatusView, TheDocumentListsWhoAnsweredWhoDidNotAndTheJobFromNodeZero) {
-  const std::string doc =
-      status_document(7, {0, 1, 2},
-                      {R"({"node_rank":0,"job":{"nnodes":3},"ranks":[{"rank":0}]})", std::nullopt,
-                       R"({"node_rank":2,"ranks":[{"rank":4},{"rank":5}]})"},
-                      std::set<int>{2});
-  const auto j = nlohmann::json::parse(doc);
-  EXPECT_EQ(j["job"]["nnodes"], 3);
-  EXPECT_EQ(j["missing"], nlohmann::json::array({1}));
-  ASSERT_EQ(j["nodes"].size(), 1u) << "node 0 answered for the job's size only";
-  EXPECT_EQ(j["nodes"][0]["node_rank"], 2);
-  ASSERT_EQ(j["ranks"].size(), 2u);
-  EXPECT_EQ(j["ranks"][1]["node_rank"], 2);
-}
-
-// The workers' credential may write status/ keys: an answer of any shape is
-// read for what it holds, and never breaks the document or the screen.
-TEST(StatusView, ForgedAnswersAreLeftOutNotTrusted) {
-  const std::string doc = status_document(3, {0, 1, 2, 3},
-                                          {R"({"job":5,"ranks":"x"})", R"([1,2])",
-                                           R"({"ranks":[7,{"rank":"a","pid":[]}]})", "\xff\xfe"},
-                                          std::nullopt);
-  const auto j = nlohmann::json::parse(doc);
-  EXPECT_TRUE(j["job"].is_null());
-  EXPECT_EQ(j["missing"], nlohmann::json::array({1, 3}));
-  ASSERT_EQ(j["ranks"].size(), 1u);
-  const std::string screen = format_status(doc, 80);
-  EXPECT_NE(screen.find("a field of the wrong type"), std::string::npos) << screen;
-}
-
-TEST(MetricsText, ANodesRecordIsOpenMetricsWithEscapedLabelsAndAnEnd) {
-  const nlohmann::json record = {{"node_rank", 0},
-                                 {"host", "a\"b"},
-                                 {"state", "running"},
-                                 {"local_ranks", 1},
-                                 {"job", {{"round", 2}, {"restarts", 1}, {"world_size", 8}}},
-                                 {"ranks",
-                                  {{{"rank", 3},
-                                    {"local_rank", 0},
-                                    {"state", "stopped"},
-                                    {"progress_events", 42},
-                                    {"since_progress_s", 1.5},
-                                    {"cpu_s", 2.0},
-                                    {"rss_kib", 10}}}}};
-  const std::string text = openmetrics_text(record.dump());
-  EXPECT_NE(text.find("# TYPE ddplaunch_rank_progress_events counter\n"), std::string::npos);
-  EXPECT_NE(text.find("ddplaunch_rank_progress_events_total{node_rank=\"0\",host=\"a\\\"b\","
-                      "rank=\"3\",local_rank=\"0\"} 42\n"),
-            std::string::npos)
-      << text;
-  EXPECT_NE(text.find("state=\"stopped\"} 1\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("ddplaunch_rank_memory_bytes{"), std::string::npos) << text;
-  EXPECT_NE(text.find("} 10240\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("ddplaunch_job_restarts_total{"), std::string::npos) << text;
-  EXPECT_NE(text.find("# UNIT ddplaunch_rank_progress_age_seconds seconds\n"), std::string::npos);
-  EXPECT_TRUE(text.ends_with("# EOF\n"));
-  EXPECT_EQ(openmetrics_text("{"), "# EOF\n");
-}
-
-// Where NVML gave each rank's GPU memory: a GPU column on the screen and a
-// metric; where it did not, neither.
-TEST(StatusView, GpuMemoryIsShownWhereNvmlGaveIt) {
-  nlohmann::json rank = {{"rank", 0},
-                         {"node_rank", 0},
-                         {"pid", 9},
-                         {"state", "running"},
-                         {"run_s", 1.0},
-                         {"progress_events", 1},
-                         {"since_progress_s", 0.5},
-                         {"cpu_percent", 1.0},
-                         {"rss_kib", 2048},
-                         {"last_line", "step"}};
-  nlohmann::json doc = {{"job", nullptr},
-                        {"nodes", nlohmann::json::array()},
-                        {"missing", nlohmann::json::array()},
-                        {"ranks", {rank}}};
-  EXPECT_EQ(format_status(doc.dump(), 200).find(" GPU "), std::string::npos);
-  doc["ranks"][0]["gpu_memory_bytes"] = 3ULL << 30;
-  const std::string screen = format_status(doc.dump(), 200);
-  EXPECT_NE(screen.find("    GPU  LAST LINE"), std::string::npos) << screen;
-  EXPECT_NE(screen.find("  3072M  step"), std::string::npos) << screen;
-  nlohmann::json record = {{"node_rank", 0}, {"host", "h"}, {"ranks", {rank}}};
-  EXPECT_EQ(openmetrics_text(record.dump()).find("ddplaunch_rank_gpu_memory_bytes{"),
-            std::string::npos);
-  record["ranks"][0]["gpu_memory_bytes"] = 1024;
-  EXPECT_NE(openmetrics_text(record.dump())
-                .find("ddplaunch_rank_gpu_memory_bytes{node_rank=\"0\","
-                      "host=\"h\",rank=\"0\",local_rank=\"-1\"} 1024\n"),
-            std::string::npos)
-      << openmetrics_text(record.dump());
-}
-
 TEST(StatusPage, ThePageNeedsNothingFromElsewhereAndTheEventsAreOneArray) {
-  const std::string& page = status_page_html();
+  const std::string page(status_page_html());
+  // The stylesheet and the script are inside it, not linked.
+  EXPECT_EQ(page.find("href=\"page.css\""), std::string::npos);
+  EXPECT_EQ(page.find("src=\"page.js\""), std::string::npos);
+  EXPECT_NE(page.find("<style>"), std::string::npos);
+  EXPECT_NE(page.find("function drawStatus"), std::string::npos);
   EXPECT_EQ(page.find("http://"), std::string::npos);
   EXPECT_EQ(page.find("https://"), std::string::npos);
   EXPECT_NE(page.find("/status.json"), std::string::npos);
@@ -507,17 +382,15 @@ TEST(PythonStacks, TheHookGoesFirstOnThePythonPathAndNamesTheSignalAndTheDirecto
   EXPECT_EQ(env["PYTHONPATH"], job_dir + "/python:/mine");
   std::ifstream hook(job_dir + "/python/sitecustomize.py");
   const std::string text((std::istreambuf_iterator<char>(hook)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("faulthandler.register(" + std::to_string(SIGUSR2) + ", file=dump"),
-            std::string::npos)
-      << text;
-  EXPECT_NE(text.find("\"" + python_stacks_dir(job_dir) + "\""), std::string::npos) << text;
+  EXPECT_EQ(text, embedded::python_stacks_hook());  // the tree's file, unchanged
+  std::ifstream conf(job_dir + "/python/stacks.conf");
+  const std::string said((std::istreambuf_iterator<char>(conf)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(said, std::to_string(SIGUSR2) + "\n" + python_stacks_dir(job_dir));
   EXPECT_TRUE(std::filesystem::is_directory(python_stacks_dir(job_dir)));
   EnvMap none;
   EXPECT_FALSE(arm_python_stacks(SIGUSR2, job_dir + "/gone/deeper", none));
   EXPECT_FALSE(none.contains("PYTHONPATH")) << "nothing to find there";
   std::filesystem::remove_all(job_dir);
-  // A directory name with quotes is still one Python string.
-  EXPECT_NE(python_stacks_hook(10, "/tmp/a\"b").find("\"/tmp/a\\\"b\""), std::string::npos);
 }
 
 TEST(StackPlan, PythonFramesComeFromGdbsPyBtWhereInstalledElseANoteSaysWhatToInstall) {
