@@ -18,7 +18,7 @@
 namespace ddplaunch {
 
 Agent::Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner& spawner,
-             const Clock& clock, JobLink* link, ConsoleSink& console, MpiHost* mpi)
+             const Clock& clock, JobLink* link, ConsoleSink& console, MpiRanks* mpi)
     : m_config(config),
       m_env(env),
       m_self(std::move(self)),

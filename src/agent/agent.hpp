@@ -6,7 +6,7 @@
 // nodes meet for the next round), with TORCHELASTIC_RESTART_COUNT one more;
 // an elastic job's rounds also end when a node joins or is lost. It is told what
 // happened (a signal, a worker exit, output, the link's answers, time passing) and acts through
-// small interfaces: a Spawner, a Clock, a JobLink, a ConsoleSink and an MpiHost, so it is
+// small interfaces: a Spawner, a Clock, a JobLink, a ConsoleSink and an MpiRanks, so it is
 // unit-tested with fakes; the Driver (agent/driver.hpp) drives the real one from its loop. It is
 // not free of system calls: it logs, its OutputRouter writes the --log-dir and filtered files, and
 // its ErrorFiles create and read each rank's TORCHELASTIC_ERROR_FILE. Not thread-safe.
@@ -25,7 +25,7 @@
 #include "ddplaunch/error.hpp"
 #include "env/launch_spec.hpp"
 #include "env/mpi_env.hpp"
-#include "mpi/mpi_host.hpp"
+#include "mpi/mpi_ranks.hpp"
 #include "node/identity.hpp"
 #include "node/process_usage.hpp"
 #include "output/error_files.hpp"
@@ -63,9 +63,10 @@ class Agent : public JobLink::Listener {
   using Stream = OutputRouter::Stream;
 
   // Everything referenced must outlive the Agent; `link` is null for one node;
-  // `mpi` (the PMIx server its workers' MPI_Init finds) is null with --no-pmix.
+  // `mpi` (the MPI room over the PMIx server its workers' MPI_Init finds) is
+  // null with --no-pmix.
   Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner& spawner,
-        const Clock& clock, JobLink* link, ConsoleSink& console, MpiHost* mpi = nullptr);
+        const Clock& clock, JobLink* link, ConsoleSink& console, MpiRanks* mpi = nullptr);
   // --health-check before every round after the first (the first is run
   // before joining, by run_launch): nullopt when it passed, else what failed.
   using HealthCheck = std::function<std::optional<std::string>()>;
@@ -146,9 +147,6 @@ class Agent : public JobLink::Listener {
   // `local_rank`'s streams because the console is behind: while any is
   // stopped, the rank's hang clock stands still (it cannot show progress).
   void on_output_paused(int local_rank, bool paused);
-  // The MPI host has news (its fd was readable): workers that called
-  // MPI_Init, MPI_Finalize or MPI_Abort, fences to move along.
-  void on_mpi();
   // The debugger `debugger` printing worker `local_rank`'s stacks ended (a
   // hung worker's, or `ddplaunch stacks`').
   void on_stacks_dumped(int local_rank, pid_t debugger);
@@ -345,15 +343,8 @@ class Agent : public JobLink::Listener {
   std::optional<Hung> m_hung;
   bool m_stopped_by_command = false;  // SignalFrom::k_stopped_by_command
 
-  // The PMIx server and what each local rank told it this round.
-  MpiHost* m_mpi;
-  struct MpiState {
-    bool connected = false;
-    bool finalized = false;
-    std::optional<std::pair<int, std::string>> aborted;  // status, message
-    bool skipped_finalize = false;                       // it ended with 0 without MPI_Finalize
-  };
-  std::vector<MpiState> m_mpi_state;
+  // The MPI room: the round's PMIx namespace and what its ranks told it.
+  MpiRanks* m_mpi;
   OpenMpiHost m_open_mpi;         // this round's: what the host means for Open MPI
   std::optional<CmaProbe> m_cma;  // probed at the first round that has a server
 

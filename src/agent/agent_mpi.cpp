@@ -10,7 +10,6 @@ namespace ddplaunch {
 
 std::optional<MpiRoundEnv> Agent::start_mpi_round(const Topology& topology,
                                                   const JobLayout& layout) {
-  m_mpi_state.assign(static_cast<size_t>(layout.local_world_size), MpiState{});
   if (m_mpi == nullptr) {
     return std::nullopt;
   }
@@ -66,74 +65,12 @@ std::vector<std::pair<std::string, std::string>> Agent::mpi_runtime_env(
   return shared;
 }
 
-void Agent::on_mpi() {
-  if (m_mpi == nullptr) {
-    return;
-  }
-  for (auto& e : m_mpi->handle_upcalls()) {
-    const int local = m_plan ? e.rank - m_plan->layout.rank_offset : -1;
-    if (local < 0 || static_cast<size_t>(local) >= m_mpi_state.size()) {
-      continue;
-    }
-    MpiState& s = m_mpi_state[static_cast<size_t>(local)];
-    switch (e.kind) {
-      case MpiEvent::Kind::k_connected:
-        s.connected = true;
-        break;
-      case MpiEvent::Kind::k_finalized:
-        s.finalized = true;
-        break;
-      case MpiEvent::Kind::k_aborted:
-        if (!s.aborted) {
-          log::debug("rank {} called MPI_Abort with error code {}: {}", e.rank, e.status,
-                     e.message);
-          s.aborted = std::make_pair(e.status, std::move(e.message));
-        }
-        break;
-    }
-  }
-}
-
 ExitInfo Agent::mpi_exit(int local_rank, const ExitInfo& info) {
-  on_mpi();  // what it told its server before it ended is queued by now
-  if (static_cast<size_t>(local_rank) >= m_mpi_state.size()) {
-    return info;
-  }
-  MpiState& s = m_mpi_state[static_cast<size_t>(local_rank)];
-  if (s.aborted) {
-    // mpirun's rule: the job ends with the error code MPI_Abort was given
-    // (as an exit code: its low byte, and 1 for a code of 0).
-    const int code = s.aborted->first & 0xff;
-    return ExitInfo::exited(code != 0 ? code : 1);
-  }
-  if (s.connected && !s.finalized && info.success() && !m_supervisor->stopping()) {
-    s.skipped_finalize = true;
-    return ExitInfo::exited(1);
-  }
-  return info;
+  return m_mpi != nullptr ? m_mpi->exit(local_rank, info, m_supervisor->stopping()) : info;
 }
 
 std::optional<WorkerError> Agent::mpi_error(int local_rank) const {
-  if (static_cast<size_t>(local_rank) >= m_mpi_state.size()) {
-    return std::nullopt;
-  }
-  const MpiState& s = m_mpi_state[static_cast<size_t>(local_rank)];
-  WorkerError error;
-  error.timestamp = std::to_string(static_cast<long long>(m_clock.wall_now()));
-  if (s.aborted) {
-    error.message = "MPI_Abort with error code " + std::to_string(s.aborted->first);
-    if (!s.aborted->second.empty() && s.aborted->second != "N/A") {
-      error.message += ": " + s.aborted->second;
-    }
-    return error;
-  }
-  if (s.skipped_finalize) {
-    error.message =
-        "an MPI error: it exited with code 0 after MPI_Init without calling MPI_Finalize (a "
-        "failure, as under mpirun: its peers would wait for it forever)";
-    return error;
-  }
-  return std::nullopt;
+  return m_mpi != nullptr ? m_mpi->error(local_rank, m_clock.wall_now()) : std::nullopt;
 }
 
 }  // namespace ddplaunch

@@ -10,8 +10,9 @@
 
 namespace ddplaunch {
 
-std::unique_ptr<MetricsServer> serve_job_pages(const Config& config, Agent& agent, Driver& driver,
-                                               StatusCollector* collector, EventLog* events) {
+std::unique_ptr<MetricsServer> serve_job_pages(const Config& config, Agent& agent,
+                                               posix::EventLoop& loop, StatusCollector* collector,
+                                               EventLog* events) {
   if (config.metrics_port == 0) {
     return nullptr;
   }
@@ -46,7 +47,7 @@ std::unique_ptr<MetricsServer> serve_job_pages(const Config& config, Agent& agen
                 "not found: each node serves /metrics; node 0 also /, /status.json and "
                 "/events.json\n"};
       });
-  driver.watch_http(server->fd(), [s = server.get()] { s->run(); });
+  server->attach(loop);
   log::debug("serving OpenMetrics at http://{}:{}/metrics", config.metrics_bind,
              config.metrics_port);
   return server;

@@ -1,4 +1,4 @@
-// --metrics-port's routes on the Driver's loop: every node's /metrics, and
+// --metrics-port's routes on the process's loop: every node's /metrics, and
 // on node 0 (once rendezvous named it) the live page, /status.json and
 // /events.json (docs/METRICS.md).
 #pragma once
@@ -6,10 +6,10 @@
 #include <memory>
 
 #include "agent/agent.hpp"
-#include "agent/driver.hpp"
 #include "agent/metrics_http.hpp"
 #include "config/config.hpp"
 #include "output/event_log.hpp"
+#include "posix/event_loop.hpp"
 #include "rendezvous/status_collector.hpp"
 
 namespace ddplaunch {
@@ -17,7 +17,8 @@ namespace ddplaunch {
 // nullptr without --metrics-port. `collector`: node 0's own status request
 // (nullptr for a one-node job, whose answer is its agent's). Throws
 // UsageError (exit 2) where it cannot listen.
-std::unique_ptr<MetricsServer> serve_job_pages(const Config& config, Agent& agent, Driver& driver,
-                                               StatusCollector* collector, EventLog* events);
+std::unique_ptr<MetricsServer> serve_job_pages(const Config& config, Agent& agent,
+                                               posix::EventLoop& loop, StatusCollector* collector,
+                                               EventLog* events);
 
 }  // namespace ddplaunch

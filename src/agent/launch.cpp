@@ -318,14 +318,20 @@ void health_event(EventLog* events, const HealthCheckResult& result, std::string
   }
 }
 
-// The PMIx server's store, upcalls and relay, on the Driver's loop.
-void watch_pmix(PmixServer& pmix, NodeStore& store, Driver& driver) {
-  pmix.attach_store(store.client.get());
-  driver.watch_mpi(pmix.event_fd());
-  if (pmix.relay_fd() >= 0) {
-    driver.watch_relay(pmix.relay_fd(), [&pmix] { pmix.pump_relay(); });
+// The MPI room: the PMIx server's store connection, its queue of upcalls
+// (read into the round's MpiRanks) and its relay, each on the loop.
+struct MpiRoom {
+  MpiRanks ranks;
+  posix::Watch queue;
+  std::optional<posix::Watch> relay;
+  MpiRoom(PmixServer& pmix, NodeStore& store, posix::EventLoop& loop)
+      : ranks(pmix), queue(loop, pmix.event_fd(), [this] { ranks.take_events(); }) {
+    pmix.attach_store(store.client.get());
+    if (pmix.relay_fd() >= 0) {
+      relay.emplace(loop, pmix.relay_fd(), [&pmix] { pmix.pump_relay(); });
+    }
   }
-}
+};
 
 // What the Agent calls out to: the health check, the GPU release wait, and
 // the store link's events.
@@ -361,13 +367,13 @@ void run_rounds(const EnvMap& env, Agent& agent, Driver& driver, ProcessSpawner&
       // never use the store pays one epoll_ctl for it, after the spawn.
       driver.serve_when_connected(workers_store->listen_fd(), [&, workers_token] {
         workers_store->serve();
-        store.answer_locally(workers_store->port(), workers_token, agent, driver);
+        store.answer_locally(workers_store->port(), workers_token, agent, driver.loop());
       });
     }
-    driver.run(agent, spawner, store.link.get(), store.client.get(),
-               fault != env.end() && fault->second == "output");
+    driver.run(agent, spawner, fault != env.end() && fault->second == "output");
   } catch (const std::exception& e) {
-    driver.publish_failure(agent.node_name() + " hit an internal error: " + e.what());
+    driver.publish_failure(store.link.get(), store.client_on_loop.get(),
+                           agent.node_name() + " hit an internal error: " + e.what());
     throw;
   }
 }
@@ -444,18 +450,20 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
     spawner.spare(guard->guard_pid());
     spawner.set_marker(guard->marker());
   }
-  NodeStore store(config, address, clock, self, driver);
+  NodeStore store(config, address, clock, self, driver.loop());
+  std::optional<MpiRoom> mpi;
   if (pmix) {
-    watch_pmix(*pmix, store, driver);
+    mpi.emplace(*pmix, store, driver.loop());
   }
-  Agent agent(config, worker_env, self, spawner, clock, store.link.get(), console, pmix.get());
+  Agent agent(config, worker_env, self, spawner, clock, store.link.get(), console,
+              mpi ? &mpi->ranks : nullptr);
   hook_agent(config, env, agent, driver, store, events.get());
   if (config.metrics_port != 0 && store.client) {
     store.collector = std::make_unique<StatusCollector>(*store.client, clock,
                                                         [&agent] { return agent.round_nnodes(); });
   }
   const std::unique_ptr<MetricsServer> metrics =
-      serve_job_pages(config, agent, driver, store.collector.get(), events.get());
+      serve_job_pages(config, agent, driver.loop(), store.collector.get(), events.get());
   const auto token = worker_env.find("DDPLAUNCH_STORE_TOKEN");
   run_rounds(env, agent, driver, spawner, store, workers_store,
              token != worker_env.end() ? token->second : std::string());

@@ -3,7 +3,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <system_error>
 
@@ -29,6 +31,7 @@ struct Mhd {
   decltype(&::MHD_start_daemon) MHD_start_daemon = nullptr;
   decltype(&::MHD_stop_daemon) MHD_stop_daemon = nullptr;
   decltype(&::MHD_run) MHD_run = nullptr;
+  decltype(&::MHD_get_timeout) MHD_get_timeout = nullptr;
   decltype(&::MHD_get_daemon_info) MHD_get_daemon_info = nullptr;
   decltype(&::MHD_create_response_from_buffer) MHD_create_response_from_buffer = nullptr;
   decltype(&::MHD_add_response_header) MHD_add_response_header = nullptr;
@@ -43,6 +46,7 @@ bool bind_mhd(Mhd& m, std::string& why) {
   };
   return handle != nullptr && sym(m.MHD_start_daemon, "MHD_start_daemon") &&
          sym(m.MHD_stop_daemon, "MHD_stop_daemon") && sym(m.MHD_run, "MHD_run") &&
+         sym(m.MHD_get_timeout, "MHD_get_timeout") &&
          sym(m.MHD_get_daemon_info, "MHD_get_daemon_info") &&
          sym(m.MHD_create_response_from_buffer, "MHD_create_response_from_buffer") &&
          sym(m.MHD_add_response_header, "MHD_add_response_header") &&
@@ -160,8 +164,30 @@ std::unique_ptr<MetricsServer> MetricsServer::start(const std::string& addr, int
 }
 
 MetricsServer::~MetricsServer() {
+  if (m_loop != nullptr) {
+    m_loop->remove(fd());
+    m_loop->detach(*this);
+  }
   if (m_impl && m_impl->daemon != nullptr) {
     mhd().MHD_stop_daemon(m_impl->daemon);
+  }
+}
+
+std::optional<MetricsServer::TimePoint> MetricsServer::deadline() const {
+  MHD_UNSIGNED_LONG_LONG ms = 0;
+  if (mhd().MHD_get_timeout(m_impl->daemon, &ms) != MHD_YES) {
+    return std::nullopt;  // nothing timed: no connection open
+  }
+  return std::chrono::steady_clock::now() +
+         std::chrono::milliseconds(std::min<MHD_UNSIGNED_LONG_LONG>(ms, 60'000));
+}
+
+void MetricsServer::on_time(TimePoint) {
+  // Only when libmicrohttpd has something timed (an open connection):
+  // MHD_run then closes what has been idle past k_idle_s.
+  MHD_UNSIGNED_LONG_LONG ms = 1;
+  if (mhd().MHD_get_timeout(m_impl->daemon, &ms) == MHD_YES && ms == 0) {
+    run();
   }
 }
 
@@ -171,6 +197,15 @@ int MetricsServer::fd() const {
 
 void MetricsServer::run() {
   mhd().MHD_run(m_impl->daemon);
+}
+
+void MetricsServer::attach(posix::EventLoop& loop) {
+  m_loop = &loop;
+  loop.set(fd(), EPOLLIN, loop.attach(*this));
+}
+
+void MetricsServer::on_ready(uint64_t, uint32_t) {
+  run();
 }
 
 #else
@@ -187,6 +222,12 @@ int MetricsServer::fd() const {
   return -1;
 }
 void MetricsServer::run() {}
+void MetricsServer::attach(posix::EventLoop&) {}
+void MetricsServer::on_ready(uint64_t, uint32_t) {}
+std::optional<MetricsServer::TimePoint> MetricsServer::deadline() const {
+  return std::nullopt;
+}
+void MetricsServer::on_time(TimePoint) {}
 
 #endif
 

@@ -21,8 +21,9 @@ constexpr auto k_store_linger = std::chrono::seconds(1);
 // The network preflight's probe, with this node's probe listener (on every
 // address: peers dial the one gloo and NCCL will use) when --preflight asks
 // for one; node 0's --preflight decides whether the job runs it.
-std::unique_ptr<ReachProbe> open_probe(const Config& config, NodeIdentity& self) {
-  auto probe = std::make_unique<ReachProbe>();
+std::unique_ptr<ReachProbe> open_probe(const Config& config, NodeIdentity& self,
+                                       posix::EventLoop& loop) {
+  auto probe = std::make_unique<ReachProbe>(loop);
   if (config.preflight) {
     try {
       self.probe_port = probe->listen_on();
@@ -39,7 +40,7 @@ std::unique_ptr<ReachProbe> open_probe(const Config& config, NodeIdentity& self)
 }  // namespace
 
 NodeStore::NodeStore(const Config& config, const StoreAddress& address, Clock& clock,
-                     NodeIdentity& self, Driver& driver) {
+                     NodeIdentity& self, posix::EventLoop& loop) {
   if (config.nnodes <= 1) {
     return;
   }
@@ -50,20 +51,22 @@ NodeStore::NodeStore(const Config& config, const StoreAddress& address, Clock& c
   client =
       std::make_unique<AsyncClient>(address.host, address.port, millis(config.rdzv_timeout_s),
                                     millis(config.heartbeat_timeout_s), clock.now(), address.token);
-  probe = open_probe(config, self);
+  client_on_loop = std::make_unique<ClientOnLoop>(loop, *client);
+  probe = open_probe(config, self, loop);
   link = make_store_link(config, address, *client, clock, server.get());
   link->set_probe(probe.get());
-  driver.watch_probe(probe.get());
+  link_timer = std::make_unique<posix::TimedOwner<StoreLink>>(loop, *link);
 }
 
-void NodeStore::answer_locally(int port, const std::string& token, Agent& agent, Driver& driver) {
+void NodeStore::answer_locally(int port, const std::string& token, Agent& agent,
+                               posix::EventLoop& loop) {
   client = std::make_unique<AsyncClient>("127.0.0.1", port, std::chrono::seconds(10),
                                          std::chrono::seconds(30), std::chrono::steady_clock::now(),
                                          token);
   answer_requests(agent);
   status->start(0);
   stacks->start(0);
-  driver.watch_client(client.get());
+  client_on_loop = std::make_unique<ClientOnLoop>(loop, *client);
 }
 
 void NodeStore::answer_requests(Agent& agent) {
@@ -83,7 +86,9 @@ void NodeStore::answer_requests(Agent& agent) {
 }
 
 void NodeStore::close() {
+  link_timer.reset();
   link.reset();
+  client_on_loop.reset();
   client.reset();
   status.reset();
   stacks.reset();

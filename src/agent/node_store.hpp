@@ -10,14 +10,15 @@
 #include <string>
 
 #include "agent/agent.hpp"
-#include "agent/driver.hpp"
 #include "agent/reach_probe.hpp"
 #include "config/config.hpp"
 #include "node/identity.hpp"
+#include "posix/event_loop.hpp"
 #include "rendezvous/status_collector.hpp"
 #include "rendezvous/status_responder.hpp"
 #include "rendezvous/store_link.hpp"
 #include "store/async_client.hpp"
+#include "store/client_on_loop.hpp"
 #include "store/server.hpp"
 
 namespace ddplaunch {
@@ -25,21 +26,23 @@ namespace ddplaunch {
 struct NodeStore {
   std::unique_ptr<StoreServer> server;
   std::unique_ptr<AsyncClient> client;
+  std::unique_ptr<ClientOnLoop> client_on_loop;  // the connection's socket on the loop
   std::unique_ptr<ReachProbe> probe;
   std::unique_ptr<StoreLink> link;
-  std::unique_ptr<StatusResponder> status;     // `ddplaunch status`'s requests
-  std::unique_ptr<StatusResponder> stacks;     // `ddplaunch stacks`'
-  std::unique_ptr<StatusCollector> collector;  // --metrics-port's page, on node 0
+  std::unique_ptr<posix::TimedOwner<StoreLink>> link_timer;  // the link's timers on the loop
+  std::unique_ptr<StatusResponder> status;                   // `ddplaunch status`'s requests
+  std::unique_ptr<StatusResponder> stacks;                   // `ddplaunch stacks`'
+  std::unique_ptr<StatusCollector> collector;                // --metrics-port's page, on node 0
 
-  // Nothing for a one-node job.
+  // Nothing for a one-node job. Each part registers itself on `loop`.
   NodeStore(const Config& config, const StoreAddress& address, Clock& clock, NodeIdentity& self,
-            Driver& driver);
+            posix::EventLoop& loop);
   // A one-node job: the agent's own connection to its workers' store (on
   // `port`, with `token`), made when something first connects to that store
   // (a worker, or `ddplaunch status`), so that status requests reach this
   // agent too. A job nobody asks about and whose workers never use the
   // store never makes it.
-  void answer_locally(int port, const std::string& token, Agent& agent, Driver& driver);
+  void answer_locally(int port, const std::string& token, Agent& agent, posix::EventLoop& loop);
   // `ddplaunch status` and `ddplaunch stacks` answered by `agent` through
   // the connection (`client`), from the agent's first round on.
   void answer_requests(Agent& agent);

@@ -104,6 +104,33 @@ void ReachProbe::start(std::vector<ProbeTarget> targets, TimePoint deadline, Don
   finish_if_done();
 }
 
+ReachProbe::ReachProbe(posix::EventLoop& loop) : m_outer(&loop), m_tag(loop.attach(*this)) {}
+
+ReachProbe::~ReachProbe() {
+  if (m_outer == nullptr) {
+    return;
+  }
+  if (m_watched >= 0) {
+    m_outer->remove(m_watched);
+  }
+  m_outer->detach(*this);
+}
+
+void ReachProbe::prepare() {
+  const int fd = this->fd();
+  if (fd >= 0 && m_watched < 0) {
+    m_outer->set(fd, EPOLLIN, m_tag);
+    m_watched = fd;
+  } else if (fd < 0 && m_watched >= 0) {
+    m_outer->remove(m_watched);
+    m_watched = -1;
+  }
+}
+
+void ReachProbe::on_ready(uint64_t, uint32_t) {
+  on_ready(std::chrono::steady_clock::now());
+}
+
 void ReachProbe::on_ready(TimePoint) {
   for (const auto& ready : m_loop->wait(std::chrono::steady_clock::now())) {
     const int err = posix::connect_error(m_connects.at(ready.tag).fd.get());

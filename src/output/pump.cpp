@@ -13,11 +13,28 @@ namespace ddplaunch {
 
 StreamPump::StreamPump(posix::EventLoop& loop, uint64_t tag_base, ConsoleSink& console, Sink& sink,
                        OutputRouter* router)
-    : m_loop(loop), m_tag_base(tag_base), m_console(console), m_sink(sink), m_router(router) {}
+    : m_loop(loop),
+      m_attached(false),
+      m_tag_base(tag_base),
+      m_console(console),
+      m_sink(sink),
+      m_router(router) {}
+
+StreamPump::StreamPump(posix::EventLoop& loop, ConsoleSink& console, Sink& sink,
+                       OutputRouter* router)
+    : m_loop(loop),
+      m_attached(true),
+      m_tag_base(loop.attach(*this)),
+      m_console(console),
+      m_sink(sink),
+      m_router(router) {}
 
 StreamPump::~StreamPump() {
   stop_readers();
   clear();
+  if (m_attached) {
+    m_loop.detach(*this);
+  }
 }
 
 void StreamPump::stop_readers() {
@@ -38,7 +55,7 @@ void StreamPump::add(Id id, posix::Fd fd, int console_fd) {
 }
 
 void StreamPump::on_ready(uint64_t tag) {
-  const auto id = static_cast<Id>(tag & (m_tag_base - 1));
+  const auto id = static_cast<Id>(tag & (posix::EventLoop::k_owner_span - 1));
   if (id == k_readers_id) {
     take_ended();
   } else {

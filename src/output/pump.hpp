@@ -22,7 +22,7 @@
 
 namespace ddplaunch {
 
-class StreamPump {
+class StreamPump : public posix::EventLoop::Owner {
  public:
   // The caller's name for a stream: small and dense (an index into a table).
   using Id = uint32_t;
@@ -54,12 +54,16 @@ class StreamPump {
   static constexpr size_t k_pipe_full_at = 64 * 1024;
 
   // Registers its fds in `loop` under tags `tag_base | id` and its reader
-  // threads' under `tag_base | k_readers_id`: `tag_base` is one bit above
-  // every Id. `router`: where reader threads write (null: no reader
-  // threads). Every reference must outlive the pump.
+  // threads' under `tag_base | k_readers_id`: `tag_base` is a multiple of
+  // EventLoop::k_owner_span, the caller dispatches. `router`: where reader threads write (null: no
+  // reader threads). Every reference must outlive the pump.
   StreamPump(posix::EventLoop& loop, uint64_t tag_base, ConsoleSink& console, Sink& sink,
              OutputRouter* router = nullptr);
-  ~StreamPump();
+  // The same, attached to `loop` as an owner of its own: the loop's turn()
+  // hands it its ready fds.
+  StreamPump(posix::EventLoop& loop, ConsoleSink& console, Sink& sink,
+             OutputRouter* router = nullptr);
+  ~StreamPump() override;
   StreamPump(const StreamPump&) = delete;
   StreamPump& operator=(const StreamPump&) = delete;
 
@@ -68,10 +72,16 @@ class StreamPump {
   // never pauses nor leaves the loop (a progress pipe).
   void add(Id id, posix::Fd fd, int console_fd);
   // Whether `tag` (from the loop) is one of the pump's.
-  bool owns(uint64_t tag) const { return (tag & ~(m_tag_base - 1)) == m_tag_base; }
+  bool owns(uint64_t tag) const {
+    return (tag & ~(posix::EventLoop::k_owner_span - 1)) == m_tag_base;
+  }
   // A ready tag owns() accepted: one read of its stream, or the streams
   // that ended on reader threads.
   void on_ready(uint64_t tag);
+  void on_ready(uint64_t tag, uint32_t events) override {
+    (void)events;
+    on_ready(tag);
+  }
   // One read of stream `id` now, wherever it is read (a reader thread's
   // under that thread's lock), paused or not: how a child's last bytes are
   // taken when it exits. False when nothing more is there now (or it ended).
@@ -108,6 +118,7 @@ class StreamPump {
   void take_ended();
 
   posix::EventLoop& m_loop;
+  const bool m_attached;
   const uint64_t m_tag_base;
   ConsoleSink& m_console;
   Sink& m_sink;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <utility>
 
 #include "posix/error.hpp"
 
@@ -43,6 +44,60 @@ void EventLoop::remove(int fd) {
   }
 }
 
+uint64_t EventLoop::attach(Owner& owner) {
+  m_owners.push_back(&owner);
+  return static_cast<uint64_t>(m_owners.size()) * k_owner_span;
+}
+
+void EventLoop::detach(Owner& owner) {
+  std::replace(m_owners.begin(), m_owners.end(), &owner, static_cast<Owner*>(nullptr));
+  while (!m_owners.empty() && m_owners.back() == nullptr) {
+    m_owners.pop_back();
+  }
+}
+
+EventLoop::Owner* EventLoop::owner_of(uint64_t tag) const {
+  const uint64_t index = tag / k_owner_span;
+  return index > 0 && index <= m_owners.size() ? m_owners[index - 1] : nullptr;
+}
+
+void EventLoop::turn(std::optional<TimePoint> until,
+                     const std::function<void(const Ready&)>& others,
+                     const std::function<bool()>& stop) {
+  // By index: an owner may attach another while it is called.
+  for (size_t i = 0; i < m_owners.size(); ++i) {
+    if (m_owners[i] != nullptr) {
+      m_owners[i]->prepare();
+    }
+  }
+  for (size_t i = 0; i < m_owners.size(); ++i) {
+    if (m_owners[i] != nullptr) {
+      if (const auto d = m_owners[i]->deadline(); d && (!until || *d < *until)) {
+        until = d;
+      }
+    }
+  }
+  for (const Ready& ready : wait(until)) {
+    if (stop && stop()) {
+      return;
+    }
+    if (Owner* owner = owner_of(ready.tag)) {
+      owner->on_ready(ready.tag, ready.events);
+    } else if (others) {
+      others(ready);
+    }
+  }
+  if (stop && stop()) {
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < m_owners.size(); ++i) {
+    if (m_owners[i] != nullptr) {
+      m_owners[i]->on_time(now);
+    }
+  }
+}
+
 std::vector<EventLoop::Ready> EventLoop::wait(std::optional<TimePoint> deadline) {
   int timeout_ms = -1;
   if (deadline) {
@@ -66,6 +121,20 @@ std::vector<EventLoop::Ready> EventLoop::wait(std::optional<TimePoint> deadline)
         {events[static_cast<size_t>(i)].data.u64, events[static_cast<size_t>(i)].events});
   }
   return ready;
+}
+
+Watch::Watch(EventLoop& loop, int fd, std::function<void()> on_readable)
+    : m_loop(loop), m_fd(fd), m_on_readable(std::move(on_readable)) {
+  m_loop.set(fd, EPOLLIN, m_loop.attach(*this));
+}
+
+Watch::~Watch() {
+  m_loop.remove(m_fd);
+  m_loop.detach(*this);
+}
+
+void Watch::on_ready(uint64_t, uint32_t) {
+  m_on_readable();
 }
 
 }  // namespace ddplaunch::posix

@@ -181,3 +181,22 @@ def test_agents_sharing_a_host_each_take_the_next_port(jobs, tmp_path):
     done.touch()
     rc, _, err = finish([proc])[0]
     assert rc == 0, err
+
+
+def test_an_idle_connection_is_closed_after_its_timeout_with_nothing_else_happening(jobs):
+    # libmicrohttpd asks for a deadline (MHD_get_timeout) that the loop
+    # keeps: a client that connects and falls silent is closed after 10 s
+    # even when no other request or event comes to wake the listener.
+    import socket
+    import time
+    m = free_port()
+    p = jobs.start(["--nproc-per-node", 1, "--metrics-port", m, "--", "sleep", "120"])
+    assert wait_until(lambda: get(f"http://127.0.0.1:{m}/metrics")[0] == 200, timeout=60)
+    with socket.create_connection(("127.0.0.1", m), timeout=60) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\n")  # never finished
+        began = time.monotonic()
+        assert s.recv(1) == b""  # closed by the server
+        took = time.monotonic() - began
+    assert 5 < took < 40, took
+    p.send_signal(signal.SIGTERM)
+    finish([p])

@@ -120,6 +120,7 @@ class AgentTest : public ::testing::Test {
   FakeLink link;
   FakeConsole console;
   MpiHost* mpi = nullptr;
+  std::unique_ptr<MpiRanks> mpi_ranks;  // the MPI room over `mpi`, when set
   std::unique_ptr<Agent> agent;
 
   void make(int nproc, bool multi_node) {
@@ -129,9 +130,10 @@ class AgentTest : public ::testing::Test {
     if (multi_node) {
       config.nnodes = 2;
     }
+    mpi_ranks = mpi != nullptr ? std::make_unique<MpiRanks>(*mpi) : nullptr;
     agent = std::make_unique<Agent>(
         config, env, NodeIdentity{"b", "10.0.0.2", nproc, 4321, {}, "", {}, {}, "", {}, ""},
-        spawner, clock, multi_node ? &link : nullptr, console, mpi);
+        spawner, clock, multi_node ? &link : nullptr, console, mpi_ranks.get());
     agent->start();
   }
   // Worker `lr` ends: its pipes close, then it is reaped.

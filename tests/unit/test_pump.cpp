@@ -15,7 +15,7 @@
 namespace ddplaunch {
 namespace {
 
-constexpr uint64_t k_base = 1ULL << 40;
+constexpr uint64_t k_base = posix::EventLoop::k_owner_span << 3;  // a multiple of the span
 
 struct Console : ConsoleSink {
   bool behind = false;
