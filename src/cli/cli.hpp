@@ -1,5 +1,6 @@
 // The command line: argv -> the options given on it, and the program to run.
-// It and cli/store_cli.cpp are the only files that see CLI11. mpirun's
+// It, cli/store_cli.cpp and cli/status_cli.cpp are the only files that see
+// CLI11. mpirun's
 // spellings (-np, -npernode, --mca K V) are read as its users type them. It
 // reads nothing but its argument (no environment: the detectors in cluster/
 // do that), and throws UsageError with one line naming the flag and what it

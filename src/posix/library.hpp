@@ -4,7 +4,8 @@
 // bound once by a function that loads every symbol through load_symbol():
 // libpmix (mpi/libpmix, for the PMIx server and the client half), libpmix's
 // hwloc (mpi/hwloc_topology), libcrypto for the store's authentication
-// (store/auth), NVML (node/nvml).
+// (store/auth), NVML (node/nvml), libmicrohttpd for --metrics-port
+// (agent/metrics_http).
 #pragma once
 
 #include <dlfcn.h>
