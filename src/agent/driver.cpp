@@ -85,6 +85,18 @@ Driver::Driver(posix::SignalFd& signals, ConsoleWriter& console)
   m_loop.set(console.wake_fd(), EPOLLIN, m_tag | k_tag_console);
 }
 
+void Driver::read_signals_while(const std::string& doing, bool& child_ended) {
+  // One policy (supervise/signal_policy.hpp): SIGUSR1/2 have no worker to
+  // reach yet and are dropped; a stop signal ends the wait.
+  while (auto sig = m_signals.read_one()) {
+    if (is_stop_signal(*sig)) {
+      throw LaunchError(128 + *sig,
+                        std::string("stopped by signal ") + strsignal(*sig) + " while " + doing);
+    }
+    child_ended = child_ended || *sig == SIGCHLD;
+  }
+}
+
 bool Driver::wait_readable(int fd, TimePoint deadline, const std::string& doing) {
   m_loop.set(fd, EPOLLIN, m_tag | k_tag_waited);
   struct Forget {
@@ -92,6 +104,7 @@ bool Driver::wait_readable(int fd, TimePoint deadline, const std::string& doing)
     int fd;
     ~Forget() { loop.remove(fd); }
   } forget{m_loop, fd};
+  bool child_ended = false;
   while (std::chrono::steady_clock::now() < deadline) {
     for (const auto& ready : m_loop.wait(deadline)) {
       if (ready.tag == (m_tag | k_tag_waited)) {
@@ -99,21 +112,60 @@ bool Driver::wait_readable(int fd, TimePoint deadline, const std::string& doing)
       }
       if (ready.tag == (m_tag | k_tag_console)) {
         m_console.read_wake();
-      }
-      if (ready.tag != (m_tag | k_tag_signals)) {
-        continue;
-      }
-      // One policy (supervise/signal_policy.hpp): SIGUSR1/2 have no worker
-      // to reach yet and are dropped; a stop signal ends the wait.
-      while (auto sig = m_signals.read_one()) {
-        if (is_stop_signal(*sig)) {
-          throw LaunchError(
-              128 + *sig, std::string("stopped by signal ") + strsignal(*sig) + " while " + doing);
-        }
+      } else if (ready.tag == (m_tag | k_tag_signals)) {
+        read_signals_while(doing, child_ended);
       }
     }
   }
   return false;
+}
+
+std::optional<ExitInfo> Driver::wait_child(Child& child,
+                                           const std::function<void(std::string_view)>& on_output,
+                                           TimePoint deadline, const std::string& doing) {
+  struct Output : StreamPump::Sink {
+    const std::function<void(std::string_view)>& to;
+    explicit Output(const std::function<void(std::string_view)>& f) : to(f) {}
+    void on_bytes(StreamPump::Id, std::string_view data) override { to(data); }
+    void on_closed(StreamPump::Id) override {}
+  } output(on_output);
+  StreamPump pump(m_loop, m_console, output);
+  if (child.out()) {
+    pump.add(0, std::move(child.out()), 0);  // 0: never paused for the console
+  }
+  std::optional<ExitInfo> ended;
+  bool child_ended = true;  // a SIGCHLD may have come before the pump was set up
+  while (!ended) {
+    if (child_ended) {
+      child_ended = false;
+      while (auto reaped = reap_any()) {
+        if (reaped->first == child.pid()) {
+          ended = reaped->second;
+        } else {
+          m_reaped_early.push_back(*reaped);
+        }
+      }
+      if (ended) {
+        break;
+      }
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return std::nullopt;
+    }
+    for (const auto& ready : m_loop.wait(deadline)) {
+      if (pump.owns(ready.tag)) {
+        pump.on_ready(ready.tag);
+      } else if (ready.tag == (m_tag | k_tag_console)) {
+        m_console.read_wake();
+      } else if (ready.tag == (m_tag | k_tag_signals)) {
+        read_signals_while(doing, child_ended);
+      }
+    }
+  }
+  // What its pipe holds now; a process it left behind may write on.
+  for (int round = 0; round < k_drain_rounds && pump.read(0); ++round) {
+  }
+  return ended;
 }
 
 void Driver::serve_when_connected(int listen_fd, std::function<void()> serve) {
@@ -191,6 +243,9 @@ void Driver::prepare() {
   if (m_pump != nullptr) {
     sync_worker_fds();
     m_pump->set_bounded(m_agent->workers_ended());
+    if (!m_reaped_early.empty()) {
+      reap();  // children wait_child() reaped, told now
+    }
   }
 }
 
@@ -260,8 +315,17 @@ void Driver::on_signals() {
   }
 }
 
+std::optional<std::pair<pid_t, ExitInfo>> Driver::next_reaped() {
+  if (!m_reaped_early.empty()) {
+    auto first = m_reaped_early.front();
+    m_reaped_early.erase(m_reaped_early.begin());
+    return first;
+  }
+  return reap_any();
+}
+
 void Driver::reap() {
-  while (auto reaped = reap_any()) {
+  while (auto reaped = next_reaped()) {
     // A round may have started within this batch of events, or within this
     // loop (the last exit handled ended the round and the Agent restarted
     // it), and its workers may have ended already: their pipes go into the

@@ -21,6 +21,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "agent/agent.hpp"
 #include "output/console.hpp"
@@ -49,6 +52,17 @@ class Driver : private posix::EventLoop::Owner {
   // forwarded signal (SIGUSR1/2) has no worker to reach yet and is dropped.
   // Nothing else on the loop is served meanwhile.
   bool wait_readable(int fd, TimePoint deadline, const std::string& doing);
+  // Waits until `child` (started by the caller, its output on Child::out())
+  // ends, or `deadline` passes (nullopt; it runs on). What it writes is read
+  // by a StreamPump on this loop and handed to `on_output`; its end comes
+  // from the signalfd's SIGCHLD (reap_any; another child reaped meanwhile is
+  // handed to the Agent later, as if reaped then); what its pipe holds then
+  // is read, but not what a process it left behind may still write. The
+  // child is not marked reaped: the caller may still signal its group. Stop
+  // signals throw as in wait_readable(); nothing else is served.
+  std::optional<ExitInfo> wait_child(Child& child,
+                                     const std::function<void(std::string_view)>& on_output,
+                                     TimePoint deadline, const std::string& doing);
 
   // Drives `agent` until it is done: the loop's turns, the workers' exits,
   // the Agent's time. `fault` (DDPLAUNCH_FAULT=output, for tests): an
@@ -78,6 +92,10 @@ class Driver : private posix::EventLoop::Owner {
   void sync_worker_fds();
   void on_signals();
   void reap();
+  // A stop signal among those read: throws as wait_readable() says; a
+  // SIGCHLD read sets `child_ended`.
+  void read_signals_while(const std::string& doing, bool& child_ended);
+  std::optional<std::pair<pid_t, ExitInfo>> next_reaped();
 
   posix::SignalFd& m_signals;
   ConsoleWriter& m_console;
@@ -93,6 +111,8 @@ class Driver : private posix::EventLoop::Owner {
   std::unique_ptr<StreamPump> m_pump;
   int m_serve_fd = -1;  // serve_when_connected()'s listener, until a client comes
   std::function<void()> m_serve;
+  // Children wait_child() reaped that were not its own, for reap().
+  std::vector<std::pair<pid_t, ExitInfo>> m_reaped_early;
 };
 
 }  // namespace ddplaunch

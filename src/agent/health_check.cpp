@@ -1,22 +1,15 @@
 #include "agent/health_check.hpp"
 
-#include <poll.h>
-#include <sys/epoll.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <csignal>
-#include <cstring>
-#include <deque>
 #include <memory>
+#include <optional>
+#include <string_view>
 
 #include "config/launch_error.hpp"
 #include "launcher/plan.hpp"
 #include "log.hpp"
 #include "node/resources.hpp"
-#include "posix/fd.hpp"
+#include "output/lines.hpp"
 #include "proc/spawn.hpp"
 #include "supervise/exit_info.hpp"
 
@@ -24,104 +17,51 @@ namespace ddplaunch {
 
 namespace {
 
-// What the check printed, whole lines, the last k_health_check_lines kept.
-class LastLines {
- public:
-  void add(std::string_view data) {
-    for (char c : data) {
-      if (c == '\n') {
-        end_line();
-      } else if (m_partial.size() < k_max_line) {
-        m_partial += c;
-      }
-    }
-  }
-  std::vector<std::string> take() {
-    end_line();
-    return {m_lines.begin(), m_lines.end()};
-  }
-
- private:
-  static constexpr size_t k_max_line = 4096;
-  void end_line() {
-    while (!m_partial.empty() && (m_partial.back() == '\r' || m_partial.back() == ' ')) {
-      m_partial.pop_back();
-    }
-    if (!m_partial.empty()) {
-      m_lines.push_back(std::move(m_partial));
-      if (m_lines.size() > k_health_check_lines) {
-        m_lines.pop_front();
-      }
-    }
-    m_partial.clear();
-  }
-  std::deque<std::string> m_lines;
-  std::string m_partial;
-};
-
-// Whether the process behind `pidfd` has ended (readable: it has).
-bool has_ended(int pidfd) {
-  pollfd p{pidfd, POLLIN, 0};
-  return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
-}
+// How long a check killed at its timeout may take to end.
+constexpr auto k_kill_wait = std::chrono::seconds(5);
 
 std::string seconds_text(double s) {
   return fmt::format("{:g} s", s);
 }
 
-// Reads what the check's output holds now into LINES; true once it ended.
-bool drain_output(Child& child, LastLines& lines) {
-  char buf[4096];
-  while (child.out()) {
-    const ssize_t n = ::read(child.out().get(), buf, sizeof buf);
-    if (n > 0) {
-      lines.add(std::string_view(buf, static_cast<size_t>(n)));
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      return n == 0;  // true: the output ended
-    }
+// What the check printed: whole lines (a \r update is overwritten by what
+// follows), trailing blanks off, empty ones left out, the last
+// k_health_check_lines kept.
+class CheckOutput {
+ public:
+  void feed(std::string_view data) {
+    m_lines.feed(data, [this](std::string_view line, LineEnd end) { keep(line, end); });
   }
-  return true;
-}
+  std::vector<std::string> take() {
+    m_lines.finish([this](std::string_view line, LineEnd end) { keep(line, end); });
+    if (!m_update.empty()) {
+      keep(std::string(m_update), LineEnd::k_piece);  // a last update, never ended
+    }
+    return m_tail.lines();
+  }
 
-// Its output and its end, watched together through one epoll fd (itself
-// readable) in the Driver's wait: a command that leaves a background
-// process holding its output has still ended when the shell has. False
-// when DEADLINE came first.
-bool watch_check(Child& child, LastLines& lines, std::chrono::steady_clock::time_point deadline,
-                 Driver& driver) {
-  const posix::Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, child.pid(), 0)));
-  const posix::Fd both(::epoll_create1(EPOLL_CLOEXEC));
-  for (int fd : {child.out().get(), pidfd.get()}) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    if (fd >= 0 && both) {
-      ::epoll_ctl(both.get(), EPOLL_CTL_ADD, fd, &ev);
+ private:
+  static constexpr size_t k_max_line = 4096;
+  void keep(std::string_view line, LineEnd end) {
+    if (end == LineEnd::k_return) {
+      m_update.assign(line);  // shown until what follows it overwrites it
+      return;
     }
+    if (line.empty() && end == LineEnd::k_bare_newline) {
+      line = m_update;  // "\r\n" across two reads: the line before the '\r'
+    }
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) {
+      line.remove_suffix(1);
+    }
+    if (!line.empty()) {
+      m_tail.push(line);
+    }
+    m_update.clear();
   }
-  bool ended = true;
-  bool watching_output = true;
-  while (true) {
-    const bool output_ended = drain_output(child, lines);
-    // Without a pidfd (before Linux 5.3) its output's end stands for its end.
-    if (pidfd ? has_ended(pidfd.get()) : output_ended) {
-      break;
-    }
-    if (output_ended && watching_output && both) {
-      ::epoll_ctl(both.get(), EPOLL_CTL_DEL, child.out().get(), nullptr);  // at EOF for good
-      watching_output = false;
-    }
-    const int watch = both ? both.get() : child.out().get();
-    if (!driver.wait_readable(watch, deadline, "running the health check")) {
-      ended = false;
-      break;
-    }
-  }
-  drain_output(child, lines);
-  return ended;
-}
+  LineSplitter m_lines;
+  TailBuffer m_tail{k_health_check_lines, k_max_line};
+  std::string m_update;  // the last \r update of the line being drawn
+};
 
 }  // namespace
 
@@ -152,20 +92,25 @@ HealthCheckResult run_health_check(const std::string& command, const EnvMap& env
     return finish(false, "could not start");
   }
   Child& child = started.front();
-  LastLines lines;
-  const bool timed_out = !watch_check(child, lines, deadline, driver);
-  // Whatever it left behind in its process group goes with it.
+  CheckOutput output;
+  const auto feed = [&output](std::string_view data) { output.feed(data); };
+  constexpr const char* k_doing = "running the health check";
+  std::optional<ExitInfo> ended = driver.wait_child(child, feed, deadline, k_doing);
+  // Whatever it left behind in its process group goes with it (once timed
+  // out, itself too; its end is then taken as it comes).
   child.signal(SIGKILL);
-  int status = 0;
-  while (::waitpid(child.pid(), &status, 0) < 0 && errno == EINTR) {
+  const bool timed_out = !ended;
+  if (timed_out) {
+    ended = driver.wait_child(child, feed, std::chrono::steady_clock::now() + k_kill_wait, k_doing);
   }
-  child.mark_reaped();
-  result.output = lines.take();
+  if (ended) {
+    child.mark_reaped();
+  }
+  result.output = output.take();
   if (timed_out) {
     return finish(false, "timed out after " + seconds_text(timeout_s));
   }
-  const ExitInfo info = ExitInfo::from_wait_status(status);
-  return finish(info.success(), info.success() ? "passed" : "failed with " + info.describe());
+  return finish(ended->success(), ended->success() ? "passed" : "failed with " + ended->describe());
 }
 
 // `--health-check builtin`: this binary's `check`, with the job's log

@@ -14,6 +14,7 @@
 #include "agent/driver.hpp"
 #include "config/launch_error.hpp"
 #include "posix/fd.hpp"
+#include "proc/spawn.hpp"
 
 namespace ddplaunch {
 namespace {
@@ -73,6 +74,59 @@ TEST(DriverWait, APassedDeadlineReturnsFalseWithoutASignal) {
   ASSERT_EQ(::write(w.write_end.get(), "x", 1), 1);
   EXPECT_TRUE(
       w.driver.wait_readable(w.read_end.get(), std::chrono::steady_clock::now() + 1h, "waiting"));
+}
+
+// Driver::wait_child(), the health check's wait: a child's output comes
+// through a pump on the loop and its end through the signalfd's SIGCHLD.
+struct ChildWaiting {
+  posix::SignalFd signals{{SIGTERM, SIGCHLD}};
+  posix::Fd null{::open("/dev/null", O_WRONLY | O_CLOEXEC)};
+  ConsoleWriter console{ConsoleWriter::Limits{}, null.get(), null.get()};
+  Driver driver{signals, console};
+  static Child start(const std::string& script) {
+    WorkerSpec spec;
+    spec.argv = {"/bin/sh", "-c", script};
+    return std::move(spawn_workers({spec}).front());
+  }
+};
+
+TEST(DriverWaitChild, ItsOutputAndItsEndComeThroughTheLoop) {
+  ChildWaiting w;
+  Child child = ChildWaiting::start("echo one; printf two >&2; exit 3");
+  std::string got;
+  const auto ended = w.driver.wait_child(
+      child, [&got](std::string_view data) { got += data; }, std::chrono::steady_clock::now() + 30s,
+      "running a test");
+  ASSERT_TRUE(ended);
+  child.mark_reaped();
+  EXPECT_EQ(ended->code(), 3);
+  // Its stdout; its stderr too where it joins it (the health check's does).
+  EXPECT_EQ(got.substr(0, 4), "one\n");
+}
+
+TEST(DriverWaitChild, ItsDeadlineLeavesItRunningThenItsEndIsTakenAsItComes) {
+  ChildWaiting w;
+  Child child = ChildWaiting::start("exec sleep 30");
+  const auto no_output = [](std::string_view) {};
+  EXPECT_FALSE(w.driver.wait_child(child, no_output, std::chrono::steady_clock::now() + 100ms,
+                                   "running a test"));
+  child.signal(SIGKILL);
+  const auto ended = w.driver.wait_child(child, no_output, std::chrono::steady_clock::now() + 30s,
+                                         "running a test");
+  ASSERT_TRUE(ended);
+  child.mark_reaped();
+  EXPECT_TRUE(ended->by_signal());
+}
+
+TEST(DriverWaitChild, AStopSignalEndsTheWaitWithItsExitCode) {
+  ChildWaiting w;
+  Child child = ChildWaiting::start("exec sleep 30");
+  ::raise(SIGTERM);
+  EXPECT_THROW(
+      w.driver.wait_child(
+          child, [](std::string_view) {}, std::chrono::steady_clock::now() + 30s, "running a test"),
+      LaunchError);
+  // The Child kills and reaps it as it goes.
 }
 
 }  // namespace
