@@ -203,12 +203,15 @@ int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleW
     throw LaunchError(summary.exit_code, *agent.error());
   }
   // Under a launching command (--hosts) node 0's report speaks for the job;
-  // another node's adds only what node 0 could not say (node 0 lost; not
-  // another node, which node 0 names).
-  // When the command stopped the job for its own reason, it says why.
+  // another node's says nothing (node 0 names a lost node), and when node 0
+  // itself was lost, the command reports that once for every node. When
+  // the command stopped the job for its own reason, it says why.
+  if (config.launcher_channel && agent.node_0_lost()) {
+    announce_node_0_lost(summary.message);
+  }
+  const bool member = config.node_rank.value_or(agent.node_rank().value_or(0)) != 0;
   const bool quiet =
-      (config.launcher_channel && config.node_rank.value_or(0) != 0 && !agent.node_0_lost()) ||
-      agent.stopped_by_command();
+      (config.launcher_channel && (member || agent.node_0_lost())) || agent.stopped_by_command();
   std::string text = quiet ? std::string() : format_failure_report(summary);
   if (!text.empty()) {
     // Before the last line, which says the exit code.

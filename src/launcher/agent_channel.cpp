@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -98,6 +99,12 @@ bool agent_stopped_by_command() {
 void announce_store_port(int port) {
   const std::string line = std::string(k_agent_store_port) + std::to_string(port) + "\n";
   posix::write_all(STDOUT_FILENO, line);
+}
+
+void announce_node_0_lost(const std::string& why) {
+  std::string line = std::string(k_agent_node_0_lost) + why;
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  posix::write_all(STDOUT_FILENO, line + "\n");
 }
 
 void watch_agent_channel(AgentChannel& channel) {

@@ -32,6 +32,11 @@ void announce_ready(int node_rank);
 // hands to the other agents in their headers.
 void announce_store_port(int port);
 
+// This node's job ended because node 0 was lost: writes
+// "ddplaunch-agent-node-0-lost WHY\n" to stdout (WHY on one line), which the
+// launching command reports once for every node.
+void announce_node_0_lost(const std::string& why);
+
 // Starts the thread that watches the channel (see above). Call once, after
 // the signals are blocked and after the job guard's fork; the thread
 // inherits the blocked mask and lives until the process exits.

@@ -13,7 +13,9 @@
 //     host could not be started) and says why itself. End of file: the
 //     launching command is gone, and the agent stops its workers.
 //   agent -> launcher: "ddplaunch-agent-ready <node rank>\n" once the
-//     header is read, then the agent's own output.
+//     header is read, then the agent's own output; node 0's
+//     "ddplaunch-agent-store-port <port>\n" with --pick-store-port; another
+//     node's "ddplaunch-agent-node-0-lost <why>\n" when node 0 was lost.
 #pragma once
 
 #include <cstddef>
@@ -42,6 +44,10 @@ inline constexpr char k_channel_stop = 0x7f;
 inline constexpr std::string_view k_agent_ready = "ddplaunch-agent-ready ";
 // Node 0's agent, with --pick-store-port, once its store listens: "<prefix><port>\n".
 inline constexpr std::string_view k_agent_store_port = "ddplaunch-agent-store-port ";
+// Another node's agent whose job ended because node 0 was lost (node 0
+// cannot say so itself): "<prefix><why>\n", in place of a report of its own;
+// the launching command reports it once, naming node 0's host.
+inline constexpr std::string_view k_agent_node_0_lost = "ddplaunch-agent-node-0-lost ";
 
 std::string encode_channel_header(const ChannelHeader& header);
 

@@ -1,5 +1,6 @@
 #include "launcher/hosts_launcher.hpp"
 
+#include <fmt/format.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -184,7 +185,13 @@ std::optional<HostsLauncher::TimePoint> HostsLauncher::next_deadline() const {
 void HostsLauncher::on_time() {
   const auto now = m_clock.now();
   if (m_stop_at && !m_stop_sent && now >= *m_stop_at && !done()) {
-    log::warn("{} and the other nodes still run: stopping them", m_stop_reason);
+    if (m_node_0_lost) {
+      // What is left is node 0's connection, which its host no longer
+      // answers: the closing report says what happened.
+      log::debug("{} and the other nodes still run: stopping them", m_stop_reason);
+    } else {
+      log::warn("{} and the other nodes still run: stopping them", m_stop_reason);
+    }
     send_to_all(std::string(1, k_channel_stop));
     m_stop_sent = true;
   }
@@ -214,6 +221,22 @@ int HostsLauncher::exit_code() const {
     return s.exit && !s.exit->success() && !spare(s);
   });
   return lost ? k_exit_node_lost : k_exit_ok;
+}
+
+std::string HostsLauncher::closing_report() const {
+  if (!m_node_0_lost || m_upstream != nullptr) {
+    return {};
+  }
+  std::string node_0 = "node 0";
+  for (const Started& s : m_started) {
+    if (s.start.node_rank == 0 && s.start.hosts == 1) {
+      node_0 = describe_start(s.start);
+    }
+  }
+  return fmt::format(
+      "ddplaunch: job failed: {} was lost (its host died, or its agent was killed): {}; every "
+      "other node stopped its workers\nddplaunch: exit code {}\n",
+      node_0, *m_node_0_lost, exit_code());
 }
 
 // Once every member of the job (every host up to MAX) has ended, the

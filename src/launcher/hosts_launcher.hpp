@@ -95,6 +95,11 @@ class HostsLauncher : public StreamPump::Sink {
   // could not be started; 4 when only ssh connections failed (each agent
   // ended by its dropped channel); 128+N after a stop signal.
   int exit_code() const;
+  // What this command reports itself once every process ended: where node
+  // 0 was lost (its host died, its agent was killed), the one report for
+  // every node, which said why in place of reports of their own; empty
+  // otherwise (node 0's report spoke for the job).
+  std::string closing_report() const;
 
   // --- StreamPump::Sink: the started processes' output ------------------
   void on_bytes(StreamPump::Id id, std::string_view data) override;
@@ -140,7 +145,8 @@ class HostsLauncher : public StreamPump::Sink {
   ConsoleSink& m_console;
   AgentChannel* m_upstream;
   const Options m_options;
-  StreamPump m_pump;  // stream 2 * index + 0 (stdout) or 1 (stderr)
+  std::optional<std::string> m_node_0_lost;  // why, as the first node that heard it said
+  StreamPump m_pump;                         // stream 2 * index + 0 (stdout) or 1 (stderr)
   std::vector<AgentStart> m_plan;
   std::string m_header;
   std::optional<ChannelHeader> m_held_header;  // hold_headers_for_store_port()'s, until released

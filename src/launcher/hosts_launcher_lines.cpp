@@ -54,7 +54,8 @@ void HostsLauncher::on_bytes(StreamPump::Id id, std::string_view chunk) {
   const size_t last = chunk.rfind('\n');
   if (lines.at_line_start() && last != std::string_view::npos &&
       chunk.find(k_agent_ready) == std::string_view::npos &&
-      chunk.find(k_agent_store_port) == std::string_view::npos) {
+      chunk.find(k_agent_store_port) == std::string_view::npos &&
+      chunk.find(k_agent_node_0_lost) == std::string_view::npos) {
     // Whole lines with nothing to count: one write for all of them.
     const std::string_view whole = chunk.substr(0, last + 1);
     if (!is_out) {
@@ -100,6 +101,14 @@ void HostsLauncher::on_line(Started& s, bool is_out, std::string_view text, Line
     log::debug("node 0's store listens on port {}", port.value_or(0));
     if (m_held_header) {
       release_headers(port ? static_cast<int>(*port) : 0);
+    }
+    return;
+  }
+  if (is_out && end == LineEnd::k_newline && text.starts_with(k_agent_node_0_lost)) {
+    if (m_upstream != nullptr) {
+      m_console.write(1, std::string(text) + "\n");  // the launching command above reports it
+    } else if (!m_node_0_lost) {
+      m_node_0_lost = std::string(text.substr(k_agent_node_0_lost.size()));
     }
     return;
   }

@@ -199,6 +199,9 @@ int run_hosts_launch(const Config& config, const CommandLine& command_line, cons
   }
   launcher.start_all(plan, encode_channel_header(header), connect_cost);
   run_hosts_launcher(launcher, loop, signals, console);
+  if (const std::string report = launcher.closing_report(); !report.empty()) {
+    console.write_own(2, report);
+  }
   return launcher.exit_code();
 }
 

@@ -225,6 +225,33 @@ def test_a_connection_the_remote_end_drops_is_named_with_ssh_s_own_words(jobs, s
         {h: hosts.processes(h) for h in hosts.names}
 
 
+def test_node_0_s_host_dying_mid_job_gives_one_report_naming_it(jobs, ssh_hosts, tmp_path):
+    """node0 loses power mid-job: no packet leaves it again, nothing there
+    runs. The other nodes hear nothing from the store until their heartbeat
+    timeout; the launching command then prints one report naming node0,
+    not one per surviving node."""
+    hosts = ssh_hosts(3)
+    p = launch(jobs, hosts, ["--", *worker(f"ready={tmp_path}", "sleep=300")])
+    assert wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 3, timeout=60)
+    ns = hosts.namespaces["node0"]
+    subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "down"], check=True)
+    for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                              text=True).stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 4, err
+    assert err.count("ddplaunch: exit code") == 1, err
+    assert "ddplaunch: job failed: node 0 (node0, over ssh) was lost" in err, err
+    assert "lost contact with the store" in err, err
+    assert "ddplaunch-agent" not in out + err, (out, err)
+    assert "stopping them" not in err, err  # the report says it all
+    assert wait_until(lambda: nothing_left(hosts), timeout=30), \
+        {h: hosts.processes(h) for h in hosts.names}
+
+
 def _comm(pid):
     try:
         with open(f"/proc/{pid}/comm") as f:

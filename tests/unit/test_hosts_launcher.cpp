@@ -474,6 +474,31 @@ TEST(HostsLauncher, TheUpstreamChannelsBytesArePassedOnAndItsEndEndsEveryChannel
   EXPECT_EQ(l.channel(1), "<EOF>");
 }
 
+// Node 0's host died: the others say so on their channel in place of a
+// report each, and the command reports it once, naming node 0's host.
+TEST(HostsLauncher, NodeZeroLostIsReportedOnceNamingItsHost) {
+  Launch l;
+  l.start(Launch::plan(3));
+  for (size_t i = 0; i < 3; ++i) {
+    l.ready(i);
+  }
+  EXPECT_EQ(l.launcher->closing_report(), "");
+  const std::string why = "lost contact with the store at h0:29500";
+  l.say(1, std::string(k_agent_node_0_lost) + why + "\nworker line\n");
+  l.say(2, std::string(k_agent_node_0_lost) + "another word\n");
+  l.end(1, code(4));
+  l.end(2, code(4));
+  l.later(HostsLauncher::k_stop_grace);
+  EXPECT_FALSE(l.log.has("stopping them")) << l.log.all();
+  l.end(0, code(255));
+  EXPECT_EQ(l.console.out, "worker line\n") << "the channel's lines stay off the console";
+  EXPECT_EQ(l.launcher->exit_code(), 4);
+  EXPECT_EQ(l.launcher->closing_report(),
+            "ddplaunch: job failed: node 0 (h0, over ssh) was lost (its host died, or its agent "
+            "was killed): " +
+                why + "; every other node stopped its workers\nddplaunch: exit code 4\n");
+}
+
 TEST(HostsLauncher, ASubtreeRootPassesReadyLinesUpAndTellsNoProgress) {
   Launch l;
   auto pipe = posix::make_pipe();
@@ -485,6 +510,11 @@ TEST(HostsLauncher, ASubtreeRootPassesReadyLinesUpAndTellsNoProgress) {
   EXPECT_FALSE(l.launcher->next_deadline());
   l.later(10s);
   EXPECT_TRUE(l.log.lines.empty()) << l.log.all();
+  // Node 0 lost: passed up too, for the command at the top to report.
+  l.say(1, std::string(k_agent_node_0_lost) + "gone\n");
+  EXPECT_EQ(l.console.out,
+            std::string(k_agent_ready) + "1\n" + std::string(k_agent_node_0_lost) + "gone\n");
+  EXPECT_EQ(l.launcher->closing_report(), "");
 }
 
 // Node 0 directly, and nodes 1-3 through a subtree's root on h1 (--fanout).
