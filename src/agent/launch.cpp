@@ -13,6 +13,7 @@
 #include "agent/driver.hpp"
 #include "agent/health_check.hpp"
 #include "agent/job_pages.hpp"
+#include "agent/launch_report.hpp"
 #include "agent/node_store.hpp"
 #include "agent/python_stacks.hpp"
 #include "agent/reach_probe.hpp"
@@ -156,71 +157,6 @@ NodeIdentity identify_node(const Config& config, const EnvMap& env,
     }
   }
   return self;
-}
-
-// A Python rank that could not import a module, run by the `python3` found on
-// PATH (a pyenv shim, a venv not activated may put another interpreter
-// first): which interpreter that was, and how to choose the right one.
-std::string which_python_note(const Config& config, const EnvMap& env, const JobSummary& summary) {
-  if (!summary.root_cause || !config.python.empty() || env.contains("PYTHON_EXEC")) {
-    return {};
-  }
-  const RankOutcome& r = *summary.root_cause;
-  auto mentions = [](const std::string& text) {
-    return text.find("ModuleNotFoundError") != std::string::npos;
-  };
-  const bool missing_module =
-      (r.error && (mentions(r.error->message) || mentions(r.error->traceback))) ||
-      std::any_of(r.last_stderr.begin(), r.last_stderr.end(), mentions);
-  const auto argv = worker_argv(config, env);
-  if (!missing_module || argv.size() < 2 || argv[1] != "-u") {
-    return {};
-  }
-  const auto found = find_program(argv.front(), env);
-  std::error_code ec;
-  const std::string resolved =
-      found ? std::filesystem::canonical(*found, ec).string() : std::string("not found");
-  return fmt::format(
-      "ddplaunch: the ranks ran {} (the first {} on PATH); if your packages are installed for "
-      "another Python, give it with --python /path/to/python\n",
-      ec || resolved.empty() ? found.value_or("?") : resolved, argv.front());
-}
-
-// The reports a finished run leaves: the summary file, an inherited error
-// file, the failure report on stderr. Returns the job's exit code; an
-// internal error is thrown as the LaunchError it is.
-int report(const Config& config, const EnvMap& env, const Agent& agent, ConsoleWriter& console,
-           const std::optional<HealthCheckResult>& health) {
-  JobSummary summary = agent.summary();
-  summary.health_check = health;
-  if (auto path = summary_path(config.summary_json, agent.node_rank())) {
-    const bool shared = agent.node_rank().value_or(0) != 0 && *path == config.summary_json;
-    summary.launcher_max_rss_kib = peak_rss_kib();  // /proc/self/status: read only for the file
-    write_summary_json(*path, summary, shared, summary.start_time);
-  }
-  write_inherited_error_file(env, summary);
-  if (agent.error()) {
-    throw LaunchError(summary.exit_code, *agent.error());
-  }
-  // Under a launching command (--hosts) node 0's report speaks for the job;
-  // another node's says nothing (node 0 names a lost node), and when node 0
-  // itself was lost, the command reports that once for every node. When
-  // the command stopped the job for its own reason, it says why.
-  if (config.launcher_channel && agent.node_0_lost()) {
-    announce_node_0_lost(summary.message);
-  }
-  const bool member = config.node_rank.value_or(agent.node_rank().value_or(0)) != 0;
-  const bool quiet =
-      (config.launcher_channel && (member || agent.node_0_lost())) || agent.stopped_by_command();
-  std::string text = quiet ? std::string() : format_failure_report(summary);
-  if (!text.empty()) {
-    // Before the last line, which says the exit code.
-    const size_t last = text.rfind("ddplaunch: exit code");
-    text.insert(last == std::string::npos ? text.size() : last,
-                which_python_note(config, env, summary));
-    console.write_own(2, text);
-  }
-  return summary.exit_code;
 }
 
 // Before each restart, the last round's GPU memory is waited for where NVML
@@ -383,6 +319,100 @@ void run_rounds(const EnvMap& env, Agent& agent, Driver& driver, ProcessSpawner&
 
 }  // namespace
 
+namespace {
+
+// What a node's launch holds once this process is set up (run_launch()).
+struct LaunchProcess {
+  const Config& config;
+  const EnvMap& env;
+  std::optional<JobGuard>& guard;
+  EnvMap& worker_env;
+  ConsoleWriter& console;
+  Driver& driver;
+};
+
+// The job's rounds on this node, once it may join: its side of the store,
+// the MPI room, the Agent and what it calls out to, the pages; then the
+// report. Returns the exit code.
+int run_node(LaunchProcess& p, const StoreAddress& address, NodeIdentity self, PmixServer* pmix,
+             EventLog* events, const std::optional<HealthCheckResult>& health,
+             const std::unique_ptr<StoreServer>& workers_store) {
+  const Config& config = p.config;
+  SystemClock clock;
+  ProcessSpawner spawner;
+  if (p.guard) {
+    spawner.spare(p.guard->guard_pid());
+    spawner.set_marker(p.guard->marker());
+  }
+  NodeStore store(config, address, clock, self, p.driver.loop());
+  std::optional<MpiRoom> mpi;
+  if (pmix != nullptr) {
+    mpi.emplace(*pmix, store, p.driver.loop());
+  }
+  Agent agent(config, p.worker_env, self, spawner, clock, store.link.get(), p.console,
+              mpi ? &mpi->ranks : nullptr);
+  hook_agent(config, p.env, agent, p.driver, store, events);
+  if (config.metrics_port != 0 && store.client) {
+    store.collector = std::make_unique<StatusCollector>(*store.client, clock,
+                                                        [&agent] { return agent.round_nnodes(); });
+  }
+  const std::unique_ptr<MetricsServer> metrics =
+      serve_job_pages(config, agent, p.driver.loop(), store.collector.get(), events);
+  const auto token = p.worker_env.find("DDPLAUNCH_STORE_TOKEN");
+  run_rounds(p.env, agent, p.driver, spawner, store, workers_store,
+             token != p.worker_env.end() ? token->second : std::string());
+  // Every round is over and its workers reaped: the second spawning thread
+  // may go, while this one reports.
+  retire_spawn_thread();
+  if (pmix != nullptr) {
+    pmix->attach_store(nullptr);
+  }
+  store.close();
+  return report(config, p.env, agent, p.console, health);
+}
+
+// This node before it joins: the store's address, its identity, its PMIx
+// server, its events, its health check, its workers' store; then the run
+// (or the dry run's plan). Returns the exit code.
+int launch_node(LaunchProcess& p) {
+  const Config& config = p.config;
+  check_summary_path(summary_path(config.summary_json, config.node_rank).value_or(""));
+  wait_for_master(config, p.driver);
+  const StoreAddress address = resolve_store_address(config, p.env, p.driver);
+  // After the PMIx exchange above (a client of mpirun's, done), before the
+  // first round.
+  std::unique_ptr<PmixServer> pmix = config.pmix && p.guard ? start_pmix(p.env, *p.guard) : nullptr;
+  NodeIdentity self = identify_node(config, p.env, address.host);
+  if (p.guard) {
+    self.job_dir = p.guard->job_dir();
+    if (config.python_stacks_signal) {
+      arm_python_stacks(*config.python_stacks_signal, self.job_dir, p.worker_env);
+    }
+  }
+  if (config.dry_run) {
+    return dry_run(config, p.env, self, p.console);
+  }
+  // --metrics-port's page draws its timeline from the last events kept.
+  std::unique_ptr<EventLog> events =
+      config.event_log.empty() && config.metrics_port == 0
+          ? nullptr
+          : std::make_unique<EventLog>(config.event_log, p.console, self.host);
+  if (events && config.metrics_port != 0) {
+    events->keep_recent(k_page_events);
+  }
+  // Before this node joins: a node that fails it says so in its join record
+  // (node 0 ends the job, or an elastic one goes on without it).
+  std::optional<HealthCheckResult> health;
+  if (!config.health_check.empty()) {
+    health = check_health(config, p.env, p.driver, self);
+    health_event(events.get(), *health, "join");
+  }
+  const auto workers_store = give_workers_a_store(config, address, p.worker_env);
+  return run_node(p, address, std::move(self), pmix.get(), events.get(), health, workers_store);
+}
+
+}  // namespace
+
 int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   // Signals first, before any thread (the store server, PMIx's) exists: from
   // here to exit they arrive only through this signalfd, which the Driver
@@ -407,78 +437,14 @@ int run_launch(const Config& config, const EnvMap& env, AgentChannel* channel) {
   // console nobody reads delays what is shown, never the loop. Destroyed last.
   ConsoleWriter console;
   Driver driver(signals, console);
-
   for (const auto& note : config.notes) {
     log::warn("{}", note);
   }
   if (nohup) {
     log::debug("SIGHUP is ignored (nohup): the job survives a hangup; stop it with SIGTERM");
   }
-  check_summary_path(summary_path(config.summary_json, config.node_rank).value_or(""));
-  wait_for_master(config, driver);
-  const StoreAddress address = resolve_store_address(config, env, driver);
-  // After the PMIx exchange above (a client of mpirun's, done), before the
-  // first round.
-  std::unique_ptr<PmixServer> pmix = config.pmix && guard ? start_pmix(env, *guard) : nullptr;
-  NodeIdentity self = identify_node(config, env, address.host);
-  if (guard) {
-    self.job_dir = guard->job_dir();
-    if (config.python_stacks_signal) {
-      arm_python_stacks(*config.python_stacks_signal, self.job_dir, worker_env);
-    }
-  }
-  if (config.dry_run) {
-    return dry_run(config, env, self, console);
-  }
-  // --metrics-port's page draws its timeline from the last events kept.
-  std::unique_ptr<EventLog> events =
-      config.event_log.empty() && config.metrics_port == 0
-          ? nullptr
-          : std::make_unique<EventLog>(config.event_log, console, self.host);
-  if (events && config.metrics_port != 0) {
-    events->keep_recent(k_page_events);
-  }
-  // Before this node joins: a node that fails it says so in its join record
-  // (node 0 ends the job, or an elastic one goes on without it).
-  std::optional<HealthCheckResult> health;
-  if (!config.health_check.empty()) {
-    health = check_health(config, env, driver, self);
-    health_event(events.get(), *health, "join");
-  }
-  const auto workers_store = give_workers_a_store(config, address, worker_env);
-
-  SystemClock clock;
-  ProcessSpawner spawner;
-  if (guard) {
-    spawner.spare(guard->guard_pid());
-    spawner.set_marker(guard->marker());
-  }
-  NodeStore store(config, address, clock, self, driver.loop());
-  std::optional<MpiRoom> mpi;
-  if (pmix) {
-    mpi.emplace(*pmix, store, driver.loop());
-  }
-  Agent agent(config, worker_env, self, spawner, clock, store.link.get(), console,
-              mpi ? &mpi->ranks : nullptr);
-  hook_agent(config, env, agent, driver, store, events.get());
-  if (config.metrics_port != 0 && store.client) {
-    store.collector = std::make_unique<StatusCollector>(*store.client, clock,
-                                                        [&agent] { return agent.round_nnodes(); });
-  }
-  const std::unique_ptr<MetricsServer> metrics =
-      serve_job_pages(config, agent, driver.loop(), store.collector.get(), events.get());
-  const auto token = worker_env.find("DDPLAUNCH_STORE_TOKEN");
-  run_rounds(env, agent, driver, spawner, store, workers_store,
-             token != worker_env.end() ? token->second : std::string());
-  // Every round is over and its workers reaped: the second spawning thread
-  // may go, while this one reports.
-  retire_spawn_thread();
-  if (pmix) {
-    pmix->attach_store(nullptr);
-  }
-  store.close();
-
-  const int exit_code = report(config, env, agent, console, health);
+  LaunchProcess process{config, env, guard, worker_env, console, driver};
+  const int exit_code = launch_node(process);
   // The exit drain, still watching the signals: a stop signal ends it at
   // once (128+N), instead of waiting out a console nobody reads.
   const std::optional<int> drain_signal = driver.drain();
