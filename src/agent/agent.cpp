@@ -25,7 +25,7 @@ Agent::Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner
       m_spawner(spawner),
       m_clock(clock),
       m_link(link),
-      m_router(config, console),
+      m_router(config, console, &clock),
       m_error_files(m_self.job_dir),
       m_stacks(spawner, clock),
       m_mpi(mpi) {

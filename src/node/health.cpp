@@ -16,6 +16,8 @@
 
 #include "config/integer.hpp"
 #include "node/nvml.hpp"
+#include "node/process_usage.hpp"
+#include "posix/fd.hpp"
 #include "posix/signals.hpp"
 
 namespace ddplaunch {
@@ -78,17 +80,9 @@ std::vector<int> pids() {
 }
 
 int parent_of(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto close = text.rfind(')');
-  if (close == std::string::npos) {
-    return 0;
-  }
-  std::istringstream rest(text.substr(close + 1));
-  std::string state;
-  int ppid = 0;
-  rest >> state >> ppid;
-  return ppid;
+  const auto text = posix::read_small_file("/proc/" + std::to_string(pid) + "/stat", 4096);
+  const auto fields = text ? parse_stat(*text) : std::nullopt;
+  return fields ? fields->ppid : 0;
 }
 
 // Calls fn(pid, link target) for each open fd of each process of this user.

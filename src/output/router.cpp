@@ -35,8 +35,15 @@ void keep_earlier(const std::filesystem::path& path) {
   }
 }
 
-OutputRouter::OutputRouter(const Config& config, ConsoleSink& console)
-    : m_config(config), m_console(console), m_err_fd(config.merge_stderr ? 1 : 2) {}
+namespace {
+const SystemClock k_steady;
+}  // namespace
+
+OutputRouter::OutputRouter(const Config& config, ConsoleSink& console, const Clock* clock)
+    : m_config(config),
+      m_console(console),
+      m_clock(clock != nullptr ? *clock : k_steady),
+      m_err_fd(config.merge_stderr ? 1 : 2) {}
 
 void OutputRouter::start(const JobLayout& layout) {
   if (m_log_dir.empty()) {
@@ -304,7 +311,7 @@ void OutputRouter::on_data(int local_rank, Stream stream, std::string_view data)
   process(w, stream, data, m_scratch);
 }
 
-void OutputRouter::note_activity(Channel& c, std::string_view data) {
+void OutputRouter::note_activity(Channel& c, std::string_view data) const {
   const size_t end = data.rfind('\n');
   if (end == std::string_view::npos) {
     return;
@@ -326,7 +333,7 @@ void OutputRouter::note_activity(Channel& c, std::string_view data) {
     line = line.substr(0, keep);
   }
   c.last_line.assign(line);
-  c.last_at = std::chrono::steady_clock::now();
+  c.last_at = m_clock.now();
 }
 
 void OutputRouter::process(RankStreams& w, Stream stream, std::string_view data, Scratch& scratch) {

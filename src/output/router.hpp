@@ -22,6 +22,7 @@
 
 #include "config/config.hpp"
 #include "output/lines.hpp"
+#include "posix/clock.hpp"
 #include "posix/fd.hpp"
 #include "topology/topology.hpp"
 
@@ -71,7 +72,10 @@ class OutputRouter {
     Stream stream = Stream::k_out;
   };
 
-  OutputRouter(const Config& config, ConsoleSink& console);
+  // `clock` (which must outlive it) times each rank's last line: the
+  // Agent's, so that its hang clock and `ddplaunch status` read one clock
+  // (null: the steady clock).
+  OutputRouter(const Config& config, ConsoleSink& console, const Clock* clock = nullptr);
 
   // Prepares one stream pair per local rank of `layout` and opens the log
   // files (before any worker starts, so a bad --log-dir stops nothing); once
@@ -107,7 +111,7 @@ class OutputRouter {
   struct Activity {
     long long lines = 0;
     std::string last_line;
-    std::optional<std::chrono::steady_clock::time_point> last_at;
+    std::optional<Clock::TimePoint> last_at;  // on the router's clock
   };
   static constexpr size_t k_activity_line = 240;
   Activity activity(int local_rank) const;
@@ -125,14 +129,14 @@ class OutputRouter {
     // (cut to k_activity_line bytes) and when it came.
     long long lines = 0;
     std::string last_line;
-    std::chrono::steady_clock::time_point last_at{};
+    Clock::TimePoint last_at{};
   };
   RankStreams& rank_streams(int local_rank) const;
   // Keeps `data`'s last whole line (a progress bar's last state) in `c`,
   // for activity(): a search back from its end. The lines are counted by
   // the scans that already find them (take_line(), take_plain_lines()), and
   // by count_newlines() where nothing scans the bytes.
-  static void note_activity(Channel& c, std::string_view data);
+  void note_activity(Channel& c, std::string_view data) const;
   void process(RankStreams& w, Stream stream, std::string_view data, Scratch& scratch);
   void start_lines(const RankStreams& w, Scratch& scratch);
   void take_line(RankStreams& w, Stream stream, std::string_view line, LineEnd end,
@@ -145,6 +149,7 @@ class OutputRouter {
 
   const Config& m_config;
   ConsoleSink& m_console;
+  const Clock& m_clock;
   std::string m_log_dir;
   std::vector<std::shared_ptr<RankStreams>> m_workers;
   // --duplicate-stdout/stderr-filters: the node's filtered_{stdout,stderr}.log.

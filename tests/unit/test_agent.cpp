@@ -167,6 +167,24 @@ TEST_F(AgentTest, OneNodeRunsItsWorkersToSuccess) {
   EXPECT_TRUE(spawner.signals.empty());
 }
 
+// `ddplaunch status`' last line and its age come from the router, on the
+// Agent's clock: a test moves the time and reads the age it moved.
+TEST_F(AgentTest, AStatusAnswerTellsEachRanksLastLineAndItsAgeOnTheAgentsClock) {
+  make(2, false);
+  agent->on_output(1, Stream::k_out, "epoch 1\nepoch 2 loss 0.5\n");
+  pass(std::chrono::milliseconds(4500));
+  const auto node = agent->status({});
+  ASSERT_TRUE(node);
+  ASSERT_EQ(node->ranks.size(), 2u);
+  EXPECT_EQ(node->ranks[1].last_line, "epoch 2 loss 0.5");
+  EXPECT_EQ(node->ranks[1].progress_events, 2);
+  ASSERT_TRUE(node->ranks[1].since_progress_s);
+  EXPECT_DOUBLE_EQ(*node->ranks[1].since_progress_s, 4.5);
+  StatusRequest only_rank_0;
+  only_rank_0.ranks = std::set<int>{0};
+  EXPECT_EQ(agent->status(only_rank_0)->ranks.size(), 1u);
+}
+
 TEST_F(AgentTest, FirstFailureIsTheRootCauseWithItsLastStderrLines) {
   make(3, false);
   agent->on_output(1, Stream::k_err, "Traceback\nValueError: boom\n");
