@@ -174,7 +174,7 @@ void Driver::serve_when_connected(int listen_fd, std::function<void()> serve) {
   m_loop.set(listen_fd, EPOLLIN, m_tag | k_tag_serve);
 }
 
-void Driver::run(Agent& agent, ProcessSpawner& spawner, bool fault) {
+void Driver::run(Agent& agent, WorkerChildren& spawner, bool fault) {
   m_agent = &agent;
   m_spawner = &spawner;
   m_sink = std::make_unique<WorkerStreams>(agent, fault);
@@ -321,7 +321,7 @@ std::optional<std::pair<pid_t, ExitInfo>> Driver::next_reaped() {
     m_reaped_early.erase(m_reaped_early.begin());
     return first;
   }
-  return reap_any();
+  return m_spawner->reap();
 }
 
 void Driver::reap() {

@@ -68,7 +68,7 @@ class Driver : private posix::EventLoop::Owner {
   // the Agent's time. `fault` (DDPLAUNCH_FAULT=output, for tests): an
   // internal error at a worker's first output, as a node that breaks
   // mid-run. Each argument must outlive the Driver.
-  void run(Agent& agent, ProcessSpawner& spawner, bool fault);
+  void run(Agent& agent, WorkerChildren& spawner, bool fault);
   // Calls `serve` (once) when `listen_fd` first has a connection waiting:
   // a one-node job's store gets its thread only if a worker uses it.
   void serve_when_connected(int listen_fd, std::function<void()> serve);
@@ -103,7 +103,7 @@ class Driver : private posix::EventLoop::Owner {
   uint64_t m_tag;  // this owner's tag base
   // Set by run().
   Agent* m_agent = nullptr;
-  ProcessSpawner* m_spawner = nullptr;
+  WorkerChildren* m_spawner = nullptr;
   uint64_t m_generation_watched = 0;
   // The workers' stdout, stderr and progress pipes (stream 3 * local rank +
   // 0, 1, 2), read into the Agent.

@@ -131,4 +131,8 @@ std::optional<int> ProcessSpawner::local_rank_of(pid_t pid) const {
   return std::nullopt;
 }
 
+std::optional<std::pair<pid_t, ExitInfo>> ProcessSpawner::reap() {
+  return reap_any();
+}
+
 }  // namespace ddplaunch

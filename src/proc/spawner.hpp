@@ -10,10 +10,12 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "env/launch_spec.hpp"
 #include "proc/child.hpp"
+#include "supervise/exit_info.hpp"
 
 namespace ddplaunch {
 
@@ -69,7 +71,26 @@ class Spawner {
   }
 };
 
-class ProcessSpawner : public Spawner {
+// What the Driver asks of the spawner as the round's workers end: their
+// Children (whose pipes go into its pump), which round they are of, who a
+// reaped pid was, and the reaping itself. ProcessSpawner is the real one; a
+// fake lets a unit test order the exits of two rounds in one batch.
+class WorkerChildren : public Spawner {
+ public:
+  virtual std::vector<Child>& children() = 0;
+  // One more each spawn() (a round of a restarted job): the children, and
+  // their pipes, are new.
+  virtual uint64_t generation() const = 0;
+  // The local rank whose stacks the reaped `pid` printed (dump_stacks(),
+  // start_debugger()), or nullopt when it was not one of those debuggers.
+  virtual std::optional<int> debugger_of(pid_t pid) = 0;
+  // The local rank of a worker's pid, if it is one of ours.
+  virtual std::optional<int> local_rank_of(pid_t pid) const = 0;
+  // A child of this process that ended, without waiting, or nullopt.
+  virtual std::optional<std::pair<pid_t, ExitInfo>> reap() = 0;
+};
+
+class ProcessSpawner : public WorkerChildren {
  public:
   std::vector<pid_t> spawn(const std::vector<WorkerSpec>& workers) override;
   void signal(int local_rank, int sig) override;
@@ -84,18 +105,15 @@ class ProcessSpawner : public Spawner {
   // reclaim() finds nothing.
   void set_marker(std::string marker) { m_marker = std::move(marker); }
 
-  std::vector<Child>& children() { return m_children; }
-  // The local rank whose stacks the reaped `pid` printed (dump_stacks(),
-  // start_debugger()), or nullopt when it was not one of those debuggers.
-  std::optional<int> debugger_of(pid_t pid);
-  // One more each spawn() (a round of a restarted job): the children, and
-  // their pipes, are new.
-  uint64_t generation() const { return m_generation; }
+  std::vector<Child>& children() override { return m_children; }
+  std::optional<int> debugger_of(pid_t pid) override;
+  uint64_t generation() const override { return m_generation; }
+  // reap_any().
+  std::optional<std::pair<pid_t, ExitInfo>> reap() override;
   // A child of the launcher that is not the job's (the JobGuard's process):
   // never swept.
   void spare(pid_t pid) { m_spared = pid; }
-  // The local rank of a worker's pid, if it is one of ours.
-  std::optional<int> local_rank_of(pid_t pid) const;
+  std::optional<int> local_rank_of(pid_t pid) const override;
 
  private:
   std::vector<Child> m_children;

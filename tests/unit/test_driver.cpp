@@ -9,12 +9,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <deque>
+#include <functional>
 #include <string>
 
 #include "agent/driver.hpp"
 #include "config/launch_error.hpp"
 #include "posix/fd.hpp"
 #include "proc/spawn.hpp"
+#include "proc/spawner.hpp"
 
 namespace ddplaunch {
 namespace {
@@ -127,6 +130,103 @@ TEST(DriverWaitChild, AStopSignalEndsTheWaitWithItsExitCode) {
           child, [](std::string_view) {}, std::chrono::steady_clock::now() + 30s, "running a test"),
       LaunchError);
   // The Child kills and reaps it as it goes.
+}
+
+// Driver::run() with workers whose exits the test orders: each round's
+// children have real pipes, and their ends come from a queue the fake's
+// reap() empties, so two rounds' exits can fall in one batch.
+struct OrderedChildren : WorkerChildren {
+  std::vector<Child> kids;
+  uint64_t rounds = 0;
+  std::deque<std::pair<pid_t, ExitInfo>> exits;
+  // What round `round`'s only worker does before it ends: writes to its
+  // progress pipe (or not), closes its pipes, and ends with `how`.
+  std::function<void(uint64_t round, Child& child, posix::Fd& progress, ExitInfo& how)> script;
+
+  std::vector<pid_t> spawn(const std::vector<WorkerSpec>& workers) override {
+    kids.clear();
+    ++rounds;
+    std::vector<pid_t> pids;
+    for (size_t i = 0; i < workers.size(); ++i) {
+      auto out = posix::make_pipe();
+      auto err = posix::make_pipe();
+      auto progress = posix::make_pipe();
+      // No process behind it: marked reaped, so nothing is ever signalled.
+      const pid_t pid = static_cast<pid_t>(1000 * rounds + i);
+      Child child(pid, std::move(out.read), std::move(err.read));
+      child.progress() = std::move(progress.read);
+      child.mark_reaped();
+      ExitInfo how = ExitInfo::exited(0);
+      script(rounds - 1, child, progress.write, how);
+      exits.emplace_back(pid, how);  // its pipes' write ends close as they go
+      kids.push_back(std::move(child));
+      pids.push_back(pid);
+    }
+    ::raise(SIGCHLD);
+    return pids;
+  }
+  void signal(int, int) override {}
+  void kill_all() override {}
+  std::vector<Child>& children() override { return kids; }
+  uint64_t generation() const override { return rounds; }
+  std::optional<int> debugger_of(pid_t) override { return std::nullopt; }
+  std::optional<int> local_rank_of(pid_t pid) const override {
+    for (size_t i = 0; i < kids.size(); ++i) {
+      if (kids[i].pid() == pid) {
+        return static_cast<int>(i);
+      }
+    }
+    return std::nullopt;
+  }
+  std::optional<std::pair<pid_t, ExitInfo>> reap() override {
+    if (exits.empty()) {
+      return std::nullopt;
+    }
+    auto first = exits.front();
+    exits.pop_front();
+    return first;
+  }
+};
+
+// The race fixed twice (7861430, e542bbc): round 0's worker fails, and its
+// exit, handled in the reaping loop, restarts the job at once (its pipes
+// had ended); round 1's worker wrote its progress and failed in the same
+// batch of exits. Its pipes must be in the pump before its exit is handled,
+// or its progress is lost and round 1 counts as one without progress.
+TEST(DriverRun, ANewRoundsWorkerEndingInTheSameReapingLoopHasItsProgressCounted) {
+  posix::SignalFd signals{{SIGTERM, SIGCHLD}};
+  posix::Fd null{::open("/dev/null", O_WRONLY | O_CLOEXEC)};
+  ConsoleWriter console{ConsoleWriter::Limits{}, null.get(), null.get()};
+  Driver driver{signals, console};
+  Config config;
+  config.program = "train";
+  config.nproc_per_node = 1;
+  config.max_restarts = 3;
+  config.restart_min_progress = 1;
+  config.max_no_progress_restarts = 0;  // a round without progress ends the job
+  config.term_timeout_s = 5;
+  const EnvMap env{{"PATH", "/bin"}};
+  OrderedChildren children;
+  // Rounds 0 and 1 write their progress and fail (round 1 is spawned within
+  // the reaping of round 0's exit, and its exit is next in that loop); round
+  // 2 succeeds.
+  children.script = [](uint64_t round, Child&, posix::Fd& progress, ExitInfo& how) {
+    if (round < 2) {
+      ASSERT_EQ(::write(progress.get(), "p", 1), 1);
+      how = ExitInfo::exited(1);
+    }
+  };
+  SystemClock clock;
+  Agent agent(config, env, NodeIdentity{"b", "10.0.0.2", 1, 4321, {}, "", {}, {}, "", {}, ""},
+              children, clock, nullptr, console);
+  agent.start();
+  driver.run(agent, children, false);
+  const JobSummary& summary = agent.summary();
+  ASSERT_GE(summary.rounds.size(), 2u);
+  EXPECT_EQ(summary.rounds[1].progress_events, 1) << "round 1's progress, read before its exit";
+  EXPECT_NE(summary.rounds[1].made_progress, false);
+  EXPECT_EQ(children.rounds, 3u) << "round 1 had progress: a restart, not the end";
+  EXPECT_EQ(summary.exit_code, 0);
 }
 
 }  // namespace
