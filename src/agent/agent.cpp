@@ -200,24 +200,6 @@ void Agent::on_worker_exit(int local_rank, const ExitInfo& info) {
   advance();
 }
 
-void Agent::on_output(int local_rank, Stream stream, std::string_view data) {
-  m_router.on_data(local_rank, stream, data);
-  if (m_config.progress_restarts()) {
-    count_progress(std::count(data.begin(), data.end(), '\n'));
-  }
-  // A complete line (or a progress bar's \r update) is progress.
-  // Scanned only with --hang-timeout: this is the output hot path.
-  if (m_config.hang_timeout_s > 0 && static_cast<size_t>(local_rank) < m_last_progress.size() &&
-      data.find_first_of("\n\r") != std::string_view::npos) {
-    m_last_progress[static_cast<size_t>(local_rank)] = m_clock.now();
-  }
-}
-
-bool Agent::output_needs_only_router() const {
-  return m_config.hang_timeout_s <= 0 && !m_config.progress_restarts() &&
-         m_router.streams_independent();
-}
-
 void Agent::on_output_closed(int local_rank, Stream stream) {
   m_router.on_close(local_rank, stream);
   advance();
@@ -225,6 +207,7 @@ void Agent::on_output_closed(int local_rank, Stream stream) {
 
 void Agent::on_time() {
   const auto now = m_clock.now();
+  note_progress();
   m_stacks.on_time();
   check_hangs(now);
   if (m_supervisor && m_phase == Phase::k_running) {

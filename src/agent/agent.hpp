@@ -127,18 +127,20 @@ class Agent : public JobLink::Listener {
   void preempt(int sig, bool workers_have_it = false);
   // Worker `local_rank` ended; its pipes were read up to now first.
   void on_worker_exit(int local_rank, const ExitInfo& info);
-  void on_output(int local_rank, Stream stream, std::string_view data);
-  // Whether a worker's output needs nothing from the agent beyond the
-  // router (no --hang-timeout or --restart-min-progress counting lines, no
-  // shared filter file): then a flooding stream may be read on a reader
-  // thread, straight into `router()`.
-  bool output_needs_only_router() const;
+  // The workers' output goes to the router, the one keeper of each rank's
+  // lines and of when it last showed progress (on this Agent's Clock); the
+  // Agent reads it there (the hang watch, --restart-min-progress, status).
   OutputRouter& router() { return m_router; }
+  // --hang-timeout: a rank's hang clock stands still while its output is
+  // not read (on_output_paused()), so its streams are read on this thread,
+  // where a pause is seen, never on a reader thread.
+  bool watches_hangs() const { return m_config.hang_timeout_s > 0; }
   // Worker `local_rank` wrote to its progress pipe (DDPLAUNCH_PROGRESS_FD).
   void on_progress(int local_rank);
-  // --restart-min-progress: this round's progress events here, and whether
-  // they are enough (the link is told once they are).
-  void count_progress(long long events);
+  // --restart-min-progress: this round's progress events here (the ranks'
+  // lines and progress-pipe writes while it ran), and whether they are
+  // enough (the link is told once they are, at the next on_time()).
+  long long round_progress() const;
   bool made_progress() const;
   bool round_made_progress() const;
   RoundSummary round_summary(const Decision& d, bool regroup) const;
@@ -207,6 +209,12 @@ class Agent : public JobLink::Listener {
   // --hang-timeout: when the first running rank without progress is due.
   std::optional<TimePoint> hang_deadline() const;
   bool hang_clock_runs(size_t local_rank) const;
+  // When rank `local_rank` last showed progress: a line or a '\r' update
+  // (the router's), a progress-pipe write, its start, the time its output
+  // was not read (paused) not counted.
+  TimePoint last_progress(size_t local_rank) const;
+  // --restart-min-progress: tells the link once this round's progress is enough.
+  void note_progress();
   void check_hangs(TimePoint now);
   std::string socket_ifname(const Topology& topology, int node_rank) const;
   // --- MPI (agent_mpi.cpp) ----------------------------------------------------
@@ -327,7 +335,9 @@ class Agent : public JobLink::Listener {
   std::vector<long long> m_progress_writes;  // each rank's writes to DDPLAUNCH_PROGRESS_FD
   double m_rendezvous_began = 0;             // wall time this round's rendezvous began
   double m_agent_began = 0;                  // wall time start() was called
-  long long m_round_progress = 0;
+  long long m_round_progress = 0;  // round_progress(), kept once the round stopped running
+  bool m_progress_frozen = false;
+  bool m_progress_reported = false;
   std::vector<RoundSummary> m_rounds;  // the rounds that ended in a restart
   // --hang-timeout: each rank's last progress; the rank found hung, how long
   // it had shown none, and when it is killed if SIGABRT did not end it.

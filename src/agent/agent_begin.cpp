@@ -161,6 +161,8 @@ bool Agent::spawn_round(const JobLayout& layout, int node_rank) {
 void Agent::begin(const Topology& topology, int node_rank) {
   m_topology = topology;
   m_round_progress = 0;
+  m_progress_frozen = false;
+  m_progress_reported = false;
   bool mpi = false;
   const JobLayout layout = plan_round(topology, node_rank, mpi);
   report_round(layout, mpi);

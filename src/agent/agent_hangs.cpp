@@ -10,28 +10,44 @@
 
 namespace ddplaunch {
 
-void Agent::count_progress(long long events) {
-  if (events <= 0 || m_phase != Phase::k_running) {
-    return;
+long long Agent::round_progress() const {
+  if (m_progress_frozen) {
+    return m_round_progress;
   }
-  const bool had = made_progress();
-  m_round_progress += events;
-  if (!had && made_progress() && m_link != nullptr) {
-    m_link->report_progress();
+  long long events = 0;
+  for (size_t i = 0; i < m_pids.size() && i < m_progress_writes.size(); ++i) {
+    events += m_router.lines(static_cast<int>(i)) + m_progress_writes[i];
   }
+  return events;
 }
 
 bool Agent::made_progress() const {
-  return m_round_progress >= m_config.restart_min_progress;
+  return round_progress() >= m_config.restart_min_progress;
+}
+
+void Agent::note_progress() {
+  if (m_config.progress_restarts() && !m_progress_reported && m_phase == Phase::k_running &&
+      made_progress()) {
+    m_progress_reported = true;
+    if (m_link != nullptr) {
+      m_link->report_progress();
+    }
+  }
+}
+
+Agent::TimePoint Agent::last_progress(size_t i) const {
+  TimePoint last = m_last_progress.at(i);
+  if (const auto at = m_router.progress_at(static_cast<int>(i)); at && *at > last) {
+    last = *at;
+  }
+  return last;
 }
 
 void Agent::on_progress(int local_rank) {
-  if (m_config.progress_restarts()) {
-    count_progress(1);
-  }
   if (static_cast<size_t>(local_rank) < m_last_progress.size()) {
     m_last_progress[static_cast<size_t>(local_rank)] = m_clock.now();
     ++m_progress_writes[static_cast<size_t>(local_rank)];
+    note_progress();
   }
 }
 
@@ -46,7 +62,8 @@ void Agent::on_output_paused(int local_rank, bool paused) {
       m_paused_since[i] = m_clock.now();
     }
   } else if (count > 0 && --count == 0) {
-    m_last_progress[i] += m_clock.now() - m_paused_since[i];  // the time stopped is not counted
+    // The time stopped is not counted: its last progress moves on by it.
+    m_last_progress[i] = last_progress(i) + (m_clock.now() - m_paused_since[i]);
   }
 }
 
@@ -69,8 +86,8 @@ std::optional<Agent::TimePoint> Agent::hang_deadline() const {
   }
   std::optional<TimePoint> first;
   for (size_t i = 0; i < m_last_progress.size(); ++i) {
-    if (hang_clock_runs(i) && (!first || m_last_progress[i] < *first)) {
-      first = m_last_progress[i];
+    if (hang_clock_runs(i) && (!first || last_progress(i) < *first)) {
+      first = last_progress(i);
     }
   }
   if (first) {
@@ -106,8 +123,8 @@ void Agent::check_hangs(TimePoint now) {
     return;
   }
   for (size_t i = 0; i < m_last_progress.size(); ++i) {
-    if (hang_clock_runs(i) && now - m_last_progress[i] >= millis(m_config.hang_timeout_s)) {
-      const double seconds = std::chrono::duration<double>(now - m_last_progress[i]).count();
+    if (hang_clock_runs(i) && now - last_progress(i) >= millis(m_config.hang_timeout_s)) {
+      const double seconds = std::chrono::duration<double>(now - last_progress(i)).count();
       take_hung_stacks(now, fmt::format("rank {} on {} shows no progress for {:.1f} s: the job is "
                                         "hung",
                                         m_plan->workers.at(i).rank, node_name(), seconds));
@@ -122,7 +139,7 @@ void Agent::take_hung_stacks(TimePoint now, const std::string& why) {
   bool native = false;
   bool no_debugger = false;  // a native rank whose stacks no debugger can print
   for (size_t i = 0; i < m_last_progress.size(); ++i) {
-    const auto quiet = now - m_last_progress[i];
+    const auto quiet = now - last_progress(i);
     if (!hang_clock_runs(i) || quiet < millis(m_config.hang_timeout_s) / 2) {
       continue;
     }

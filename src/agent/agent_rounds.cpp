@@ -14,6 +14,8 @@ namespace ddplaunch {
 void Agent::start_finishing() {
   log::debug("every local worker has ended: finishing");
   m_phase = Phase::k_finishing;
+  m_round_progress = round_progress();  // what the round made while it ran
+  m_progress_frozen = true;
   m_spawner.kill_all();
   m_drain_deadline = m_clock.now() + k_drain_timeout;
   m_sweep_at = m_clock.now() + k_sweep_after;
@@ -131,7 +133,7 @@ RoundSummary Agent::round_summary(const Decision& d, bool regroup) const {
   r.end_time = m_clock.wall_now();
   r.replaced = m_replaced;
   if (m_config.progress_restarts()) {
-    r.progress_events = m_round_progress;
+    r.progress_events = round_progress();
     r.made_progress = round_made_progress();
   }
   return r;

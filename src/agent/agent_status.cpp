@@ -150,10 +150,7 @@ RankStatus Agent::rank_status(size_t i, const ProcessUsage& usage, TimePoint now
                               double wall) const {
   const auto exit = m_supervisor ? m_supervisor->exit_of(static_cast<int>(i)) : std::nullopt;
   const OutputRouter::Activity act = m_router.activity(static_cast<int>(i));
-  auto last = i < m_last_progress.size() ? m_last_progress[i] : now;
-  if (act.last_at && *act.last_at > last) {
-    last = *act.last_at;
-  }
+  const TimePoint last = i < m_last_progress.size() ? last_progress(i) : now;
   RankStatus r;
   r.rank = m_plan->workers[i].rank;
   r.local_rank = static_cast<int>(i);

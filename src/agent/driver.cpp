@@ -37,6 +37,10 @@ constexpr auto k_failure_wait = std::chrono::seconds(1);
 
 // The workers' streams go to the Agent; DDPLAUNCH_FAULT=output (`fault`)
 // throws at the first bytes.
+// The workers' streams: their bytes straight into the router (the progress
+// pipe's, which only say a rank is alive, to the Agent); their ends and
+// pauses to the Agent, whose round they are part of. DDPLAUNCH_FAULT=output
+// (`fault`) throws at the first bytes.
 class Driver::WorkerStreams : public StreamPump::Sink {
  public:
   WorkerStreams(Agent& agent, bool fault) : m_agent(agent), m_fault(fault) {}
@@ -45,7 +49,7 @@ class Driver::WorkerStreams : public StreamPump::Sink {
       m_agent.on_progress(local_rank(id));  // what it wrote only says it is alive
       return;
     }
-    m_agent.on_output(local_rank(id), stream(id), data);
+    m_agent.router().on_data(local_rank(id), stream(id), data);
     if (m_fault) {
       throw std::runtime_error("the fault DDPLAUNCH_FAULT=output asked for");
     }
@@ -58,8 +62,11 @@ class Driver::WorkerStreams : public StreamPump::Sink {
   void on_paused(StreamPump::Id id, bool paused) override {
     m_agent.on_output_paused(local_rank(id), paused);
   }
+  // A flooding stream may be read on a reader thread, straight into the
+  // router, unless the streams share a filter file or the hang watch must
+  // see its pauses.
   std::optional<OutputRouter::StreamRef> reader_stream(StreamPump::Id id) override {
-    if (m_fault || !m_agent.output_needs_only_router()) {
+    if (m_fault || !m_agent.router().streams_independent() || m_agent.watches_hangs()) {
       return std::nullopt;
     }
     return m_agent.router().stream_ref(local_rank(id), stream(id));

@@ -106,7 +106,7 @@ class Driver : private posix::EventLoop::Owner {
   WorkerChildren* m_spawner = nullptr;
   uint64_t m_generation_watched = 0;
   // The workers' stdout, stderr and progress pipes (stream 3 * local rank +
-  // 0, 1, 2), read into the Agent.
+  // 0, 1, 2), read into the Agent's router.
   std::unique_ptr<WorkerStreams> m_sink;
   std::unique_ptr<StreamPump> m_pump;
   int m_serve_fd = -1;  // serve_when_connected()'s listener, until a client comes

@@ -149,6 +149,28 @@ OutputRouter::Activity OutputRouter::activity(int local_rank) const {
   return a;
 }
 
+long long OutputRouter::lines(int local_rank) const {
+  RankStreams& w = rank_streams(local_rank);
+  long long n = 0;
+  for (Channel& c : w.channels) {
+    std::lock_guard lock(c.mutex);
+    n += c.lines;
+  }
+  return n;
+}
+
+std::optional<Clock::TimePoint> OutputRouter::progress_at(int local_rank) const {
+  RankStreams& w = rank_streams(local_rank);
+  std::optional<Clock::TimePoint> at;
+  for (Channel& c : w.channels) {
+    std::lock_guard lock(c.mutex);
+    if (c.progress_at && (!at || *c.progress_at > *at)) {
+      at = c.progress_at;
+    }
+  }
+  return at;
+}
+
 void OutputRouter::keep_stderr_lines(int local_rank, size_t lines) {
   RankStreams& w = rank_streams(local_rank);
   std::lock_guard lock(w.channels[1].mutex);
@@ -314,6 +336,9 @@ void OutputRouter::on_data(int local_rank, Stream stream, std::string_view data)
 void OutputRouter::note_activity(Channel& c, std::string_view data) const {
   const size_t end = data.rfind('\n');
   if (end == std::string_view::npos) {
+    if (data.find('\r') != std::string_view::npos) {
+      c.progress_at = m_clock.now();  // a progress bar's update: progress, not a line
+    }
     return;
   }
   size_t begin = end == 0 ? std::string_view::npos : data.rfind('\n', end - 1);
@@ -334,6 +359,7 @@ void OutputRouter::note_activity(Channel& c, std::string_view data) const {
   }
   c.last_line.assign(line);
   c.last_at = m_clock.now();
+  c.progress_at = c.last_at;
 }
 
 void OutputRouter::process(RankStreams& w, Stream stream, std::string_view data, Scratch& scratch) {

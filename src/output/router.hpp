@@ -115,6 +115,11 @@ class OutputRouter {
   };
   static constexpr size_t k_activity_line = 240;
   Activity activity(int local_rank) const;
+  // The cheap parts of it, for the hang watch and --restart-min-progress:
+  // the rank's lines so far this round, and when it last showed progress (a
+  // whole line, or a progress bar's '\r' update; nullopt: not yet).
+  long long lines(int local_rank) const;
+  std::optional<Clock::TimePoint> progress_at(int local_rank) const;
   // The directory the log files go to ("" when none).
   const std::string& log_dir() const { return m_log_dir; }
 
@@ -130,6 +135,7 @@ class OutputRouter {
     long long lines = 0;
     std::string last_line;
     Clock::TimePoint last_at{};
+    std::optional<Clock::TimePoint> progress_at;  // a line or a '\r' update
   };
   RankStreams& rank_streams(int local_rank) const;
   // Keeps `data`'s last whole line (a progress bar's last state) in `c`,

@@ -154,7 +154,7 @@ TEST_F(AgentTest, OneNodeRunsItsWorkersToSuccess) {
   EXPECT_EQ(spawner.spawned[0].size(), 3u);
   EXPECT_EQ(spawner.spawned[0][2].env.at("RANK"), "2");
   EXPECT_EQ(spawner.spawned[0][2].env.at("MASTER_PORT"), "4321");
-  agent->on_output(1, Stream::k_out, "hello\npart");
+  agent->router().on_data(1, Stream::k_out, "hello\npart");
   for (int lr = 0; lr < 3; ++lr) {
     EXPECT_FALSE(agent->done());
     ends(lr, ExitInfo::exited(0));
@@ -171,7 +171,7 @@ TEST_F(AgentTest, OneNodeRunsItsWorkersToSuccess) {
 // Agent's clock: a test moves the time and reads the age it moved.
 TEST_F(AgentTest, AStatusAnswerTellsEachRanksLastLineAndItsAgeOnTheAgentsClock) {
   make(2, false);
-  agent->on_output(1, Stream::k_out, "epoch 1\nepoch 2 loss 0.5\n");
+  agent->router().on_data(1, Stream::k_out, "epoch 1\nepoch 2 loss 0.5\n");
   pass(std::chrono::milliseconds(4500));
   const auto node = agent->status({});
   ASSERT_TRUE(node);
@@ -187,7 +187,7 @@ TEST_F(AgentTest, AStatusAnswerTellsEachRanksLastLineAndItsAgeOnTheAgentsClock) 
 
 TEST_F(AgentTest, FirstFailureIsTheRootCauseWithItsLastStderrLines) {
   make(3, false);
-  agent->on_output(1, Stream::k_err, "Traceback\nValueError: boom\n");
+  agent->router().on_data(1, Stream::k_err, "Traceback\nValueError: boom\n");
   ends(1, ExitInfo::exited(7));
   EXPECT_EQ(spawner.count(SIGTERM), 2);
   ends(0, ExitInfo::signaled(SIGTERM));
@@ -392,7 +392,7 @@ TEST_F(AgentTest, RemoteVerdictStopsTheWorkersAndDecidesTheExitCode) {
 TEST_F(AgentTest, LocalFailureIsPublishedWithItsRootCause) {
   make(2, true);
   agent->on_joined(two_nodes(2), 1, {});
-  agent->on_output(0, Stream::k_err, "boom\n");
+  agent->router().on_data(0, Stream::k_err, "boom\n");
   ends(0, ExitInfo::exited(5));
   ASSERT_EQ(link.published.size(), 1u);
   EXPECT_EQ(link.published[0].exit_code, 5);
@@ -474,7 +474,7 @@ TEST_F(AgentTest, StalledLinkDelaysNeitherOutputNorTheEnd) {
   agent->on_signal(SIGINT);
   ASSERT_EQ(link.published.size(), 1u);
   // The store never answers; output and exits are still handled at once.
-  agent->on_output(0, Stream::k_out, "still here\n");
+  agent->router().on_data(0, Stream::k_out, "still here\n");
   EXPECT_EQ(console.out, "[rank 0]: still here\n");
   ends(0, ExitInfo::signaled(SIGINT));
   ends(1, ExitInfo::signaled(SIGINT));
@@ -770,9 +770,9 @@ TEST_F(AgentTest, ARankWithoutProgressIsHungAskedForItsStacksAndFails) {
   EXPECT_TRUE(spawner.spawned[0][0].progress_pipe);
   ASSERT_EQ(agent->next_deadline(), clock.t + 10s);
   pass(6s);
-  agent->on_output(0, Stream::k_err, "step 1\n");    // a line: progress
-  agent->on_progress(2);                             // a write to its progress fd
-  agent->on_output(1, Stream::k_out, "no newline");  // not progress
+  agent->router().on_data(0, Stream::k_err, "step 1\n");    // a line: progress
+  agent->on_progress(2);                                    // a write to its progress fd
+  agent->router().on_data(1, Stream::k_out, "no newline");  // not progress
   pass(4s);
   EXPECT_EQ(spawner.signals, (std::vector<std::pair<int, int>>{{1, SIGABRT}}));
   ends(1, ExitInfo::signaled(SIGABRT));
@@ -817,7 +817,7 @@ TEST_F(AgentTest, AHungNativeRanksStacksArePrintedBeforeItIsAborted) {
   pass(1s);
   EXPECT_EQ(spawner.dumps, (std::vector<int>{1}));
   EXPECT_EQ(spawner.count(SIGABRT), 0) << "not while the debugger prints its stacks";
-  agent->on_output(1, Stream::k_err, "#0  0x00007f clock_nanosleep\n");
+  agent->router().on_data(1, Stream::k_err, "#0  0x00007f clock_nanosleep\n");
   agent->on_stacks_dumped(1, 0);
   EXPECT_EQ(spawner.signals, (std::vector<std::pair<int, int>>{{1, SIGABRT}}));
   ends(1, ExitInfo::signaled(SIGABRT));
@@ -841,12 +841,12 @@ TEST_F(AgentTest, EveryRankWithoutProgressGivesItsStacksAndTheOddOneIsBlamed) {
   agent->on_progress(2);  // 3 s before the hang: without progress for long enough too
   pass(3s);
   EXPECT_EQ(spawner.dumps, (std::vector<int>{0, 1, 2}));
-  agent->on_output(0, Stream::k_err, "TID 10:\n#0  0x1 MPI_Allreduce\n#1  0x2 main\n");
+  agent->router().on_data(0, Stream::k_err, "TID 10:\n#0  0x1 MPI_Allreduce\n#1  0x2 main\n");
   agent->on_stacks_dumped(0, 0);
-  agent->on_output(1, Stream::k_err, "TID 11:\n#0  0x1 read_input\n#1  0x2 main\n");
+  agent->router().on_data(1, Stream::k_err, "TID 11:\n#0  0x1 read_input\n#1  0x2 main\n");
   agent->on_stacks_dumped(1, 0);
   EXPECT_EQ(spawner.count(SIGABRT), 0) << "not while a debugger still prints";
-  agent->on_output(2, Stream::k_err, "TID 12:\n#0  0x1 MPI_Allreduce\n#1  0x2 main\n");
+  agent->router().on_data(2, Stream::k_err, "TID 12:\n#0  0x1 MPI_Allreduce\n#1  0x2 main\n");
   agent->on_stacks_dumped(2, 0);
   EXPECT_EQ(spawner.signals,
             (std::vector<std::pair<int, int>>{{0, SIGABRT}, {1, SIGABRT}, {2, SIGABRT}}));
