@@ -8,8 +8,9 @@ from the first node's entry to the last node holding every node's data.
 
     /usr/bin/python3 bench/fence.py [--build build] [--nodes 64 256 1024] [--bytes 2048]
 
-Each node makes four requests whatever N (the unit test counts them); the
-bytes each node reads grow with N (an allgather: every node gets all data).
+Each node makes six requests whatever N (the unit test counts them: four
+for the fence, two to delete its record and count itself out); the bytes
+each node reads grow with N (an allgather: every node gets all data).
 """
 import argparse
 import json
