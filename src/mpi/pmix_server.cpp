@@ -40,6 +40,9 @@ std::unique_ptr<PmixServer> PmixServer::start(Options) {
   log::debug("no PMIx server for the workers: this ddplaunch was built without libpmix-dev");
   return nullptr;
 }
+std::unique_ptr<PmixServer> PmixServer::for_tests(const PmixJob&) {
+  return nullptr;
+}
 bool PmixServer::ready() {
   return false;
 }
@@ -155,6 +158,18 @@ void PmixServer::begin() {
     }
     started();
   });
+}
+
+std::unique_ptr<PmixServer> PmixServer::for_tests(const PmixJob& job) {
+  if (upcall_target() != nullptr) {
+    return nullptr;
+  }
+  std::unique_ptr<PmixServer> server(new PmixServer(Options{}));
+  set_upcall_target(server.get());
+  server->m_started = true;  // its queue is read; m_running stays false: no libpmix to finalize
+  server->m_job = job;
+  server->m_registered = job.nspace;
+  return server;
 }
 
 bool PmixServer::ready() {

@@ -55,6 +55,12 @@ class PmixServer : public MpiHost {
   // the machine's topology comes from this user's cache when it fits
   // (mpi/topology_cache), and a discovered one is cached.
   static std::unique_ptr<PmixServer> start(Options options);
+  // For unit tests of the upcall families: a server without libpmix, its
+  // round `job` taken as registered. The upcalls' table
+  // (pmix_upcall_module(), mpi/pmix_upcalls.hpp) posts to it as libpmix's
+  // thread would, and handle_upcalls() carries them out. nullptr while
+  // another server lives (one per process).
+  static std::unique_ptr<PmixServer> for_tests(const PmixJob& job);
   ~PmixServer() override;
   PmixServer(const PmixServer&) = delete;
   PmixServer& operator=(const PmixServer&) = delete;
