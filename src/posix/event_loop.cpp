@@ -50,10 +50,9 @@ uint64_t EventLoop::attach(Owner& owner) {
 }
 
 void EventLoop::detach(Owner& owner) {
+  // Its slot stays empty, never reused: an event of its still waiting in a
+  // batch being handed out finds no owner, not the next one attached.
   std::replace(m_owners.begin(), m_owners.end(), &owner, static_cast<Owner*>(nullptr));
-  while (!m_owners.empty() && m_owners.back() == nullptr) {
-    m_owners.pop_back();
-  }
 }
 
 EventLoop::Owner* EventLoop::owner_of(uint64_t tag) const {

@@ -59,7 +59,8 @@ class EventLoop {
   // above every tag a caller of set() picks by hand (those stay below
   // k_owner_span). Owners are prepared and timed in the order attached.
   uint64_t attach(Owner& owner);
-  // Detaches `owner`; its fds must be removed (or closed) first.
+  // Detaches `owner`; its fds must be removed (or closed) first. Its tags
+  // are never given to another owner.
   void detach(Owner& owner);
   // The owner of `tag`, if an attached one has it.
   Owner* owner_of(uint64_t tag) const;

@@ -144,6 +144,10 @@ TEST(EventLoopOwners, EachReadyFdGoesToItsOwnerAndEveryOwnerIsPreparedThenTimed)
   EXPECT_EQ(log[2], "b ready 2");
   loop.detach(a);
   EXPECT_EQ(loop.owner_of(base_a | 1), nullptr);
+  Recorder c(log, "c");
+  const uint64_t base_c = loop.attach(c);
+  EXPECT_NE(base_c, base_a) << "a detached owner's tags go to nobody else";
+  EXPECT_EQ(loop.owner_of(base_a | 1), nullptr);
   loop.remove(pa.read);
   loop.remove(pb.read);
   loop.remove(bare.read);
