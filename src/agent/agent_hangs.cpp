@@ -86,8 +86,12 @@ std::optional<Agent::TimePoint> Agent::hang_deadline() const {
   }
   std::optional<TimePoint> first;
   for (size_t i = 0; i < m_last_progress.size(); ++i) {
-    if (hang_clock_runs(i) && (!first || last_progress(i) < *first)) {
-      first = last_progress(i);
+    if (!hang_clock_runs(i)) {
+      continue;
+    }
+    const TimePoint last = last_progress(i);
+    if (!first || last < *first) {
+      first = last;
     }
   }
   if (first) {
@@ -123,8 +127,9 @@ void Agent::check_hangs(TimePoint now) {
     return;
   }
   for (size_t i = 0; i < m_last_progress.size(); ++i) {
-    if (hang_clock_runs(i) && now - last_progress(i) >= millis(m_config.hang_timeout_s)) {
-      const double seconds = std::chrono::duration<double>(now - last_progress(i)).count();
+    const auto quiet = hang_clock_runs(i) ? now - last_progress(i) : TimePoint::duration(0);
+    if (quiet >= millis(m_config.hang_timeout_s)) {
+      const double seconds = std::chrono::duration<double>(quiet).count();
       take_hung_stacks(now, fmt::format("rank {} on {} shows no progress for {:.1f} s: the job is "
                                         "hung",
                                         m_plan->workers.at(i).rank, node_name(), seconds));

@@ -35,8 +35,6 @@ constexpr auto k_failure_wait = std::chrono::seconds(1);
 
 }  // namespace
 
-// The workers' streams go to the Agent; DDPLAUNCH_FAULT=output (`fault`)
-// throws at the first bytes.
 // The workers' streams: their bytes straight into the router (the progress
 // pipe's, which only say a rank is alive, to the Agent); their ends and
 // pauses to the Agent, whose round they are part of. DDPLAUNCH_FAULT=output
@@ -92,7 +90,7 @@ Driver::Driver(posix::SignalFd& signals, ConsoleWriter& console)
   m_loop.set(console.wake_fd(), EPOLLIN, m_tag | k_tag_console);
 }
 
-void Driver::read_signals_while(const std::string& doing, bool& child_ended) {
+void Driver::read_signals_while(const std::string& doing) {
   // One policy (supervise/signal_policy.hpp): SIGUSR1/2 have no worker to
   // reach yet and are dropped; a stop signal ends the wait.
   while (auto sig = m_signals.read_one()) {
@@ -100,7 +98,7 @@ void Driver::read_signals_while(const std::string& doing, bool& child_ended) {
       throw LaunchError(128 + *sig,
                         std::string("stopped by signal ") + strsignal(*sig) + " while " + doing);
     }
-    child_ended = child_ended || *sig == SIGCHLD;
+    m_reap_due = m_reap_due || *sig == SIGCHLD;
   }
 }
 
@@ -111,7 +109,6 @@ bool Driver::wait_readable(int fd, TimePoint deadline, const std::string& doing)
     int fd;
     ~Forget() { loop.remove(fd); }
   } forget{m_loop, fd};
-  bool child_ended = false;
   while (std::chrono::steady_clock::now() < deadline) {
     for (const auto& ready : m_loop.wait(deadline)) {
       if (ready.tag == (m_tag | k_tag_waited)) {
@@ -120,7 +117,7 @@ bool Driver::wait_readable(int fd, TimePoint deadline, const std::string& doing)
       if (ready.tag == (m_tag | k_tag_console)) {
         m_console.read_wake();
       } else if (ready.tag == (m_tag | k_tag_signals)) {
-        read_signals_while(doing, child_ended);
+        read_signals_while(doing);
       }
     }
   }
@@ -141,10 +138,10 @@ std::optional<ExitInfo> Driver::wait_child(Child& child,
     pump.add(0, std::move(child.out()), 0);  // 0: never paused for the console
   }
   std::optional<ExitInfo> ended;
-  bool child_ended = true;  // a SIGCHLD may have come before the pump was set up
+  m_reap_due = true;  // a SIGCHLD may have come before the pump was set up
   while (!ended) {
-    if (child_ended) {
-      child_ended = false;
+    if (m_reap_due) {
+      m_reap_due = false;
       while (auto reaped = reap_any()) {
         if (reaped->first == child.pid()) {
           ended = reaped->second;
@@ -165,7 +162,7 @@ std::optional<ExitInfo> Driver::wait_child(Child& child,
       } else if (ready.tag == (m_tag | k_tag_console)) {
         m_console.read_wake();
       } else if (ready.tag == (m_tag | k_tag_signals)) {
-        read_signals_while(doing, child_ended);
+        read_signals_while(doing);
       }
     }
   }
@@ -250,8 +247,9 @@ void Driver::prepare() {
   if (m_pump != nullptr) {
     sync_worker_fds();
     m_pump->set_bounded(m_agent->workers_ended());
-    if (!m_reaped_early.empty()) {
-      reap();  // children wait_child() reaped, told now
+    if (m_reap_due || !m_reaped_early.empty()) {
+      m_reap_due = false;
+      reap();  // a SIGCHLD a wait read, or children wait_child() reaped: told now
     }
   }
 }

@@ -93,8 +93,8 @@ class Driver : private posix::EventLoop::Owner {
   void on_signals();
   void reap();
   // A stop signal among those read: throws as wait_readable() says; a
-  // SIGCHLD read sets `child_ended`.
-  void read_signals_while(const std::string& doing, bool& child_ended);
+  // SIGCHLD read makes a reap due.
+  void read_signals_while(const std::string& doing);
   std::optional<std::pair<pid_t, ExitInfo>> next_reaped();
 
   posix::SignalFd& m_signals;
@@ -113,6 +113,8 @@ class Driver : private posix::EventLoop::Owner {
   std::function<void()> m_serve;
   // Children wait_child() reaped that were not its own, for reap().
   std::vector<std::pair<pid_t, ExitInfo>> m_reaped_early;
+  // A wait read a SIGCHLD: the run reaps at its next turn.
+  bool m_reap_due = false;
 };
 
 }  // namespace ddplaunch
