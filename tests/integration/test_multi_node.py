@@ -8,8 +8,8 @@ import socket
 
 import pytest
 
-from conftest import (SOURCE_DIR, TORCH_PYTHON, env_lines, finish, free_port, needs_torch, wait_until,
-                      worker)
+from conftest import (SOURCE_DIR, TORCH_PYTHON, env_lines, finish, free_port, needs_torch, read_until,
+                      wait_until, worker)
 
 FAST = ["--heartbeat-interval", "0.2", "--heartbeat-timeout", "2", "--term-timeout", "5"]
 
@@ -279,6 +279,34 @@ def test_killed_master_ends_the_job_everywhere(jobs, tmp_path):
     for rc, out, err in finish(procs[1:]):
         assert rc == 4, err
         assert "lost contact with the store" in err
+
+
+def test_members_whose_node_0_was_started_again_join_its_new_store(jobs):
+    """Two members had stored their join records when node 0's agent was
+    SIGKILLed; it is started again on the same port. Each member, joining
+    again, finds its arrival gone from the new store and takes a new one:
+    the job runs on all three (before, every node waited out
+    --rdzv-timeout with "2/3 joined")."""
+    port = free_port()
+    args = ["--nnodes", 3, "--nproc-per-node", 1, "--master-port", port, "--rdzv-timeout", 60]
+    node0 = jobs.start([*args, "--", "true"])
+
+    def listening():
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+    assert wait_until(listening, timeout=60)
+    members = [jobs.start([*args, "--log-level", "debug", "--", "true"]) for _ in range(2)]
+    for m in members:
+        said = read_until(m.stderr, "joined as arrival")
+        assert said and "joined as arrival" in said[-1], "".join(said)
+    node0.kill()
+    node0.wait()
+    again = jobs.start([*args, "--", "true"])
+    for rc, out, err in finish([again, *members], timeout=120):
+        assert rc == 0, err
 
 
 def test_stopped_agent_is_lost_by_heartbeat(jobs, tmp_path):
