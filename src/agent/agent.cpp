@@ -27,12 +27,7 @@ Agent::Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner
       m_link(link),
       m_router(config, console, &clock),
       m_error_files(m_self.job_dir),
-      m_stacks(spawner, clock),
-      m_mpi(mpi) {
-  if (m_config.python_stacks_signal && !m_self.job_dir.empty()) {
-    m_stacks.use_python_signal(*m_config.python_stacks_signal, python_stacks_dir(m_self.job_dir));
-  }
-}
+      m_mpi(mpi) {}
 
 std::string Agent::node_name() const {
   if (m_plan) {
@@ -54,16 +49,7 @@ std::optional<int> Agent::node_rank() const {
 void Agent::start() {
   m_start_time = m_clock.wall_now();
   m_agent_began = m_start_time;
-  if (m_events != nullptr) {
-    if (m_link == nullptr || m_config.node_rank) {
-      m_events->set_node_rank(m_link == nullptr ? 0 : *m_config.node_rank);
-    }
-    event("agent_start", EventFields()
-                             .text("run_id", m_config.rdzv_id)
-                             .num("nnodes", m_config.nnodes)
-                             .num("nproc", m_self.nproc)
-                             .num("max_restarts", m_config.max_restarts));
-  }
+  tell(&RoundObserver::on_agent_start);
   if (m_link == nullptr) {
     const int port = m_config.worker_port.value_or(m_self.free_port);
     Topology t =
@@ -93,8 +79,7 @@ void Agent::start() {
   self.job_id = m_self.job_id;
   self.restart_min_progress = m_config.restart_min_progress;
   self.max_no_progress_restarts = m_config.max_no_progress_restarts;
-  m_rendezvous_began = m_clock.wall_now();
-  event("rendezvous_start", EventFields().num("round", m_round));
+  tell(&RoundObserver::on_rendezvous_start);
   m_link->join(self);
 }
 
@@ -183,19 +168,7 @@ void Agent::on_worker_exit(int local_rank, const ExitInfo& info) {
   }
   m_end_times.at(static_cast<size_t>(local_rank)) = m_clock.wall_now();
   log::debug("local rank {} ended: {}", local_rank, info.describe());
-  if (m_events != nullptr && m_plan) {
-    const auto lr = static_cast<size_t>(local_rank);
-    EventFields f;
-    f.num("round", m_round)
-        .num("rank", m_plan->layout.rank_offset + local_rank)
-        .num("local_rank", local_rank)
-        .num("pid", lr < m_pids.size() ? m_pids[lr] : -1)
-        .num("exit_code", info.shell_code());
-    f.text_or_null("signal",
-                   info.by_signal() ? std::optional(signal_name(info.signal())) : std::nullopt);
-    f.real("seconds", m_end_times[lr] - m_start_time);
-    event("rank_exit", f);
-  }
+  tell(&RoundObserver::on_rank_exit, local_rank, info);
   apply(m_supervisor->on_worker_exit(local_rank, mpi_exit(local_rank, info), m_clock.now()));
   advance();
 }
@@ -208,7 +181,6 @@ void Agent::on_output_closed(int local_rank, Stream stream) {
 void Agent::on_time() {
   const auto now = m_clock.now();
   note_progress();
-  m_stacks.on_time();
   check_hangs(now);
   if (m_supervisor && m_phase == Phase::k_running) {
     if (auto d = m_supervisor->deadline(); d && now >= *d) {
@@ -247,7 +219,6 @@ std::optional<Agent::TimePoint> Agent::next_deadline() const {
   if (m_pending_error && m_report_deadline) {
     consider(m_report_deadline);
   }
-  consider(m_stacks.next_deadline());
   return first;
 }
 
@@ -259,23 +230,7 @@ void Agent::on_joined(const Topology& topology, int node_rank, const RoundStart&
   m_restarts = round.restarts;
   m_no_progress = round.no_progress;
   m_replaced = round.replaced;
-  if (m_events != nullptr) {
-    m_events->set_node_rank(node_rank);
-    event("rendezvous_end", EventFields()
-                                .num("round", m_round)
-                                .real("seconds", m_clock.wall_now() - m_rendezvous_began)
-                                .num("nnodes", topology.nnodes())
-                                .num("world_size", topology.world_size));
-    if (writes_job_events()) {
-      for (const auto& r : round.replaced) {
-        event("spare_taken", EventFields()
-                                 .num("round", m_round)
-                                 .num("node_rank", r.node_rank)
-                                 .text("spare", r.spare)
-                                 .text("lost", r.lost));
-      }
-    }
-  }
+  tell(&RoundObserver::on_joined, topology, node_rank, round);
   if (m_join_signal) {
     m_topology = topology;  // stopping already: no worker starts
     advance();
@@ -314,10 +269,7 @@ void Agent::on_verdict(const JobVerdict& verdict) {
     return;
   }
   m_verdict = verdict;
-  if (verdict.lost >= 0) {
-    remember_lost_node(verdict.lost);
-  }
-  verdict_events(verdict);
+  tell(&RoundObserver::on_verdict, verdict);
   if (m_phase == Phase::k_joining && !m_join_signal) {
     // Another node stopped the job before it started.
     m_summary.root_cause = verdict.root_cause;

@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "agent/stack_capture.hpp"
+#include "agent/round_view.hpp"
 #include "config/config.hpp"
 #include "config/env_map.hpp"
 #include "ddplaunch/error.hpp"
@@ -29,13 +29,10 @@
 #include "node/identity.hpp"
 #include "node/process_usage.hpp"
 #include "output/error_files.hpp"
-#include "output/event_log.hpp"
 #include "output/router.hpp"
 #include "posix/clock.hpp"
 #include "proc/spawner.hpp"
 #include "rendezvous/job_link.hpp"
-#include "rendezvous/status_responder.hpp"
-#include "status/status_record.hpp"
 #include "supervise/supervisor.hpp"
 #include "supervise/verdict.hpp"
 
@@ -57,7 +54,7 @@ inline constexpr auto k_drain_timeout = std::chrono::seconds(2);
 // by the job's marker and killed.
 inline constexpr auto k_sweep_after = std::chrono::milliseconds(20);
 
-class Agent : public JobLink::Listener {
+class Agent : public JobLink::Listener, public RoundView {
  public:
   using TimePoint = Clock::TimePoint;
   using Stream = OutputRouter::Stream;
@@ -78,29 +75,16 @@ class Agent : public JobLink::Listener {
   using GpuReleaseWait = std::function<std::optional<pid_t>(const std::vector<pid_t>& pids,
                                                             std::chrono::milliseconds timeout)>;
   void set_gpu_release_wait(GpuReleaseWait wait) { m_gpu_release_wait = std::move(wait); }
-  // Each process's GPU memory in bytes, for `ddplaunch status` (NVML, set
-  // by run_launch, opened on the first request; none or nullopt: not shown).
-  using GpuMemory = std::function<std::optional<std::unordered_map<pid_t, unsigned long long>>()>;
-  void set_gpu_memory(GpuMemory read) { m_gpu_memory = std::move(read); }
-  // --event-log: where this node's events go (docs/EVENTS.md); none: no
-  // event is built.
-  void set_event_log(EventLog* log) { m_events = log; }
-  // `ddplaunch status`: the responder started once this node's rank is
-  // known (nullptr: a job without a store), and this node's answer to a
-  // request (its JSON text; "" when its filter leaves this node out).
-  void set_status_responders(StatusResponder* status, StatusResponder* stacks) {
-    m_status = status;
-    m_stacks_responder = stacks;
-  }
+  // The rooms told what happens in the round (the event log, status), in
+  // the order observe()d; each must outlive the Agent. Before start().
+  void observe(RoundObserver& observer) { m_observers.push_back(&observer); }
   // The running round's nodes (0 before the first round).
   int round_nnodes() const { return m_plan ? m_plan->layout.nnodes : 0; }
-  // This node's answer to a status request (nullopt when its filter leaves
-  // this node out).
-  std::optional<NodeStatus> status(const StatusRequest& request) const;
-  // `ddplaunch stacks`: takes the stacks of the ranks asked about here, and
-  // gives this node's record to `reply` once the debuggers are done (none
-  // when its filter leaves this node out).
-  void stacks_request(const std::string& request, StatusResponder::Reply reply);
+
+  // RoundView: the round as it is now, for the rooms that answer about it.
+  Round round() const override;
+  const std::vector<pid_t>& pids() const override { return m_pids; }
+  Rank rank(size_t local_rank) const override;
 
   // Joins the job (multi-node) or starts the workers (one node).
   void start();
@@ -149,8 +133,7 @@ class Agent : public JobLink::Listener {
   // `local_rank`'s streams because the console is behind: while any is
   // stopped, the rank's hang clock stands still (it cannot show progress).
   void on_output_paused(int local_rank, bool paused);
-  // The debugger `debugger` printing worker `local_rank`'s stacks ended (a
-  // hung worker's, or `ddplaunch stacks`').
+  // The debugger `debugger` printing hung worker `local_rank`'s stacks ended.
   void on_stacks_dumped(int local_rank, pid_t debugger);
   // Call once now >= next_deadline().
   void on_time();
@@ -258,16 +241,13 @@ class Agent : public JobLink::Listener {
   bool check_health_again(std::optional<std::string>& unhealthy);
   // The per-round state cleared for the next round.
   void clear_round();
-  // --event-log: one event now; whether this node writes the job's events
-  // (node 0, or the only node); the events of a round's end.
-  void event(std::string_view name, const EventFields& fields) const;
-  bool writes_job_events() const;
-  void round_ended(const Decision& decision, std::string_view next) const;
-  void job_ended() const;
-  // status()'s parts: the job (node 0's), one rank.
-  JobStatus job_status(double wall) const;
-  RankStatus rank_status(size_t local_rank, const ProcessUsage& usage, TimePoint now,
-                         double wall) const;
+  // Tells every observer: tell(&RoundObserver::on_round_start).
+  template <class... Args, class... Given>
+  void tell(void (RoundObserver::*event)(Args...), Given&&... given) const {
+    for (RoundObserver* o : m_observers) {
+      (o->*event)(given...);
+    }
+  }
   // The rounds so far, and the current one if its workers started.
   std::vector<RoundSummary> rounds(const Decision& last) const;
   RankOutcome outcome(int local_rank) const;
@@ -318,22 +298,11 @@ class Agent : public JobLink::Listener {
   int m_no_progress = 0;
   bool m_stalled = false;                   // the job ends: its rounds without progress are spent
   std::vector<NodeReplacement> m_replaced;  // the spares this round started with
-  // The nodes the job lost, for `ddplaunch status` (node 0 lists them; at
-  // most 1,024 kept): remember_lost_node() when a verdict names one.
-  void remember_lost_node(int node_rank);
-  // Node 0's events of a verdict: the verdict, a lost node, a preemption.
-  void verdict_events(const JobVerdict& verdict) const;
-  std::vector<LostNodeStatus> m_lost_nodes;
-  std::string m_preempted_by;  // --preempt-signal: who received it, for the report
+  std::string m_preempted_by;               // --preempt-signal: who received it, for the report
   HealthCheck m_health_check;
   GpuReleaseWait m_gpu_release_wait;
-  GpuMemory m_gpu_memory;
-  EventLog* m_events = nullptr;
-  StatusResponder* m_status = nullptr;
-  StatusResponder* m_stacks_responder = nullptr;
-  StackCapture m_stacks;                     // `ddplaunch stacks`' debuggers
+  std::vector<RoundObserver*> m_observers;
   std::vector<long long> m_progress_writes;  // each rank's writes to DDPLAUNCH_PROGRESS_FD
-  double m_rendezvous_began = 0;             // wall time this round's rendezvous began
   double m_agent_began = 0;                  // wall time start() was called
   long long m_round_progress = 0;  // round_progress(), kept once the round stopped running
   bool m_progress_frozen = false;

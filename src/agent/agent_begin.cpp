@@ -166,26 +166,8 @@ void Agent::begin(const Topology& topology, int node_rank) {
   bool mpi = false;
   const JobLayout layout = plan_round(topology, node_rank, mpi);
   report_round(layout, mpi);
-  if (m_events != nullptr) {
-    m_events->set_node_rank(node_rank);
-  }
   if (!spawn_round(layout, node_rank)) {
     return;
-  }
-  if (m_events != nullptr) {
-    event("round_start", EventFields()
-                             .num("round", m_round)
-                             .num("world_size", layout.world_size)
-                             .num("first_rank", layout.rank_offset)
-                             .num("local_ranks", layout.local_world_size));
-    for (size_t i = 0; i < m_pids.size() && i < m_plan->workers.size(); ++i) {
-      const WorkerSpec& w = m_plan->workers[i];
-      event("rank_start", EventFields()
-                              .num("round", m_round)
-                              .num("rank", w.rank)
-                              .num("local_rank", w.local_rank)
-                              .num("pid", m_pids[i]));
-    }
   }
   m_end_times.assign(m_pids.size(), 0);
   m_last_progress.assign(m_pids.size(), m_clock.now());
@@ -195,11 +177,7 @@ void Agent::begin(const Topology& topology, int node_rank) {
   m_hung.reset();
   m_supervisor.emplace(static_cast<int>(m_pids.size()), millis(m_config.term_timeout_s));
   m_phase = Phase::k_running;
-  for (StatusResponder* responder : {m_status, m_stacks_responder}) {
-    if (responder != nullptr) {
-      responder->start(node_rank);
-    }
-  }
+  tell(&RoundObserver::on_round_start);
 }
 
 }  // namespace ddplaunch

@@ -197,9 +197,7 @@ void Agent::abort_hung(TimePoint now) {
 }
 
 void Agent::on_stacks_dumped(int local_rank, pid_t debugger) {
-  if (m_stacks.on_debugger_ended(debugger)) {
-    return;  // `ddplaunch stacks`'
-  }
+  (void)debugger;
   if (m_phase == Phase::k_running && m_hung && m_hung->dumping > 0 && is_hung(local_rank) &&
       --m_hung->dumping == 0) {
     abort_hung(m_clock.now());

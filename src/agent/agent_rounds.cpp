@@ -64,8 +64,8 @@ void Agent::end_gathering(std::optional<std::vector<RankOutcome>> ranks) {
       }
     }
   }
-  round_ended(d, "none");
-  job_ended();
+  tell(&RoundObserver::on_round_end, d, std::string_view("none"));
+  tell(&RoundObserver::on_job_end, m_summary);
   m_phase = Phase::k_done;
 }
 
@@ -152,7 +152,7 @@ void Agent::count_round(const Decision& d, NextRound next) {
   const char* kind = regroup                                    ? "regroup"
                      : next == NextRound::k_restart_no_progress ? "restart_without_progress"
                                                                 : "restart";
-  round_ended(d, kind);
+  tell(&RoundObserver::on_round_end, d, std::string_view(kind));
   m_rounds.push_back(round_summary(d, regroup));
   ++m_round;
   if (regroup) {
@@ -173,14 +173,7 @@ void Agent::count_round(const Decision& d, NextRound next) {
     log::warn("{}: restarting every worker (restart {} of {})", describe_round_end(m_rounds.back()),
               m_restarts, m_config.max_restarts);
   }
-  if (writes_job_events()) {
-    event("restart", EventFields()
-                         .num("round", m_round)
-                         .text("kind", kind)
-                         .num("restarts", m_restarts)
-                         .num("max_restarts", m_config.max_restarts)
-                         .num("rounds_without_progress", m_no_progress));
-  }
+  tell(&RoundObserver::on_restart, std::string_view(kind), m_no_progress);
 }
 
 bool Agent::reclaim_last_round() {
@@ -268,8 +261,7 @@ void Agent::restart(const std::vector<RankOutcome>& local, const Decision& d, Ne
   clear_round();
   if (m_link != nullptr) {
     m_phase = Phase::k_joining;
-    m_rendezvous_began = m_clock.wall_now();
-    event("rendezvous_start", EventFields().num("round", m_round));
+    tell(&RoundObserver::on_rendezvous_start);
     m_link->next_round(local, RoundStart{m_round, m_restarts, m_no_progress});
     if (unhealthy) {
       publish(JobVerdict{k_exit_unhealthy, *unhealthy, std::nullopt, m_plan->layout.node_rank});
@@ -311,7 +303,7 @@ void Agent::end_early(int exit_code, StopReason reason, const std::string& messa
   if (is_error) {
     m_error = message;
   }
-  job_ended();
+  tell(&RoundObserver::on_job_end, m_summary);
   m_phase = Phase::k_done;
 }
 

@@ -338,7 +338,9 @@ void Driver::reap() {
     // handled.
     sync_worker_fds();
     if (auto dumped = m_spawner->debugger_of(reaped->first)) {
-      m_agent->on_stacks_dumped(*dumped, reaped->first);
+      if (!m_debuggers || !m_debuggers(reaped->first)) {
+        m_agent->on_stacks_dumped(*dumped, reaped->first);
+      }
       continue;
     }
     auto lr = m_spawner->local_rank_of(reaped->first);

@@ -69,6 +69,9 @@ class Driver : private posix::EventLoop::Owner {
   // internal error at a worker's first output, as a node that breaks
   // mid-run. Each argument must outlive the Driver.
   void run(Agent& agent, WorkerChildren& spawner, bool fault);
+  // A debugger the run reaps goes to `ended` first (`ddplaunch stacks`'
+  // room: true when it started it), else to the Agent (a hung rank's).
+  void claim_debuggers(std::function<bool(pid_t)> ended) { m_debuggers = std::move(ended); }
   // Calls `serve` (once) when `listen_fd` first has a connection waiting:
   // a one-node job's store gets its thread only if a worker uses it.
   void serve_when_connected(int listen_fd, std::function<void()> serve);
@@ -113,6 +116,7 @@ class Driver : private posix::EventLoop::Owner {
   std::function<void()> m_serve;
   // Children wait_child() reaped that were not its own, for reap().
   std::vector<std::pair<pid_t, ExitInfo>> m_reaped_early;
+  std::function<bool(pid_t)> m_debuggers;  // claim_debuggers()'
   // A wait read a SIGCHLD: the run reaps at its next turn.
   bool m_reap_due = false;
 };

@@ -10,30 +10,31 @@
 
 namespace ddplaunch {
 
-std::unique_ptr<MetricsServer> serve_job_pages(const Config& config, Agent& agent,
-                                               posix::EventLoop& loop, StatusCollector* collector,
-                                               EventLog* events) {
+std::unique_ptr<MetricsServer> serve_job_pages(const Config& config, const RoundView& view,
+                                               const StatusRoom& status, posix::EventLoop& loop,
+                                               StatusCollector* collector, EventLog* events) {
   if (config.metrics_port == 0) {
     return nullptr;
   }
   auto server = MetricsServer::start(
       config.metrics_bind, config.metrics_port,
-      [&agent, collector, events](std::string_view path) -> MetricsServer::Response {
+      [&view, &status, collector, events](std::string_view path) -> MetricsServer::Response {
         constexpr const char* k_json = "application/json";
         if (path == "/metrics") {
           return {200, k_openmetrics_type,
-                  openmetrics_text(agent.status({}).value_or(NodeStatus()))};
+                  openmetrics_text(status.answer({}).value_or(NodeStatus()))};
         }
         // Node 0 once rendezvous says so (an agent that does not know its
         // rank yet serves /metrics only).
-        const bool node_0 = agent.node_rank() == 0;
+        const bool node_0 = view.round().node_rank == 0;
         if (node_0 && path == "/") {
           return {200, "text/html; charset=utf-8", std::string(status_page_html())};
         }
         if (node_0 && path == "/status.json") {
           if (collector == nullptr) {  // one node: its own answer is the job's
-            return {200, k_json,
-                    encode_status_document(merge_status(0, {0}, {agent.status({})}, std::nullopt))};
+            return {
+                200, k_json,
+                encode_status_document(merge_status(0, {0}, {status.answer({})}, std::nullopt))};
           }
           collector->refresh();
           return collector->last().empty()

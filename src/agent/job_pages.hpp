@@ -5,8 +5,8 @@
 
 #include <memory>
 
-#include "agent/agent.hpp"
 #include "agent/metrics_http.hpp"
+#include "agent/status_room.hpp"
 #include "config/config.hpp"
 #include "output/event_log.hpp"
 #include "posix/event_loop.hpp"
@@ -15,10 +15,10 @@
 namespace ddplaunch {
 
 // nullptr without --metrics-port. `collector`: node 0's own status request
-// (nullptr for a one-node job, whose answer is its agent's). Throws
+// (nullptr for a one-node job, whose answer is its own room's). Throws
 // UsageError (exit 2) where it cannot listen.
-std::unique_ptr<MetricsServer> serve_job_pages(const Config& config, Agent& agent,
-                                               posix::EventLoop& loop, StatusCollector* collector,
-                                               EventLog* events);
+std::unique_ptr<MetricsServer> serve_job_pages(const Config& config, const RoundView& view,
+                                               const StatusRoom& status, posix::EventLoop& loop,
+                                               StatusCollector* collector, EventLog* events);
 
 }  // namespace ddplaunch

@@ -12,6 +12,7 @@
 #include "agent/agent.hpp"
 #include "agent/driver.hpp"
 #include "agent/health_check.hpp"
+#include "agent/job_events.hpp"
 #include "agent/job_pages.hpp"
 #include "agent/launch_report.hpp"
 #include "agent/node_store.hpp"
@@ -188,7 +189,7 @@ Agent::GpuReleaseWait gpu_release_wait(const EnvMap& env, Driver& driver) {
 
 // `ddplaunch status`'s GPU memory per rank: NVML, opened on the first
 // request (a job nobody asks about never loads it); absent: nothing shown.
-Agent::GpuMemory gpu_memory(const EnvMap& env) {
+StatusRoom::GpuMemory gpu_memory(const EnvMap& env) {
   auto reader = std::make_shared<std::optional<GpuMemory>>();
   return [&env, reader]() -> std::optional<std::unordered_map<pid_t, unsigned long long>> {
     if (!*reader) {
@@ -272,10 +273,35 @@ struct MpiRoom {
   }
 };
 
+// The rooms around the Agent, each told of the round by it and reading
+// its view: status (with NVML's GPU memory), stacks (its debuggers' time
+// on the loop, their ends from the Driver's reaping), the event log.
+struct AgentRooms {
+  StatusRoom status;
+  StacksRoom stacks;
+  posix::TimedOwner<StacksRoom> stacks_timer;
+  std::optional<JobEvents> events;
+
+  AgentRooms(const Config& config, const EnvMap& env, Agent& agent, const NodeIdentity& self,
+             Spawner& spawner, const Clock& clock, Driver& driver, EventLog* log)
+      : status(agent, config, self, clock),
+        stacks(agent, config, self, spawner, clock),
+        stacks_timer(driver.loop(), stacks) {
+    status.set_gpu_memory(gpu_memory(env));
+    if (log != nullptr) {
+      events.emplace(*log, agent, config, self.nproc, clock);
+      agent.observe(*events);
+    }
+    agent.observe(status);
+    agent.observe(stacks);
+    driver.claim_debuggers([this](pid_t pid) { return stacks.on_debugger_ended(pid); });
+  }
+};
+
 // What the Agent calls out to: the health check, the GPU release wait, and
-// the store link's events.
+// the store link's events; the store's requests to the rooms.
 void hook_agent(const Config& config, const EnvMap& env, Agent& agent, Driver& driver,
-                NodeStore& store, EventLog* events) {
+                NodeStore& store, EventLog* events, AgentRooms& rooms) {
   if (!config.health_check.empty()) {
     // Again before each restart, while the nodes meet: it holds this node's
     // loop (bounded by --health-check-timeout; signals still end it).
@@ -285,18 +311,17 @@ void hook_agent(const Config& config, const EnvMap& env, Agent& agent, Driver& d
       return result.ok ? std::nullopt : std::optional<std::string>(result.describe());
     });
   }
-  agent.set_event_log(events);
   agent.set_gpu_release_wait(gpu_release_wait(env, driver));
-  agent.set_gpu_memory(gpu_memory(env));
   if (store.link) {
     store.link->set_listener(agent);
-    store.answer_requests(agent);
+    store.answer_requests(rooms.status, rooms.stacks);
   }
 }
 
 // Runs the agent's rounds to the end on the Driver's loop.
-void run_rounds(const EnvMap& env, Agent& agent, Driver& driver, ProcessSpawner& spawner,
-                NodeStore& store, const std::unique_ptr<StoreServer>& workers_store,
+void run_rounds(const EnvMap& env, Agent& agent, AgentRooms& rooms, Driver& driver,
+                ProcessSpawner& spawner, NodeStore& store,
+                const std::unique_ptr<StoreServer>& workers_store,
                 const std::string& workers_token) {
   auto fault = env.find("DDPLAUNCH_FAULT");
   try {
@@ -306,7 +331,8 @@ void run_rounds(const EnvMap& env, Agent& agent, Driver& driver, ProcessSpawner&
       // never use the store pays one epoll_ctl for it, after the spawn.
       driver.serve_when_connected(workers_store->listen_fd(), [&, workers_token] {
         workers_store->serve();
-        store.answer_locally(workers_store->port(), workers_token, agent, driver.loop());
+        store.answer_locally(workers_store->port(), workers_token, rooms.status, rooms.stacks,
+                             driver.loop());
       });
     }
     driver.run(agent, spawner, fault != env.end() && fault->second == "output");
@@ -351,15 +377,16 @@ int run_node(LaunchProcess& p, const StoreAddress& address, NodeIdentity self, P
   }
   Agent agent(config, p.worker_env, self, spawner, clock, store.link.get(), p.console,
               mpi ? &mpi->ranks : nullptr);
-  hook_agent(config, p.env, agent, p.driver, store, events);
+  AgentRooms rooms(config, p.env, agent, self, spawner, clock, p.driver, events);
+  hook_agent(config, p.env, agent, p.driver, store, events, rooms);
   if (config.metrics_port != 0 && store.client) {
     store.collector = std::make_unique<StatusCollector>(*store.client, clock,
                                                         [&agent] { return agent.round_nnodes(); });
   }
   const std::unique_ptr<MetricsServer> metrics =
-      serve_job_pages(config, agent, p.driver.loop(), store.collector.get(), events);
+      serve_job_pages(config, agent, rooms.status, p.driver.loop(), store.collector.get(), events);
   const auto token = p.worker_env.find("DDPLAUNCH_STORE_TOKEN");
-  run_rounds(p.env, agent, p.driver, spawner, store, workers_store,
+  run_rounds(p.env, agent, rooms, p.driver, spawner, store, workers_store,
              token != p.worker_env.end() ? token->second : std::string());
   // Every round is over and its workers reaped: the second spawning thread
   // may go, while this one reports.

@@ -58,31 +58,30 @@ NodeStore::NodeStore(const Config& config, const StoreAddress& address, Clock& c
   link_timer = std::make_unique<posix::TimedOwner<StoreLink>>(loop, *link);
 }
 
-void NodeStore::answer_locally(int port, const std::string& token, Agent& agent,
-                               posix::EventLoop& loop) {
+void NodeStore::answer_locally(int port, const std::string& token, StatusRoom& status_room,
+                               StacksRoom& stacks_room, posix::EventLoop& loop) {
   client = std::make_unique<AsyncClient>("127.0.0.1", port, std::chrono::seconds(10),
                                          std::chrono::seconds(30), std::chrono::steady_clock::now(),
                                          token);
-  answer_requests(agent);
+  answer_requests(status_room, stacks_room);
   status->start(0);
   stacks->start(0);
   client_on_loop = std::make_unique<ClientOnLoop>(loop, *client);
 }
 
-void NodeStore::answer_requests(Agent& agent) {
+void NodeStore::answer_requests(StatusRoom& status_room, StacksRoom& stacks_room) {
   status = std::make_unique<StatusResponder>(
       *client, k_status_keys,
-      [&agent](const std::string& text, const StatusResponder::Reply& reply) {
-        const std::optional<StatusRequest> request = decode_status_request(text);
-        const std::optional<NodeStatus> node =
-            request ? agent.status(*request) : std::optional<NodeStatus>();
-        reply(node ? encode_node_status(*node) : std::string());
+      [&status_room](const std::string& request, const StatusResponder::Reply& reply) {
+        reply(status_room.answer_text(request));
       });
   stacks = std::make_unique<StatusResponder>(
-      *client, k_stacks_keys, [&agent](const std::string& request, StatusResponder::Reply reply) {
-        agent.stacks_request(request, std::move(reply));
+      *client, k_stacks_keys,
+      [&stacks_room](const std::string& request, StatusResponder::Reply reply) {
+        stacks_room.answer(request, std::move(reply));
       });
-  agent.set_status_responders(status.get(), stacks.get());
+  status_room.answer_through(status.get());
+  stacks_room.answer_through(stacks.get());
 }
 
 void NodeStore::close() {

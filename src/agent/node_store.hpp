@@ -9,8 +9,9 @@
 #include <memory>
 #include <string>
 
-#include "agent/agent.hpp"
 #include "agent/reach_probe.hpp"
+#include "agent/stacks_room.hpp"
+#include "agent/status_room.hpp"
 #include "config/config.hpp"
 #include "node/identity.hpp"
 #include "posix/event_loop.hpp"
@@ -42,10 +43,11 @@ struct NodeStore {
   // (a worker, or `ddplaunch status`), so that status requests reach this
   // agent too. A job nobody asks about and whose workers never use the
   // store never makes it.
-  void answer_locally(int port, const std::string& token, Agent& agent, posix::EventLoop& loop);
-  // `ddplaunch status` and `ddplaunch stacks` answered by `agent` through
-  // the connection (`client`), from the agent's first round on.
-  void answer_requests(Agent& agent);
+  void answer_locally(int port, const std::string& token, StatusRoom& status_room,
+                      StacksRoom& stacks_room, posix::EventLoop& loop);
+  // `ddplaunch status` and `ddplaunch stacks` answered by their rooms
+  // through the connection (`client`), from the agent's first round on.
+  void answer_requests(StatusRoom& status_room, StacksRoom& stacks_room);
   // The connection first, so that node 0's store sees it close, not a
   // reset; node 0's store goes away only now.
   void close();

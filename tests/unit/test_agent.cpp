@@ -5,6 +5,7 @@
 #include <csignal>
 
 #include "agent/agent.hpp"
+#include "agent/status_room.hpp"
 #include "ddplaunch/error.hpp"
 #include "proc/spawn.hpp"
 
@@ -168,12 +169,15 @@ TEST_F(AgentTest, OneNodeRunsItsWorkersToSuccess) {
 }
 
 // `ddplaunch status`' last line and its age come from the router, on the
-// Agent's clock: a test moves the time and reads the age it moved.
+// Agent's clock, through the Agent's view: a test moves the time and reads
+// the age it moved.
 TEST_F(AgentTest, AStatusAnswerTellsEachRanksLastLineAndItsAgeOnTheAgentsClock) {
   make(2, false);
+  const NodeIdentity self{"b", "10.0.0.2", 2, 4321, {}, "", {}, {}, "", {}, ""};
+  const StatusRoom room(*agent, config, self, clock);
   agent->router().on_data(1, Stream::k_out, "epoch 1\nepoch 2 loss 0.5\n");
   pass(std::chrono::milliseconds(4500));
-  const auto node = agent->status({});
+  const auto node = room.answer({});
   ASSERT_TRUE(node);
   ASSERT_EQ(node->ranks.size(), 2u);
   EXPECT_EQ(node->ranks[1].last_line, "epoch 2 loss 0.5");
@@ -182,7 +186,59 @@ TEST_F(AgentTest, AStatusAnswerTellsEachRanksLastLineAndItsAgeOnTheAgentsClock) 
   EXPECT_DOUBLE_EQ(*node->ranks[1].since_progress_s, 4.5);
   StatusRequest only_rank_0;
   only_rank_0.ranks = std::set<int>{0};
-  EXPECT_EQ(agent->status(only_rank_0)->ranks.size(), 1u);
+  EXPECT_EQ(room.answer(only_rank_0)->ranks.size(), 1u);
+}
+
+// The rooms hear the round's events from the Agent in the order they
+// happen, each after the state it reads is set.
+struct Recorder : RoundObserver {
+  const Agent* agent = nullptr;
+  std::vector<std::string> heard;
+  void on_agent_start() override { heard.push_back("start"); }
+  void on_rendezvous_start() override { heard.push_back("rendezvous"); }
+  void on_joined(const Topology&, int node_rank, const RoundStart&) override {
+    heard.push_back("joined " + std::to_string(node_rank));
+  }
+  void on_round_start() override {
+    heard.push_back("round " + std::to_string(agent->round().round) + " " +
+                    std::string(agent->round().state) + " pids " +
+                    std::to_string(agent->pids().size()));
+  }
+  void on_rank_exit(int local_rank, const ExitInfo&) override {
+    heard.push_back("exit " + std::to_string(agent->rank(static_cast<size_t>(local_rank)).rank));
+  }
+  void on_verdict(const JobVerdict& v) override {
+    heard.push_back("verdict " + std::to_string(v.exit_code));
+  }
+  void on_round_end(const Decision&, std::string_view next) override {
+    heard.push_back("end " + std::string(next));
+  }
+  void on_restart(std::string_view kind, int) override {
+    heard.push_back(std::string(kind) + " " + std::to_string(agent->round().restarts));
+  }
+  void on_job_end(const JobSummary& s) override {
+    heard.push_back("job " + std::to_string(s.exit_code));
+  }
+};
+
+TEST_F(AgentTest, TheRoomsHearTheRoundInOrder) {
+  config.nnodes = 2;
+  config.program = "train";
+  config.nproc_per_node = 1;
+  config.max_restarts = 1;
+  Recorder recorder;
+  agent = std::make_unique<Agent>(
+      config, env, NodeIdentity{"b", "10.0.0.2", 1, 4321, {}, "", {}, {}, "", {}, ""}, spawner,
+      clock, &link, console);
+  recorder.agent = agent.get();
+  agent->observe(recorder);
+  agent->start();
+  agent->on_joined(two_nodes(1), 1, RoundStart{});
+  ends(0, ExitInfo::exited(5));
+  agent->on_verdict(link.published.at(0));
+  EXPECT_EQ(recorder.heard, (std::vector<std::string>{
+                                "start", "rendezvous", "joined 1", "round 0 running pids 1",
+                                "exit 1", "verdict 5", "end restart", "restart 1", "rendezvous"}));
 }
 
 TEST_F(AgentTest, FirstFailureIsTheRootCauseWithItsLastStderrLines) {
