@@ -10,7 +10,6 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "agent/python_stacks.hpp"
@@ -20,8 +19,6 @@
 namespace ddplaunch {
 
 namespace {
-
-using json = nlohmann::json;
 
 // gdb's auto-load directory on Debian: an interpreter's extension is
 // <this><the interpreter's path>-gdb.py.
@@ -138,7 +135,7 @@ void StackCapture::use_python_signal(int signal, std::string dump_dir) {
   m_dump_dir = std::move(dump_dir);
 }
 
-void StackCapture::capture(const std::string& head, std::vector<Target> targets, TimePoint deadline,
+void StackCapture::capture(NodeStacks head, std::vector<Target> targets, TimePoint deadline,
                            Done done) {
   if (m_python_signal != 0 && m_requests.empty()) {
     // The files of processes gone (a DataLoader's workers come and go).
@@ -398,50 +395,35 @@ void StackCapture::finish_ready() {
       continue;
     }
     Done done = std::move(it->done);
-    const std::string record = answer(*it);
+    NodeStacks record = answer(*it);
     it = m_requests.erase(it);
-    done(record);
+    done(std::move(record));
   }
 }
 
-std::string StackCapture::answer(const Request& r) const {
-  json out = json::parse(r.head, nullptr, false);
-  if (!out.is_object()) {
-    out = json::object();
-  }
+NodeStacks StackCapture::answer(const Request& r) const {
+  NodeStacks out = r.head;
   size_t count = 0;
   for (const auto& ps : r.processes) {
     count += ps.size();
   }
   const size_t per_process =
       std::min(k_max_bytes_per_process, k_bytes_per_node / std::max<size_t>(1, count));
-  json ranks = json::array();
   for (size_t t = 0; t < r.targets.size(); ++t) {
     const Target& target = r.targets[t];
-    json rank = {{"rank", target.rank}, {"local_rank", target.local_rank}, {"pid", target.pid}};
-    if (!target.ended.empty()) {
-      rank["ended"] = target.ended;
-    }
-    json processes = json::array();
+    RankStacks rank{target.rank, target.local_rank, -1, target.pid, target.ended, {}};
     for (const Process& p : r.processes[t]) {
-      json one = {{"pid", p.pid}, {"exe", p.exe}, {"tool", p.tool}};
-      one["stacks"] = bounded(p.stacks, per_process);
-      std::string note = p.note;
+      ProcessStacks one{p.pid, p.exe, p.tool, bounded(p.stacks, per_process), p.note};
       if (p.timed_out) {
-        note =
-            fmt::format("{} did not finish in time; stopped{}",
-                        p.tool.empty() ? "the debugger" : p.tool, note.empty() ? "" : "; " + note);
+        one.note = fmt::format("{} did not finish in time; stopped{}",
+                               p.tool.empty() ? "the debugger" : p.tool,
+                               p.note.empty() ? "" : "; " + p.note);
       }
-      if (!note.empty()) {
-        one["note"] = note;
-      }
-      processes.push_back(std::move(one));
+      rank.processes.push_back(std::move(one));
     }
-    rank["processes"] = std::move(processes);
-    ranks.push_back(std::move(rank));
+    out.ranks.push_back(std::move(rank));
   }
-  out["ranks"] = std::move(ranks);
-  return out.dump(-1, ' ', false, json::error_handler_t::replace);
+  return out;
 }
 
 }  // namespace ddplaunch

@@ -25,6 +25,7 @@
 #include "posix/clock.hpp"
 #include "posix/fd.hpp"
 #include "proc/spawner.hpp"
+#include "status/stacks_record.hpp"
 
 namespace ddplaunch {
 
@@ -55,7 +56,7 @@ class StackCapture {
     std::string ended;        // how it ended ("": running); no stacks then
     std::vector<pid_t> pids;  // its processes: the worker first
   };
-  using Done = std::function<void(const std::string& record)>;
+  using Done = std::function<void(NodeStacks record)>;
   // At most this many debuggers run at once on a node, and each for at most
   // k_debugger_limit; at most k_processes of a rank's tree are shown, and
   // k_bytes_per_node of stacks go in one node's answer.
@@ -69,10 +70,9 @@ class StackCapture {
   StackCapture(const StackCapture&) = delete;
   StackCapture& operator=(const StackCapture&) = delete;
 
-  // Takes the stacks of `targets` and gives `done` the answer: `head` (a
-  // JSON object's text: the node's fields) with "ranks" added, by
-  // `deadline` at the latest.
-  void capture(const std::string& head, std::vector<Target> targets, TimePoint deadline, Done done);
+  // Takes the stacks of `targets` and gives `done` the answer: `head` (the
+  // node's fields) with its ranks added, by `deadline` at the latest.
+  void capture(NodeStacks head, std::vector<Target> targets, TimePoint deadline, Done done);
   // Python processes armed by arm_python_stacks() give their own stacks:
   // `signal` asks, and `dump_dir`/<pid> holds the answer.
   void use_python_signal(int signal, std::string dump_dir);
@@ -106,7 +106,7 @@ class StackCapture {
     bool was_stopped = false;  // stopped before (SIGSTOP): left so after
   };
   struct Request {
-    std::string head;
+    NodeStacks head;
     std::vector<Target> targets;
     std::vector<std::vector<Process>> processes;  // per target
     TimePoint deadline;
@@ -125,7 +125,7 @@ class StackCapture {
   // may never be seen here: the round's end sweeps the launcher's children).
   void stop(Process& process);
   void finish_ready();
-  std::string answer(const Request& request) const;
+  NodeStacks answer(const Request& request) const;
 
   Spawner& m_spawner;
   const Clock& m_clock;

@@ -1,11 +1,11 @@
 #include "agent/stacks_room.hpp"
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 
 #include "agent/python_stacks.hpp"
 #include "log.hpp"
 #include "node/process_usage.hpp"
+#include "status/stacks_codec.hpp"
 #include "status/status_codec.hpp"
 
 namespace ddplaunch {
@@ -35,10 +35,12 @@ void StacksRoom::answer(const std::string& text, StatusResponder::Reply reply) {
   if (!shown && round.node_rank != 0) {
     return;  // node 0 always answers: it alone knows the job's size
   }
-  nlohmann::json head = {
-      {"node_rank", round.node_rank}, {"host", m_self.host}, {"round", round.round}};
+  NodeStacks head;
+  head.node_rank = round.node_rank;
+  head.host = m_self.host;
+  head.round = round.round;
   if (round.speaks_for_job) {
-    head["job"] = {{"nnodes", round.nnodes}};
+    head.job_nnodes = round.nnodes;
   }
   std::vector<StackCapture::Target> targets;
   const std::vector<ProcessUsage> usage =
@@ -62,7 +64,9 @@ void StacksRoom::answer(const std::string& text, StatusResponder::Reply reply) {
                    std::chrono::duration<double>(std::clamp(request->timeout_s, 0.1, 86400.0))) -
                    margin,
                std::chrono::milliseconds(100));
-  m_capture.capture(head.dump(), std::move(targets), m_clock.now() + wait, std::move(reply));
+  m_capture.capture(
+      std::move(head), std::move(targets), m_clock.now() + wait,
+      [reply = std::move(reply)](const NodeStacks& record) { reply(encode_node_stacks(record)); });
 }
 
 }  // namespace ddplaunch

@@ -5,56 +5,14 @@
 
 #include "config/integer.hpp"
 #include "config/options.hpp"
+#include "output/json_fields.hpp"
 
 namespace ddplaunch {
 
 namespace {
 
 using json = nlohmann::json;
-
-// A field that may be absent (or null): left as it is then; of the wrong
-// type: json::type_error, which the decoders turn into nullopt.
-template <class T>
-void read(const json& j, const char* key, T& field) {
-  if (const auto it = j.find(key); it != j.end() && !it->is_null()) {
-    it->get_to(field);
-  }
-}
-
-template <class T>
-void read(const json& j, const char* key, std::optional<T>& field) {
-  if (const auto it = j.find(key); it != j.end() && !it->is_null()) {
-    field = it->get<T>();
-  }
-}
-
-// A string field must be a string: get_to would take a number as nothing else.
-void read(const json& j, const char* key, std::string& field) {
-  if (const auto it = j.find(key); it != j.end() && !it->is_null()) {
-    if (!it->is_string()) {
-      throw json::type_error::create(302, std::string(key) + " is not a string", nullptr);
-    }
-    field = it->get<std::string>();
-  }
-}
-
-// A record is an object: anything else is not one (a forged answer).
-void expect_object(const json& j, const char* what) {
-  if (!j.is_object()) {
-    throw json::type_error::create(302, std::string(what) + " is not an object", nullptr);
-  }
-}
-
-template <class T>
-void write(json& j, const char* key, const std::optional<T>& field) {
-  if (field) {
-    j[key] = *field;
-  }
-}
-
-std::string dumped(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
+using namespace json_fields;
 
 }  // namespace
 
@@ -194,19 +152,11 @@ void from_json(const json& j, NodeStatus& n) {
 // --- the codec ----------------------------------------------------------------------
 
 std::string encode_node_status(const NodeStatus& node) {
-  return dumped(json(node));
+  return json_text(json(node));
 }
 
 std::optional<NodeStatus> decode_node_status(std::string_view text) {
-  const json j = json::parse(text, nullptr, false);
-  if (!j.is_object()) {
-    return std::nullopt;
-  }
-  try {
-    return j.get<NodeStatus>();
-  } catch (const json::exception&) {
-    return std::nullopt;
-  }
+  return decode_record<NodeStatus>(text);
 }
 
 std::string encode_status_document(const StatusDocument& doc) {
@@ -216,11 +166,11 @@ std::string encode_status_document(const StatusDocument& doc) {
     node_fields(node, n);
     nodes.push_back(std::move(node));
   }
-  return dumped({{"request", doc.request},
-                 {"job", doc.job ? json(*doc.job) : json(nullptr)},
-                 {"nodes", std::move(nodes)},
-                 {"ranks", doc.ranks},
-                 {"missing", doc.missing}});
+  return json_text({{"request", doc.request},
+                    {"job", doc.job ? json(*doc.job) : json(nullptr)},
+                    {"nodes", std::move(nodes)},
+                    {"ranks", doc.ranks},
+                    {"missing", doc.missing}});
 }
 
 std::optional<StatusDocument> decode_status_document(std::string_view text) {
@@ -247,9 +197,9 @@ std::string encode_status_request(const StatusRequest& request) {
   auto ranges = [](const std::optional<std::set<int>>& set) {
     return set ? format_ranges(std::vector<int>(set->begin(), set->end())) : std::string();
   };
-  return dumped({{"ranks", ranges(request.ranks)},
-                 {"nodes", ranges(request.nodes)},
-                 {"timeout_s", request.timeout_s}});
+  return json_text({{"ranks", ranges(request.ranks)},
+                    {"nodes", ranges(request.nodes)},
+                    {"timeout_s", request.timeout_s}});
 }
 
 std::optional<StatusRequest> decode_status_request(std::string_view text) {

@@ -3,10 +3,22 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 namespace ddplaunch {
 
 namespace {
+
+// `text` with every control character but newline and tab as '?'.
+std::string printable(std::string text) {
+  for (char& c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\n' && c != '\t') || u == 0x7f) {
+      c = '?';
+    }
+  }
+  return text;
+}
 
 std::string mib(std::optional<double> kib) {
   return kib ? fmt::format("{:.0f}M", *kib / 1024) : "-";
@@ -87,6 +99,51 @@ std::string format_status(const StatusDocument& doc, int width) {
                                    ? std::optional(static_cast<double>(*r.gpu_memory_bytes) / 1024)
                                    : std::nullopt));
     out += cut(row + gpu_cell + r.last_line, width) + "\n";
+  }
+  return out;
+}
+
+std::string format_stacks(const StacksDocument& doc) {
+  std::vector<const RankStacks*> ranks;
+  for (const RankStacks& r : doc.ranks) {
+    ranks.push_back(&r);
+  }
+  std::stable_sort(ranks.begin(), ranks.end(),
+                   [](const RankStacks* a, const RankStacks* b) { return a->rank < b->rank; });
+  std::map<int, std::string> hosts;
+  for (const NodeStacks& n : doc.nodes) {
+    hosts[n.node_rank] = n.host;
+  }
+  std::string out;
+  for (const RankStacks* r : ranks) {
+    out += printable(fmt::format("=== rank {} (node {}, {}, pid {})", r->rank, r->node_rank,
+                                 hosts[r->node_rank], r->pid));
+    if (!r->ended.empty()) {
+      out += printable(": " + r->ended + "\n");
+      continue;
+    }
+    out += " ===\n";
+    if (r->processes.empty()) {
+      out += "(no process left to look at)\n";
+    }
+    for (const ProcessStacks& p : r->processes) {
+      out += printable(
+          fmt::format("--- pid {} {} ({})\n", p.pid, p.exe, p.tool.empty() ? "none" : p.tool));
+      std::string stacks = printable(p.stacks);
+      if (!stacks.empty() && stacks.back() != '\n') {
+        stacks += '\n';
+      }
+      out += stacks;
+      if (!p.note.empty()) {
+        out += printable("note: " + p.note + "\n");
+      }
+    }
+  }
+  for (const int m : doc.missing) {
+    out += fmt::format("node {} did not answer in time (lost, stopped or unreachable)\n", m);
+  }
+  if (ranks.empty() && doc.missing.empty()) {
+    out += "no rank to show: the job runs none here yet, or --ranks/--nodes chose none\n";
   }
   return out;
 }

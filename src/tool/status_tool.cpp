@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "config/integer.hpp"
@@ -17,11 +16,11 @@
 #include "config/options.hpp"
 #include "ddplaunch/store_client.hpp"
 #include "log.hpp"
-#include "output/status_view.hpp"
 #include "posix/fd.hpp"
 #include "posix/secret_file.hpp"
 #include "rendezvous/status_responder.hpp"
 #include "rendezvous/store_host.hpp"
+#include "status/stacks_codec.hpp"
 #include "status/status_codec.hpp"
 #include "status/status_screen.hpp"
 
@@ -29,7 +28,6 @@ namespace ddplaunch {
 
 namespace {
 
-using json = nlohmann::json;
 using Ms = std::chrono::milliseconds;
 constexpr int k_exit_some_missing = 1;
 constexpr int k_exit_no_job = 3;
@@ -269,9 +267,9 @@ int run_status_command(const StatusCommand& cmd, const EnvMap& env) {
     try {
       const Answers a = ask(*store, cmd, cmd.stacks ? k_stacks_keys : k_status_keys);
       if (cmd.stacks) {
-        const std::string doc = stacks_document(a.n, a.asked, a.answers, a.only);
-        text = cmd.json ? doc + "\n" : format_stacks(doc);
-        all_answered = json::parse(doc).value("missing", json::array()).empty();
+        const StacksDocument doc = merge_stacks(a.n, a.asked, a.answers, a.only);
+        text = cmd.json ? encode_stacks_document(doc) + "\n" : format_stacks(doc);
+        all_answered = doc.missing.empty();
       } else {
         const StatusDocument doc = merge_status(a.n, a.asked, decode_answers(a.answers), a.only);
         text = cmd.json ? encode_status_document(doc) + "\n" : format_status(doc, terminal_width());

@@ -17,8 +17,9 @@
 #include "fake_store.hpp"
 #include "node/process_usage.hpp"
 #include "output/status_page.hpp"
-#include "output/status_view.hpp"
 #include "rendezvous/status_responder.hpp"
+#include "status/stacks_codec.hpp"
+#include "status/status_screen.hpp"
 
 namespace ddplaunch {
 namespace {
@@ -203,8 +204,9 @@ TEST(StackCapture, TakesEachRanksStacksAFewAtATimeAndAnswersWhenAllEnded) {
   }
   targets.push_back({112, 12, 5012, "exited with exit code 0", {}});
   std::optional<std::string> answer;
-  capture.capture("{\"node_rank\":3}", targets, clock.now() + std::chrono::seconds(30),
-                  [&answer](const std::string& a) { answer = a; });
+  capture.capture(NodeStacks{3, "", 0, std::nullopt, {}}, targets,
+                  clock.now() + std::chrono::seconds(30),
+                  [&answer](const NodeStacks& a) { answer = encode_node_stacks(a); });
   ASSERT_LE(capture.running(), 8u) << "a few debuggers at once, not one per rank";
   ASSERT_GE(capture.running(), 2u);
   for (pid_t pid = 1000; !answer && pid < 1100; ++pid) {
@@ -228,8 +230,8 @@ TEST(StackCapture, ADebuggerPastItsTimeIsStoppedAndTheAnswerSaysSo) {
   FakeDebuggers debuggers;
   StackCapture capture(debuggers, clock);
   std::optional<std::string> answer;
-  capture.capture("{}", {{0, 0, 77, "", {77}}}, clock.now() + std::chrono::seconds(5),
-                  [&answer](const std::string& a) { answer = a; });
+  capture.capture(NodeStacks(), {{0, 0, 77, "", {77}}}, clock.now() + std::chrono::seconds(5),
+                  [&answer](const NodeStacks& a) { answer = encode_node_stacks(a); });
   ASSERT_TRUE(capture.next_deadline());
   EXPECT_EQ(*capture.next_deadline(), clock.now() + std::chrono::seconds(5));
   clock.t += std::chrono::seconds(5);
@@ -250,8 +252,8 @@ TEST(StackCapture, WithoutADebuggerTheAnswerSaysWhatToInstall) {
   debuggers.installed = false;
   StackCapture capture(debuggers, clock);
   std::optional<std::string> answer;
-  capture.capture("{}", {{0, 0, 77, "", {77}}}, clock.now() + std::chrono::seconds(5),
-                  [&answer](const std::string& a) { answer = a; });
+  capture.capture(NodeStacks(), {{0, 0, 77, "", {77}}}, clock.now() + std::chrono::seconds(5),
+                  [&answer](const NodeStacks& a) { answer = encode_node_stacks(a); });
   ASSERT_TRUE(answer) << "nothing to wait for";
   const auto p = nlohmann::json::parse(*answer)["ranks"][0]["processes"][0];
   EXPECT_NE(p["note"].get<std::string>().find("install elfutils"), std::string::npos) << p;
@@ -318,9 +320,9 @@ TEST(StackCapture, AnArmedProcessWritesItsOwnFramesOnTheSignalAndAnUnarmedOneIsN
   StackCapture capture(debuggers, clock);
   capture.use_python_signal(SIGUSR2, dir);
   std::optional<std::string> answer;
-  capture.capture("{}", {{0, 0, armed, "", {armed}}, {1, 1, plain, "", {plain}}},
+  capture.capture(NodeStacks(), {{0, 0, armed, "", {armed}}, {1, 1, plain, "", {plain}}},
                   clock.now() + std::chrono::seconds(30),
-                  [&answer](const std::string& a) { answer = a; });
+                  [&answer](const NodeStacks& a) { answer = encode_node_stacks(a); });
   EXPECT_EQ(debuggers.started, std::vector<int>{1})
       << "the armed one's debugger waits for its dump";
   // Its handler writes at once; the size, seen twice the same, says it is done.
@@ -351,8 +353,9 @@ TEST(StackCapture, AnArmedProcessWritesItsOwnFramesOnTheSignalAndAnUnarmedOneIsN
     return text.find(") T ") != std::string::npos;
   }));
   answer.reset();
-  capture.capture("{}", {{0, 0, armed, "", {armed}}}, clock.now() + std::chrono::seconds(30),
-                  [&answer](const std::string& a) { answer = a; });
+  capture.capture(NodeStacks(), {{0, 0, armed, "", {armed}}},
+                  clock.now() + std::chrono::seconds(30),
+                  [&answer](const NodeStacks& a) { answer = encode_node_stacks(a); });
   ASSERT_EQ(debuggers.started.size(), 3u) << "straight to its debugger";
   ASSERT_TRUE(capture.on_debugger_ended(1002));
   ASSERT_TRUE(answer);
@@ -368,7 +371,8 @@ TEST(StackCapture, AnArmedProcessWritesItsOwnFramesOnTheSignalAndAnUnarmedOneIsN
     ::waitpid(pid, nullptr, 0);
   }
   // The next request sweeps the files of processes gone.
-  capture.capture("{}", {}, clock.now() + std::chrono::seconds(1), [](const std::string&) {});
+  capture.capture(NodeStacks(), {}, clock.now() + std::chrono::seconds(1),
+                  [](const NodeStacks&) {});
   EXPECT_FALSE(std::filesystem::exists(dir + "/" + std::to_string(armed)));
   std::filesystem::remove_all(dir);
 }
@@ -408,20 +412,52 @@ TEST(StackPlan, PythonFramesComeFromGdbsPyBtWhereInstalledElseANoteSaysWhatToIns
 }
 
 TEST(StacksView, EachRanksProcessesInRankOrderWithoutControlCharacters) {
-  const std::string doc =
-      R"({"nodes":[{"node_rank":0,"host":"h0"}],"missing":[1],"ranks":[)"
-      R"({"rank":1,"node_rank":0,"pid":8,"processes":[{"pid":8,"exe":"/bin/x","tool":"eu-stack",)"
-      R"("stacks":"#0 read\u001b[2J\n","note":"n"}]},)"
-      R"({"rank":0,"node_rank":0,"pid":7,"ended":"exited with exit code 0"}]})";
-  const std::string text = format_stacks(doc);
-  EXPECT_EQ(text,
+  StacksDocument doc;
+  doc.nodes = {NodeStacks{0, "h0", 0, std::nullopt, {}}};
+  doc.missing = {1};
+  doc.ranks = {
+      RankStacks{1, 1, 0, 8, "", {ProcessStacks{8, "/bin/x", "eu-stack", "#0 read\x1b[2J\n", "n"}}},
+      RankStacks{0, 0, 0, 7, "exited with exit code 0", {}}};
+  EXPECT_EQ(format_stacks(doc),
             "=== rank 0 (node 0, h0, pid 7): exited with exit code 0\n"
             "=== rank 1 (node 0, h0, pid 8) ===\n"
             "--- pid 8 /bin/x (eu-stack)\n"
             "#0 read?[2J\n"
             "note: n\n"
             "node 1 did not answer in time (lost, stopped or unreachable)\n");
-  EXPECT_EQ(format_stacks("[1"), "stacks: no answer could be read\n");
+}
+
+// A node's answer goes through the store as text: the codec gives back the
+// same record, and the merge marks each rank with its node, takes the job's
+// size from node 0, and counts an answer of another shape as none.
+TEST(StacksView, AnswersRoundTripAndMergeIntoOneDocument) {
+  NodeStacks zero{0,
+                  "h0",
+                  2,
+                  3,
+                  {RankStacks{0, 0, -1, 7, "", {ProcessStacks{7, "/bin/x", "gdb", "#0 f\n", ""}}}}};
+  NodeStacks two{2, "h2", 2, std::nullopt, {RankStacks{4, 0, -1, 9, "exit code 1", {}}}};
+  ASSERT_EQ(decode_node_stacks(encode_node_stacks(zero)), zero);
+  EXPECT_FALSE(decode_node_stacks("[1"));
+  EXPECT_FALSE(decode_node_stacks(R"({"ranks":[{"rank":"one"}]})")) << "a field of the wrong type";
+  EXPECT_FALSE(decode_node_stacks(R"({"ranks":{"rank":1}})")) << "ranks that are not a list";
+  const StacksDocument doc = merge_stacks(
+      5, {0, 1, 2, 3}, {encode_node_stacks(zero), std::nullopt, encode_node_stacks(two), "forged"},
+      std::nullopt);
+  EXPECT_EQ(doc.request, 5);
+  EXPECT_EQ(doc.job_nnodes, 3);
+  EXPECT_EQ(doc.missing, (std::vector<int>{1, 3}));
+  ASSERT_EQ(doc.ranks.size(), 2u);
+  EXPECT_EQ(doc.ranks[1].node_rank, 2);
+  EXPECT_EQ(doc.ranks[1].ended, "exit code 1");
+  ASSERT_EQ(doc.nodes.size(), 2u);
+  EXPECT_TRUE(doc.nodes[0].ranks.empty()) << "a node's ranks move to the document's";
+  EXPECT_EQ(decode_stacks_document(encode_stacks_document(doc)), doc);
+  const StacksDocument only_2 = merge_stacks(
+      6, {0, 2}, {encode_node_stacks(zero), encode_node_stacks(two)}, std::set<int>{2});
+  EXPECT_EQ(only_2.job_nnodes, 3) << "node 0 answers for the job's size";
+  ASSERT_EQ(only_2.ranks.size(), 1u);
+  EXPECT_EQ(only_2.ranks[0].rank, 4);
 }
 
 }  // namespace
