@@ -5,7 +5,8 @@
 // the host on its own thread: each call becomes one typed message there
 // (mpi/pmix_upcalls.hpp), queued, and the queue's eventfd wakes the main
 // thread, which handles it by family in handle_upcalls(): the workers'
-// events, fences and direct modex (pmix_modex.cpp). Fences across nodes go
+// events, fences and direct modex (pmix_events.cpp, pmix_fence.cpp,
+// pmix_direct_modex.cpp, each with its C adapter). Fences across nodes go
 // through the job's store (mpi/fence.hpp). One per process (libpmix
 // is a process-wide library). Thread-safe where libpmix calls it; otherwise
 // the main thread's.
@@ -101,7 +102,7 @@ class PmixServer : public MpiHost {
   void on_started();
   void keep_environment(const MpiRoundEnv& env);
   PmixRunNames run_names(const std::string& uri, const std::string& nspace) const;
-  // The fence and direct modex families (pmix_modex.cpp).
+  // The fence and direct modex families (pmix_fence.cpp, pmix_direct_modex.cpp).
   void fence(FenceCall& call);
   void direct_modex(DmodexCall& call);
   // Hands libpmix a fence's or a direct modex's data (for the round still

@@ -1,8 +1,9 @@
 // The upcalls libpmix makes into its host, on libpmix's own thread: each is
 // turned there into one typed message (PmixServer::Upcall) and posted to the
 // running server's queue, whose eventfd wakes the main thread; the server
-// handles them there by family (workers' events, fences, direct modex:
-// pmix_server.cpp, pmix_modex.cpp), as Flux's shell plugin does. A call
+// handles them there by family, each family's adapter beside its handler
+// (pmix_events.cpp, pmix_fence.cpp, pmix_direct_modex.cpp), as Flux's shell
+// plugin does. A call
 // carrying a directive marked required that its family does not know is
 // refused at once with PMIX_ERR_NOT_SUPPORTED. Only where the build has
 // libpmix's headers. Thread-safe: posting is the server's one locked step.
@@ -13,6 +14,7 @@
 #include <pmix_server.h>
 
 #include <chrono>
+#include <initializer_list>
 #include <string>
 #include <variant>
 #include <vector>
@@ -77,6 +79,29 @@ Overloaded(F...) -> Overloaded<F...>;
 
 // The table handed to PMIx_server_init.
 pmix_server_module_t* pmix_upcall_module();
+// Each family's adapters, on libpmix's thread, beside its handler: the
+// workers' events (pmix_events.cpp), fences (pmix_fence.cpp), direct modex
+// (pmix_direct_modex.cpp).
+pmix_status_t upcall_connected(const pmix_proc_t* proc, void* server_object,
+                               pmix_op_cbfunc_t cbfunc, void* cbdata);
+pmix_status_t upcall_connected2(const pmix_proc_t* proc, void* server_object, pmix_info_t info[],
+                                size_t ninfo, pmix_op_cbfunc_t cbfunc, void* cbdata);
+pmix_status_t upcall_finalized(const pmix_proc_t* proc, void* server_object,
+                               pmix_op_cbfunc_t cbfunc, void* cbdata);
+pmix_status_t upcall_abort(const pmix_proc_t* proc, void* server_object, int status,
+                           const char msg[], pmix_proc_t procs[], size_t nprocs,
+                           pmix_op_cbfunc_t cbfunc, void* cbdata);
+pmix_status_t upcall_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
+                           size_t ninfo, char* data, size_t ndata, pmix_modex_cbfunc_t cbfunc,
+                           void* cbdata);
+pmix_status_t upcall_direct_modex(const pmix_proc_t* proc, const pmix_info_t info[], size_t ninfo,
+                                  pmix_modex_cbfunc_t cbfunc, void* cbdata);
+// What the adapters share: `up` posted to the running server (false: none);
+// whether a call of `upcall` requires a directive outside `known` (said in
+// the debug log), which the adapter then refuses with PMIX_ERR_NOT_SUPPORTED.
+bool post_upcall(PmixServer::Upcall up);
+bool refuses_directives(const char* upcall, const pmix_info_t info[], size_t ninfo,
+                        std::initializer_list<const char*> known);
 // The server the upcalls post to (libpmix's upcalls carry no pointer of
 // ours: one server per process); nullptr: none, and they are refused.
 void set_upcall_target(PmixServer* server);
