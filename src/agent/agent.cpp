@@ -26,8 +26,11 @@ Agent::Agent(const Config& config, const EnvMap& env, NodeIdentity self, Spawner
       m_clock(clock),
       m_link(link),
       m_router(config, console, &clock),
-      m_error_files(m_self.job_dir),
-      m_mpi(mpi) {}
+      m_error_files(m_self.job_dir) {
+  if (mpi != nullptr) {
+    m_mpi.emplace(*mpi, m_env, m_self);
+  }
+}
 
 std::string Agent::node_name() const {
   if (m_plan) {
@@ -157,7 +160,7 @@ RankOutcome Agent::root_outcome(int local_rank) const {
     }
   }
   if (!o.error) {
-    o.error = mpi_error(local_rank);
+    o.error = m_mpi ? m_mpi->error(local_rank, m_clock.wall_now()) : std::nullopt;
   }
   return o;
 }
@@ -169,7 +172,8 @@ void Agent::on_worker_exit(int local_rank, const ExitInfo& info) {
   m_end_times.at(static_cast<size_t>(local_rank)) = m_clock.wall_now();
   log::debug("local rank {} ended: {}", local_rank, info.describe());
   tell(&RoundObserver::on_rank_exit, local_rank, info);
-  apply(m_supervisor->on_worker_exit(local_rank, mpi_exit(local_rank, info), m_clock.now()));
+  const ExitInfo counted = m_mpi ? m_mpi->exit(local_rank, info, m_supervisor->stopping()) : info;
+  apply(m_supervisor->on_worker_exit(local_rank, counted, m_clock.now()));
   advance();
 }
 

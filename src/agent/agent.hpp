@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "agent/mpi_round.hpp"
 #include "agent/round_view.hpp"
 #include "config/config.hpp"
 #include "config/env_map.hpp"
@@ -200,22 +201,6 @@ class Agent : public JobLink::Listener, public RoundView {
   void note_progress();
   void check_hangs(TimePoint now);
   std::string socket_ifname(const Topology& topology, int node_rank) const;
-  // --- MPI (agent_mpi.cpp) ----------------------------------------------------
-  // The round's PMIx namespace (nullopt: no server); resets what the
-  // workers told it.
-  std::optional<MpiRoundEnv> start_mpi_round(const Topology& topology, const JobLayout& layout);
-  // The environment the round's MPI workers start from: the inherited one
-  // without an outer step's process management ...
-  EnvMap mpi_worker_env() const;
-  // ... and what is added to it: the server's variables (`shared`), and
-  // Open MPI's defaults for this round (m_open_mpi).
-  std::vector<std::pair<std::string, std::string>> mpi_runtime_env(
-      const JobLayout& layout, std::vector<std::pair<std::string, std::string>> shared) const;
-  // How an MPI worker's end counts: an MPI_Abort's status, or a failure for
-  // a clean exit that skipped MPI_Finalize; `info` unchanged otherwise.
-  ExitInfo mpi_exit(int local_rank, const ExitInfo& info);
-  // Why an MPI worker failed, for the report (nullopt: nothing MPI-specific).
-  std::optional<WorkerError> mpi_error(int local_rank) const;
   // The job is hung: every rank here without progress for half the
   // --hang-timeout has its stacks taken (a debugger's for a native program),
   // then SIGABRT (Python's faulthandler prints its own) ends them all at once.
@@ -322,10 +307,8 @@ class Agent : public JobLink::Listener, public RoundView {
   std::optional<Hung> m_hung;
   bool m_stopped_by_command = false;  // SignalFrom::k_stopped_by_command
 
-  // The MPI room: the round's PMIx namespace and what its ranks told it.
-  MpiRanks* m_mpi;
-  OpenMpiHost m_open_mpi;         // this round's: what the host means for Open MPI
-  std::optional<CmaProbe> m_cma;  // probed at the first round that has a server
+  // The round's MPI side over the MPI room (none with --no-pmix).
+  std::optional<MpiRound> m_mpi;
 
   bool m_advancing = false;
   bool m_again = false;

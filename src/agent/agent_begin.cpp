@@ -40,9 +40,9 @@ JobLayout Agent::plan_round(const Topology& topology, int node_rank, bool& mpi_r
   layout.socket_ifname = socket_ifname(topology, node_rank);
   // With a PMIx server, the round's namespace first: its variables are the
   // same for every worker but one, and go into what they share.
-  std::optional<MpiRoundEnv> mpi = start_mpi_round(topology, layout);
-  m_plan = mpi ? make_launch_spec(m_config, layout, mpi_worker_env(), m_self.bindings,
-                                  mpi_runtime_env(layout, std::move(mpi->shared)))
+  std::optional<MpiRound::Plan> mpi = m_mpi ? m_mpi->start(topology, layout) : std::nullopt;
+  m_plan = mpi ? make_launch_spec(m_config, layout, mpi->worker_env, m_self.bindings,
+                                  std::move(mpi->shared))
                : make_launch_spec(m_config, layout, m_env, m_self.bindings);
   for (auto& w : m_plan->workers) {
     w.stdout_tty = m_self.stdout_tty;
@@ -87,12 +87,13 @@ void Agent::report_round(const JobLayout& layout, bool mpi) const {
                 m_env.contains("GLOO_SOCKET_IFNAME") ? "; GLOO_SOCKET_IFNAME set by you wins" : "");
     }
     if (mpi) {
+      const OpenMpiHost& host = m_mpi->host();
       log::info("node {}: Open MPI's shared memory uses {} ({}){}", layout.node_rank,
-                m_open_mpi.cma ? "single-copy CMA" : "no single-copy mechanism", m_open_mpi.cma_why,
+                host.cma ? "single-copy CMA" : "no single-copy mechanism", host.cma_why,
                 m_env.contains("OMPI_MCA_btl_vader_single_copy_mechanism")
                     ? "; OMPI_MCA_btl_vader_single_copy_mechanism set by you wins"
                     : "");
-      if (m_open_mpi.oversubscribed) {
+      if (host.oversubscribed) {
         log::info(
             "node {}: this host's ranks outnumber the {} CPUs they may use: MPI ranks yield "
             "the CPU while they wait (OMPI_MCA_mpi_yield_when_idle=1){}",

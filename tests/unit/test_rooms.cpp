@@ -2,7 +2,8 @@
 // (filters, the job on node 0 only, lost nodes from verdicts, a rank's
 // state and progress age, GPU memory by process), JobEvents (what each
 // event carries, the job's events on node 0 only) and StacksRoom (its
-// filter, an ended rank's record without a debugger).
+// filter, an ended rank's record without a debugger); and MpiRound, the
+// round's MPI side, against a fake PMIx server.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "agent/job_events.hpp"
+#include "agent/mpi_round.hpp"
 #include "agent/stacks_room.hpp"
 #include "agent/status_room.hpp"
 #include "ddplaunch/error.hpp"
@@ -244,6 +246,70 @@ TEST_F(RoomTest, StacksOfRanksThatEndedAreAnsweredAtOnceWithoutADebugger) {
   room.answer(encode_status_request(elsewhere),
               [&](const std::string& r) { replies.push_back(r); });
   EXPECT_EQ(replies.size(), 1u) << "a node the filter leaves out (not node 0) does not answer";
+}
+
+// A PMIx server that gives every round its variables, or refuses.
+struct FakeServer : MpiHost {
+  int rounds = 0;
+  bool refuse = false;
+  MpiRoundEnv start_round(const PmixJob& job) override {
+    ++rounds;
+    if (refuse) {
+      throw std::runtime_error("no");
+    }
+    return MpiRoundEnv{{{"PMIX_NAMESPACE", job.nspace}}, "PMIX_RANK"};
+  }
+  std::vector<MpiEvent> handle_upcalls() override { return {}; }
+};
+
+Topology one_node(int nproc) {
+  Topology t;
+  t.nodes = {NodeEntry{0, "a", "10.0.0.1", nproc, 0, {}}};
+  assign_ranks(t);
+  return t;
+}
+
+TEST_F(RoomTest, AnMpiRoundStartsWithoutAnOuterStepsProcessManagementAndWithOpenMpisDefaults) {
+  FakeServer server;
+  MpiRanks ranks(server);
+  const EnvMap env{{"PATH", "/bin"}, {"PMI_RANK", "3"}, {"SLURM_PMIXP_ABORT_AGENT_PORT", "1"}};
+  int probes = 0;
+  self.probe_cma = [&probes] {
+    ++probes;
+    return CmaProbe{false, "Yama forbids it"};
+  };
+  self.usable_cpus = 1;
+  MpiRound round(ranks, env, self);
+  const Topology t = one_node(2);
+  for (int r = 0; r < 2; ++r) {
+    const auto plan = round.start(t, layout_of(t, 0, "job", "default", 0));
+    ASSERT_TRUE(plan);
+    EXPECT_EQ(plan->worker_env.find("PMI_RANK"), plan->worker_env.end());
+    EXPECT_EQ(plan->worker_env.find("SLURM_PMIXP_ABORT_AGENT_PORT"), plan->worker_env.end());
+    EXPECT_EQ(plan->worker_env.at("PATH"), "/bin");
+    EXPECT_EQ(plan->rank_variable, "PMIX_RANK");
+    EXPECT_EQ(plan->shared.front().first, "PMIX_NAMESPACE");
+    EXPECT_GT(plan->shared.size(), 1u) << "Open MPI's defaults follow the server's variables";
+  }
+  EXPECT_EQ(probes, 1) << "CMA is probed once, at the first round";
+  EXPECT_FALSE(round.host().cma);
+  EXPECT_EQ(round.host().cma_why, "Yama forbids it");
+  EXPECT_TRUE(round.host().oversubscribed) << "two ranks on one usable CPU";
+}
+
+TEST_F(RoomTest, AServerThatRefusedTheJobIsNotAskedAgainAndEndsCountAsTheyAre) {
+  FakeServer server;
+  server.refuse = true;
+  MpiRanks ranks(server);
+  const EnvMap env{{"PATH", "/bin"}};
+  MpiRound round(ranks, env, self);
+  const Topology t = one_node(1);
+  EXPECT_FALSE(round.start(t, layout_of(t, 0, "job", "default", 0)));
+  EXPECT_FALSE(round.start(t, layout_of(t, 0, "job", "default", 0)));
+  EXPECT_EQ(server.rounds, 1);
+  EXPECT_EQ(round.exit(0, ExitInfo::exited(0), false), ExitInfo::exited(0))
+      << "no server: a clean exit is a clean exit";
+  EXPECT_FALSE(round.error(0, 0));
 }
 
 }  // namespace
