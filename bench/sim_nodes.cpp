@@ -7,7 +7,11 @@
 //
 // Every simulated node runs the agents' own code: a MemberLink over one
 // AsyncClient, as every agent but node 0 holds; so N nodes hold N
-// connections to node 0. Run node 0 with a long --heartbeat-timeout: the
+// connections to node 0. Their sockets and probes are registered on one
+// posix::EventLoop by the agents' own owners (ClientOnLoop, ReachProbe),
+// whose rules keep a closed socket's number, reused by another node's next
+// one, from being taken for it; the loop turns here, with every node's
+// timers looked at each 20 ms. Run node 0 with a long --heartbeat-timeout: the
 // simulated nodes beat only as often as this loop turns.
 //
 // Each simulated node answers the network preflight as an agent does: it
@@ -33,7 +37,6 @@
 // combined data).
 #include <fcntl.h>
 #include <spawn.h>
-#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 
@@ -44,18 +47,21 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "agent/reach_probe.hpp"
 #include "config/config.hpp"
 #include "log.hpp"
 #include "mpi/fence.hpp"
+#include "posix/event_loop.hpp"
 #include "rendezvous/keys.hpp"
 #include "rendezvous/records.hpp"
 #include "rendezvous/status_responder.hpp"
 #include "rendezvous/store_host.hpp"
 #include "rendezvous/store_link.hpp"
 #include "store/async_client.hpp"
+#include "store/client_on_loop.hpp"
 
 namespace {
 
@@ -74,15 +80,14 @@ struct AgentNode : JobLink::Listener {
   Config config;
   SystemClock clock;
   std::unique_ptr<AsyncClient> store;
+  std::unique_ptr<ClientOnLoop> on_loop;  // its socket on the loop
   std::unique_ptr<StoreLink> link;
-  ReachProbe probe;  // the network preflight's listener and connects
+  ReachProbe probe;  // the network preflight's listener and connects, on the loop
   int probe_port = 0;
   State state;
-  int watched_fd = -1;
-  uint32_t watched_events = 0;
-  int watched_probe_fd = -1;
 
-  AgentNode(int port, int nnodes, int node_rank, bool with_probe) {
+  AgentNode(posix::EventLoop& loop, int port, int nnodes, int node_rank, bool with_probe)
+      : probe(loop) {
     config.nnodes = nnodes;
     config.node_rank = node_rank;
     config.master_port = port;
@@ -96,6 +101,7 @@ struct AgentNode : JobLink::Listener {
     config.heartbeat_interval_s = 1;
     config.heartbeat_timeout_s = 600;
     store = std::make_unique<AsyncClient>(config.master_addr, port, Ms(600'000), Ms(600'000));
+    on_loop = std::make_unique<ClientOnLoop>(loop, *store);
     link =
         make_store_link(config, StoreAddress{config.master_addr, port, ""}, *store, clock, nullptr);
     link->set_listener(*this);
@@ -162,71 +168,56 @@ int main(int argc, char** argv) {
   const long long spare = static_cast<long long>(fds.rlim_cur) - nnodes - 2048;
   const int probes = static_cast<int>(std::clamp<long long>(spare / 2, 0, nnodes - 1));
   std::fprintf(stderr, "probes: %d of %d\n", probes, nnodes - 1);
-  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  posix::EventLoop loop;
   std::vector<std::unique_ptr<AgentNode>> nodes;
-  // Keeps epoll in step with one node's socket and probe, touching them
-  // only when they changed. An event's data is the node's index, twice,
-  // plus one for its probe.
+  // Which node each owner on the loop is.
+  std::unordered_map<const posix::EventLoop::Owner*, size_t> node_of;
+  // Brings the loop up to date with one node's socket and probe, as a turn
+  // of the agents' loop does for every owner.
   auto sync = [&](size_t i) {
-    AgentNode& node = *nodes[i];
-    const int probe_fd = node.probe.fd();
-    if (probe_fd != node.watched_probe_fd) {
-      if (node.watched_probe_fd >= 0) {
-        epoll_ctl(ep, EPOLL_CTL_DEL, node.watched_probe_fd, nullptr);
-      }
-      if (probe_fd >= 0) {
-        epoll_event e{};
-        e.events = EPOLLIN;
-        e.data.u64 = 2 * i + 1;
-        epoll_ctl(ep, EPOLL_CTL_ADD, probe_fd, &e);
-      }
-      node.watched_probe_fd = probe_fd;
-    }
-    const int fd = node.store->events() != 0 ? node.store->fd() : -1;
-    const uint32_t events = fd >= 0 ? node.store->events() : 0;
-    if (fd == node.watched_fd && events == node.watched_events) {
-      return;
-    }
-    if (node.watched_fd >= 0 && node.watched_fd != fd) {
-      epoll_ctl(ep, EPOLL_CTL_DEL, node.watched_fd, nullptr);
-      node.watched_fd = -1;
-    }
-    if (fd >= 0) {
-      epoll_event e{};
-      e.events = events;
-      e.data.u64 = 2 * i;
-      epoll_ctl(ep, node.watched_fd == fd ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &e);
-    }
-    node.watched_fd = fd;
-    node.watched_events = events;
+    nodes[i]->on_loop->prepare();
+    nodes[i]->probe.prepare();
   };
 
-  std::vector<epoll_event> events(4096);
   auto next_tick = Steady::now();
+  size_t cursor = 0;     // the next node the timers look at
+  size_t tick_left = 0;  // nodes this pass of the timers has still to look at
   // One turn of the loop over every simulated node: its ready sockets, and
   // each 20 ms its timers; `note` is told of each node touched. Exits 1 if
   // a node fails.
   auto turn = [&](const std::function<void(size_t)>& note) {
     {
-      const int n = epoll_wait(ep, events.data(), static_cast<int>(events.size()), 10);
+      const auto ready = loop.wait(Steady::now() + (tick_left > 0 ? Ms(0) : Ms(10)));
       auto now = Steady::now();
       std::vector<size_t> touched;
-      for (int k = 0; k < n; ++k) {
-        const auto& ev = events[static_cast<size_t>(k)];
-        const size_t i = ev.data.u64 / 2;
-        if (ev.data.u64 % 2 == 1) {
-          nodes[i]->probe.on_ready(now);
-        } else {
-          nodes[i]->store->on_ready(ev.events, now);
+      for (const auto& r : ready) {
+        posix::EventLoop::Owner* owner = loop.owner_of(r.tag);
+        if (owner == nullptr) {
+          continue;
         }
-        touched.push_back(i);
+        owner->on_ready(r.tag, r.events);
+        touched.push_back(node_of.at(owner));
       }
-      if (now >= next_tick) {  // timers: retries, heartbeats, overdue replies
-        next_tick = now + Ms(20);
-        for (size_t i = 0; i < nodes.size(); ++i) {
+      if (now >= next_tick || tick_left > 0) {  // timers: retries, heartbeats, overdue replies
+        // In slices of at most 2 ms, the sockets looked at between them: when
+        // every node's connect attempt timed out at once (a listen backlog
+        // full at 16,384 nodes), one pass of reconnects takes longer than an
+        // attempt may, and without a look at the sockets no connect that
+        // completed would send its HELLO before it timed out again.
+        if (tick_left == 0) {
+          next_tick = now + Ms(20);
+          tick_left = nodes.size();
+        }
+        const auto slice_end = now + Ms(2);
+        while (tick_left > 0) {
+          const size_t i = cursor++ % nodes.size();
+          --tick_left;
           if (auto d = nodes[i]->deadline(); d && *d <= now) {
             nodes[i]->on_time(now);
             touched.push_back(i);
+          }
+          if (tick_left % 64 == 0 && Steady::now() >= slice_end) {
+            break;
           }
         }
       }
@@ -269,8 +260,10 @@ int main(int argc, char** argv) {
     self.node_rank = n;
     self.host = "sim" + std::to_string(n);
     self.addr = "127.0.0.1";
-    auto agent = std::make_unique<AgentNode>(port, nnodes, n, n <= probes);
+    auto agent = std::make_unique<AgentNode>(loop, port, nnodes, n, n <= probes);
     self.probe_port = agent->probe_port;
+    node_of[agent->on_loop.get()] = nodes.size();
+    node_of[&agent->probe] = nodes.size();
     agent->link->join(self);
     nodes.push_back(std::move(agent));
     sync(nodes.size() - 1);

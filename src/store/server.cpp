@@ -36,7 +36,7 @@ using namespace store_server;
 
 void StoreServer::Impl::update_events(int fd) {
   Conn& c = conns.at(fd);
-  c.reading = !c.closing && c.out.size() < k_out_high_water && c.in.size() < input_limit(c);
+  c.reading = !c.closing && c.out.size() < options.out_high_water && c.in.size() < input_limit(c);
   epoll_event ev = {};
   ev.events = EPOLLRDHUP | (c.reading ? EPOLLIN : 0u) | (c.out.empty() ? 0u : EPOLLOUT);
   ev.data.fd = fd;
@@ -136,10 +136,12 @@ void StoreServer::Impl::flush(int fd) {
   if (c.out.empty()) {
     c.out.shrink_to_fit();
   }
-  const bool held_back = !c.reading;
   update_events(fd);
-  if (held_back && c.reading && has_frame(c)) {
-    process(fd);  // requests held back by unread replies may go on
+  if (c.reading && has_frame(c)) {
+    // Requests held back by unread replies go on now: nothing else would
+    // wake them once their bytes are all read from the socket (a flush that
+    // sent every reply at once left them waiting for input that never came).
+    process(fd);
   }
 }
 
@@ -177,7 +179,7 @@ void StoreServer::Impl::process(int fd) {
   try {
     // Replies not yet read hold further requests back: a client that only
     // sends costs at most the high-water mark plus one reply.
-    while (!c.closing && c.out.size() < k_out_high_water) {
+    while (!c.closing && c.out.size() < options.out_high_water) {
       // Before the handshake is done, a frame larger than HELLO or AUTH is an
       // error before it is buffered (its length comes first).
       auto len = protocol::complete_frame(c.in, input_limit(c) - 4);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ struct StoreOptions {
   // A connection must finish HELLO (and AUTH) within this, and a frame once
   // begun must arrive within it.
   std::chrono::milliseconds handshake_timeout{10'000};
+  // Replies queued for one client past which its further requests wait, and
+  // it is not read, until it reads them (a client that pipelines GETs and
+  // never reads costs at most this plus one reply).
+  size_t out_high_water = 4 * 1024 * 1024;
   // A client whose replies pile up unread this long is cut off.
   std::chrono::milliseconds stall_timeout{30'000};
   // Listen at once, but start the thread only at serve(): a client that

@@ -27,7 +27,6 @@ namespace ddplaunch {
 namespace store_server {
 
 using Steady = std::chrono::steady_clock;
-inline constexpr size_t k_out_high_water = 4 * 1024 * 1024;  // stop reading a client past this
 
 struct Conn {
   posix::Fd fd;

@@ -481,6 +481,46 @@ TEST(StoreTrust, AClientThatNeverReadsIsCutOffAndCostsBoundedMemory) {
   EXPECT_NE(p.revents & (POLLHUP | POLLERR), 0);
 }
 
+// Requests held back by unread replies go on once the replies are sent,
+// even when one flush sends them all and nothing more arrives: the client
+// waits for its answers and sends nothing else (16,384 simulated nodes hung
+// this way, node 0 and the nodes all idle).
+TEST(Store, RequestsHeldBackByUnreadRepliesGoOnWhenTheRepliesAreAllSent) {
+  StoreOptions o;
+  o.out_high_water = 4096;
+  StoreServer server("127.0.0.1", 0, o);
+  auto c = client(server);
+  c.set("big", std::string(8192, 'x'));
+  Raw pipelining(server.port());
+  std::string requests = hello();
+  for (uint32_t id = 1; id <= 3; ++id) {
+    std::string get = protocol::request::get("big", 0);
+    protocol::set_request_id(get, id);
+    requests += get;
+  }
+  pipelining.send_bytes(requests);
+  std::string replies;
+  char buf[65536];
+  pollfd p{pipelining.fd, POLLIN, 0};
+  auto frames = [&replies] {
+    std::string rest = after_hello(replies);
+    int n = 0;
+    while (auto len = protocol::complete_frame(rest)) {
+      rest.erase(0, 4 + *len);
+      ++n;
+    }
+    return n;
+  };
+  while (frames() < 3 && poll(&p, 1, 10'000) == 1) {
+    const ssize_t n = recv(pipelining.fd, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      break;
+    }
+    replies.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_EQ(frames(), 3) << "a GET held back behind the first reply was never answered";
+}
+
 TEST(StoreTrust, TooManyClientsAreToldSo) {
   StoreOptions o;
   o.max_clients = 4;
