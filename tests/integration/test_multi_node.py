@@ -282,13 +282,14 @@ def test_killed_master_ends_the_job_everywhere(jobs, tmp_path):
 
 
 def test_members_whose_node_0_was_started_again_join_its_new_store(jobs):
-    """Two members had stored their join records when node 0's agent was
-    SIGKILLed; it is started again on the same port. Each member, joining
-    again, finds its arrival gone from the new store and takes a new one:
-    the job runs on all three (before, every node waited out
-    --rdzv-timeout with "2/3 joined")."""
+    """Two members of a 4-node job had stored their join records when node
+    0's agent was SIGKILLed (before every node was there, so before node 0
+    could answer anyone); it is started again on the same port. Each member,
+    joining again, finds its arrival gone from the new store and takes a
+    new one: with the fourth node the job runs on all four (before, every
+    node waited out --rdzv-timeout with "3/4 joined")."""
     port = free_port()
-    args = ["--nnodes", 3, "--nproc-per-node", 1, "--master-port", port, "--rdzv-timeout", 60]
+    args = ["--nnodes", 4, "--nproc-per-node", 1, "--master-port", port, "--rdzv-timeout", 60]
     node0 = jobs.start([*args, "--", "true"])
 
     def listening():
@@ -305,7 +306,8 @@ def test_members_whose_node_0_was_started_again_join_its_new_store(jobs):
     node0.kill()
     node0.wait()
     again = jobs.start([*args, "--", "true"])
-    for rc, out, err in finish([again, *members], timeout=120):
+    last = jobs.start([*args, "--", "true"])
+    for rc, out, err in finish([again, *members, last], timeout=120):
         assert rc == 0, err
 
 
