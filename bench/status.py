@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`ddplaunch status` and --metrics-port, measured.
 
-    /usr/bin/python3 bench/status.py [--build build]
+    /usr/bin/python3 bench/status.py [--build build] [--only stacks] [--simulated NODES...]
 
 Rows: the time `ddplaunch status --json` takes (median of 10) for a real
 job of 1 node x 64 ranks (asked as typed on its host: the job is found
@@ -16,7 +16,8 @@ listener's own cost. Then a 1,024-worker launch (2 nodes x 512 `true` on
 loopback, median of 10) alone and while `ddplaunch status --json` asks it
 over and over from another process; and `ddplaunch stacks --json` for a
 job of 1 node x 8 sleeping ranks (native `sleep`, and Python when gdb and
-python3-dbg are installed; median of 3)."""
+python3-dbg are installed; median of 3). With --simulated NODES..., only
+`ddplaunch status` of simulated jobs of that many nodes x 8 ranks."""
 import argparse
 import os
 import statistics
@@ -168,8 +169,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
     ap.add_argument("--only", choices=["stacks"], help="only the stacks table")
+    ap.add_argument("--simulated", type=int, nargs="+", metavar="NODES",
+                    help="only `ddplaunch status` of simulated jobs of these many nodes x 8 ranks")
     args = ap.parse_args()
     exe = os.path.abspath(os.path.join(args.build, "ddplaunch"))
+    if args.simulated:
+        print("| job | `ddplaunch status --json` | floor | ratio, overhead |")
+        print("|---|---|---|---|")
+        for nnodes in args.simulated:
+            print(simulated(args.build, exe, nnodes), flush=True)
+        return
     if args.only != "stacks":
         status_tables(args, exe)
     print("| `ddplaunch stacks --json`, 2 nodes x 4 ranks | time | per rank |")
