@@ -80,6 +80,7 @@ void Agent::start() {
   self.health = m_self.health;
   self.probe_port = m_self.probe_port;
   self.job_id = m_self.job_id;
+  self.tree_fanout = m_config.tree_fanout;
   self.restart_min_progress = m_config.restart_min_progress;
   self.max_no_progress_restarts = m_config.max_no_progress_restarts;
   tell(&RoundObserver::on_rendezvous_start);

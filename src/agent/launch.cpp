@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "agent/agent.hpp"
+#include "agent/agent_tree.hpp"
 #include "agent/driver.hpp"
 #include "agent/health_check.hpp"
 #include "agent/job_events.hpp"
@@ -258,15 +259,21 @@ void health_event(EventLog* events, const HealthCheckResult& result, std::string
   }
 }
 
-// The MPI room: the PMIx server's store connection, its queue of upcalls
-// (read into the round's MpiRanks) and its relay, each on the loop.
+// The MPI room: the PMIx server's store connection and its links in the
+// tree of agents, its queue of upcalls (read into the round's MpiRanks) and
+// its relay, each on the loop.
 struct MpiRoom {
   MpiRanks ranks;
   posix::Watch queue;
   std::optional<posix::Watch> relay;
-  MpiRoom(PmixServer& pmix, NodeStore& store, posix::EventLoop& loop)
+  std::optional<AgentTree> tree;
+  MpiRoom(PmixServer& pmix, NodeStore& store, const Config& config, const StoreAddress& address,
+          const NodeIdentity& self, posix::EventLoop& loop)
       : ranks(pmix), queue(loop, pmix.event_fd(), [this] { ranks.take_events(); }) {
-    pmix.attach_store(store.client.get());
+    if (store.client) {
+      tree.emplace(config, address.token, self.addr, *store.client, loop);
+    }
+    pmix.attach_store(store.client.get(), tree ? &*tree : nullptr);
     if (pmix.relay_fd() >= 0) {
       relay.emplace(loop, pmix.relay_fd(), [&pmix] { pmix.pump_relay(); });
     }
@@ -373,7 +380,7 @@ int run_node(LaunchProcess& p, const StoreAddress& address, NodeIdentity self, P
   NodeStore store(config, address, clock, self, p.driver.loop());
   std::optional<MpiRoom> mpi;
   if (pmix != nullptr) {
-    mpi.emplace(*pmix, store, p.driver.loop());
+    mpi.emplace(*pmix, store, config, address, self, p.driver.loop());
   }
   Agent agent(config, p.worker_env, self, spawner, clock, store.link.get(), p.console,
               mpi ? &mpi->ranks : nullptr);
@@ -393,6 +400,9 @@ int run_node(LaunchProcess& p, const StoreAddress& address, NodeIdentity self, P
   retire_spawn_thread();
   if (pmix != nullptr) {
     pmix->attach_store(nullptr);
+  }
+  if (mpi) {
+    mpi->tree.reset();  // its links before the job's store
   }
   store.close();
   return report(config, p.env, agent, p.console, health);

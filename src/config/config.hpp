@@ -141,7 +141,11 @@ struct Config {
   // A token file others may read is refused rather than warned about.
   // Default: false.
   bool strict_token = false;
-  int rdzv_max_clients = 4096;      // Default: 4096 connections to node 0's store
+  int rdzv_max_clients = 4096;  // Default: 4096 connections to node 0's store
+  // --tree-fanout: the children of each agent in the tree of agents that
+  // fences among every node travel (topology/tree.hpp); node 0's decides
+  // for the job. Default: 16 (docs/PERFORMANCE.md).
+  int tree_fanout = 16;
   double rdzv_timeout_s = 600;      // Default: 600 seconds
   double heartbeat_interval_s = 1;  // Default: 1 second
   double heartbeat_timeout_s = 15;  // Default: 15 seconds

@@ -8,6 +8,7 @@
 
 #include "config/integer.hpp"
 #include "config/launch_error.hpp"
+#include "topology/tree.hpp"
 
 namespace ddplaunch {
 
@@ -746,6 +747,14 @@ const OptionSpec k_options[] = {
      c.rdzv_max_clients = parse_int_in(v, f, 4, 1'000'000, "a number from 4 to 1000000");
    },
    [](const Config& c) { return std::to_string(c.rdzv_max_clients); }},
+  {"tree_fanout", "--tree-fanout,--tree_fanout", k_nodes,
+   "Children of each node in the tree of agents that a PMIx fence among every node travels, "
+   "node 0 at its root (node 0's decides for the job)",
+   false, nullptr, nullptr,
+   [](Config& c, const std::string& v, const std::string& f) {
+     c.tree_fanout = parse_int_in(v, f, k_min_tree_fanout, k_max_tree_fanout, "a number from 2 to 64");
+   },
+   [](const Config& c) { return std::to_string(c.tree_fanout); }},
   {"heartbeat_interval", "--heartbeat-interval", k_nodes,
    "Seconds between liveness reports to the store", false, nullptr, nullptr,
    DDPLAUNCH_SECONDS(heartbeat_interval_s, false)},

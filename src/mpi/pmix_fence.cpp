@@ -84,13 +84,20 @@ void PmixServer::fence(FenceCall& call) {
              call.data.size());
   auto shared = std::make_shared<FenceCall>(std::move(call));
   const auto timeout = std::chrono::duration_cast<StoreConnection::Duration>(shared->timeout);
-  m_fences->enter(
-      job.nspace, signature, nodes, job.node_rank, shared->data,
-      [this, shared](FenceExchange::Outcome outcome, std::string data) {
-        complete(shared->done, shared->nspace, outcome == FenceExchange::Outcome::k_ok,
-                 std::move(data), outcome == FenceExchange::Outcome::k_timed_out);
-      },
-      timeout);
+  auto done = [this, shared](FenceExchange::Outcome outcome, std::string data) {
+    complete(shared->done, shared->nspace, outcome == FenceExchange::Outcome::k_ok, std::move(data),
+             outcome == FenceExchange::Outcome::k_timed_out);
+  };
+  // Among every node: up and down the tree of agents, each link carrying
+  // the data once; a subset (MPI_Comm_spawn's, a PMIx group's) through the
+  // job's store.
+  if (static_cast<int>(nodes.size()) == job.nnodes() && m_tree_fences && job.tree_fanout > 0) {
+    m_tree_fences->enter(job.nspace, job.node_rank, job.nnodes(), job.tree_fanout,
+                         std::move(shared->data), std::move(done), timeout);
+    return;
+  }
+  m_fences->enter(job.nspace, signature, nodes, job.node_rank, shared->data, std::move(done),
+                  timeout);
 }
 
 }  // namespace ddplaunch

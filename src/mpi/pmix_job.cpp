@@ -71,6 +71,7 @@ PmixJob make_pmix_job(const JobLayout& layout, const std::vector<std::string>& h
   job.nspace = pmix_nspace(layout.run_id, layout.job_id, layout.round, layout.restart_count);
   job.node_rank = layout.node_rank;
   job.world_size = layout.world_size;
+  job.tree_fanout = layout.tree_fanout;
   const std::vector<SizeRun> sizes = layout.node_sizes.empty()
                                          ? std::vector<SizeRun>{{layout.local_world_size, 1}}
                                          : layout.node_sizes;

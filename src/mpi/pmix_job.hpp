@@ -26,6 +26,9 @@ struct PmixJob {
   // The ranks of every node of the job on this node's host (this node's
   // alone where the other nodes' host names are not known).
   int host_ranks = 0;
+  // The tree of agents' fan-out (the plan's); 0: fences among every node go
+  // through the job's store alone.
+  int tree_fanout = 0;
 
   int nnodes() const { return static_cast<int>(nproc.size()); }
   int local_size() const { return nproc.at(static_cast<size_t>(node_rank)); }

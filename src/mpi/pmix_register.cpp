@@ -146,6 +146,9 @@ MpiRoundEnv PmixServer::register_round(const PmixJob& job) {
     m_fences->abandon();
     m_dmodex->stop_serving();
   }
+  if (m_tree_fences) {
+    m_tree_fences->abandon();
+  }
   if (!m_registered.empty()) {
     // The previous round's namespace: its clients are gone.
     api.deregister_nspace(m_registered.c_str(), nullptr, nullptr);

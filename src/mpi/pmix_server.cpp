@@ -205,12 +205,16 @@ PmixServer::~PmixServer() {
   // Fences libpmix never heard the end of die with it.
 }
 
-void PmixServer::attach_store(StoreConnection* connection) {
+void PmixServer::attach_store(StoreConnection* connection, TreeLinks* tree) {
+  m_tree_fences.reset();
   m_fences.reset();
   m_dmodex.reset();
   if (connection != nullptr) {
     m_fences = std::make_unique<FenceExchange>(*connection);
     m_dmodex = std::make_unique<DirectModex>(*connection);
+    if (tree != nullptr) {
+      m_tree_fences = std::make_unique<TreeFence>(*tree);
+    }
   }
 }
 
@@ -230,6 +234,9 @@ MpiRoundEnv PmixServer::start_round(const PmixJob& job) {
     if (m_fences) {
       m_fences->abandon();
       m_dmodex->stop_serving();
+    }
+    if (m_tree_fences) {
+      m_tree_fences->abandon();
     }
     m_job = job;
     const std::string uri = std::string(k_server_nspace) + "." + std::to_string(::getpid()) +

@@ -25,6 +25,7 @@
 #include "mpi/mpi_host.hpp"
 #include "mpi/pmix_env_cache.hpp"
 #include "mpi/pmix_relay.hpp"
+#include "mpi/tree_fence.hpp"
 #include "posix/fd.hpp"
 #include "store/connection.hpp"
 
@@ -70,7 +71,10 @@ class PmixServer : public MpiHost {
   // outlive this object, or be detached with nullptr first. This node's
   // rank comes with each round (start_round's job), once rendezvous has
   // assigned it.
-  void attach_store(StoreConnection* connection);
+  // `tree`: this agent's links in the tree of agents, which fences among
+  // every node of a round travel (mpi/tree_fence.hpp); null: those go
+  // through the job's store too. Must outlive this object as well.
+  void attach_store(StoreConnection* connection, TreeLinks* tree = nullptr);
   // Readable when handle_upcalls() has something to do.
   int event_fd() const { return m_wake.get(); }
   // Readable when pump_relay() has something to do (-1: no relay).
@@ -130,6 +134,7 @@ class PmixServer : public MpiHost {
   std::string m_registered;    // the namespace libpmix holds
   std::string m_deregistered;  // the one before
   std::unique_ptr<FenceExchange> m_fences;
+  std::unique_ptr<TreeFence> m_tree_fences;  // with a tree: fences among every node
   std::unique_ptr<DirectModex> m_dmodex;
 };
 

@@ -264,6 +264,7 @@ RoundAssignment RendezvousPlanner::plan_of(std::vector<JoinRecord> members,
   t.master_addr = worker_addr;
   t.master_port = worker_port;
   t.job_id = m_expected.job_id;
+  t.tree_fanout = m_expected.tree_fanout;
   int rank = 0;
   for (auto& r : members) {
     r.node_rank = rank++;

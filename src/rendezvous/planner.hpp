@@ -53,6 +53,9 @@ struct JoinRecord {
   // This launch's random id (node/identity.hpp): the store host's becomes
   // the job's (Topology::job_id). Not sent: no other node's is used.
   std::string job_id{};
+  // Its --tree-fanout: the store host's becomes the job's
+  // (Topology::tree_fanout). Not sent either.
+  int tree_fanout = 16;
   bool operator==(const JoinRecord&) const = default;
 };
 

@@ -7,6 +7,7 @@
 #include "cluster/nodelist.hpp"
 #include "config/launch_error.hpp"
 #include "output/json_fields.hpp"
+#include "topology/tree.hpp"
 
 namespace ddplaunch {
 
@@ -62,6 +63,7 @@ json plan_topology_json(const Topology& t) {
   if (!t.job_id.empty()) {
     j["job"] = t.job_id;
   }
+  j["tree"] = t.tree_fanout;
   const bool ports = std::any_of(t.nodes.begin(), t.nodes.end(), [](const NodeEntry& n) {
     return std::any_of(n.workers.begin(), n.workers.end(),
                        [](const WorkerSlot& w) { return w.port != 0; });
@@ -98,6 +100,12 @@ Topology plan_topology_from(const json& j) {
     t.job_id = j.at("job").get<std::string>();
     if (t.job_id.size() > 64) {
       throw RecordError("malformed plan record: its job id is over 64 bytes");
+    }
+  }
+  if (j.contains("tree")) {
+    t.tree_fanout = json_int(j.at("tree"));
+    if (t.tree_fanout < k_min_tree_fanout || t.tree_fanout > k_max_tree_fanout) {
+      throw RecordError("malformed plan record: its tree fan-out is out of range");
     }
   }
   long long nodes = 0, ranks = 0;

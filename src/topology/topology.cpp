@@ -117,6 +117,7 @@ JobLayout layout_of(const Topology& t, int node_rank, const std::string& run_id,
   l.master_port = t.master_port;
   l.run_id = run_id;
   l.job_id = t.job_id;
+  l.tree_fanout = t.tree_fanout;
   l.role = role;
   l.max_restarts = max_restarts;
   l.hostname = self->host;

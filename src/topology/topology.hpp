@@ -68,6 +68,8 @@ struct Topology {
   // jobs apart where the user gave no --rdzv-id (the PMIx namespace). Empty:
   // unknown (the node's own is used).
   std::string job_id;
+  // The tree of agents' fan-out (node 0's --tree-fanout decides for the job).
+  int tree_fanout = 16;
   bool operator==(const Topology&) const = default;
 
   int nnodes() const;
@@ -88,7 +90,8 @@ struct JobLayout {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // the workers' MASTER_PORT (not the store's port)
   std::string run_id = "none";
-  std::string job_id;  // Topology::job_id
+  std::string job_id;   // Topology::job_id
+  int tree_fanout = 0;  // Topology::tree_fanout
   std::string role = "default";
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: the restarts used so far
   // The round (0, then one more each time the nodes meet again): equal to
