@@ -30,11 +30,13 @@
 // joined_s: from the first join to the last node's plan; verdict_s: from node
 // 1's publish_stop to the last node's verdict; finished_s: until every
 // simulated node has reported its results.
-// With SIM_FENCE_BYTES=B in the environment, once every node has joined the
-// simulated nodes also run one PMIx fence among themselves, each with a
-// record of B bytes, as their PMIx servers would (mpi/fence.hpp), and the
-// line adds "fence_s" (from the first node's entry to the last node's
-// combined data).
+// With SIM_FENCE_BYTES=B in the environment, once every node has joined they
+// also run one PMIx fence among every node, each with a record of B bytes,
+// through the tree of agents (SIM_TREE_FANOUT, default 8) as their PMIx
+// servers would (mpi/tree_fence.hpp), along the tree's deepest path
+// (FencePath), and the line adds "fence_s" (from the first node's entry to
+// the last node's combined data), "fence_height" and "fence_links" (the
+// real sockets the fence used).
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -53,7 +55,7 @@
 #include "agent/reach_probe.hpp"
 #include "config/config.hpp"
 #include "log.hpp"
-#include "mpi/fence.hpp"
+#include "mpi/tree_fence.hpp"
 #include "posix/event_loop.hpp"
 #include "rendezvous/keys.hpp"
 #include "rendezvous/records.hpp"
@@ -62,6 +64,8 @@
 #include "rendezvous/store_link.hpp"
 #include "store/async_client.hpp"
 #include "store/client_on_loop.hpp"
+#include "store/server.hpp"
+#include "topology/tree.hpp"
 
 namespace {
 
@@ -146,6 +150,121 @@ struct AgentNode : JobLink::Listener {
   void on_finished(std::vector<RankOutcome>) override { state.finished = true; }
 };
 
+// A fence among every node through the tree of agents (mpi/tree_fence.hpp),
+// played along its deepest path: node 0 (a connection to the real node 0's
+// store, as node 0's agent holds one to its own) and, at each level below,
+// one interior node with a real store of its own (a StoreServer, as an
+// interior agent's) whose children connect to it, down to a leaf. Every
+// other child at each level (a sibling of the path) takes part as a leaf
+// standing for its whole subtree: its record is its subtree's data, and
+// it reads the result once; what happens inside its subtree would happen
+// on its own machines at the same time as on the path. So every link the
+// path's nodes hold is a real socket: node 0's store serves its F
+// children, each interior node's its own F, as in a job.
+class FencePath {
+ public:
+  // Node n >= 1's connection to node 0's store: `member(n)`.
+  FencePath(posix::EventLoop& loop, const std::string& addr, int port, int nnodes, int fanout,
+            size_t record, std::function<StoreConnection&(int)> member)
+      : m_nnodes(nnodes), m_fanout(fanout), m_record(record) {
+    m_expected = record * static_cast<size_t>(nnodes);
+    m_nodes.push_back(std::make_unique<Node>(tree_place(0, nnodes, fanout)));
+    Node* p = m_nodes.back().get();
+    p->own_client = connect(loop, addr, port);
+    p->down_conn = p->own_client.get();
+    while (!p->tp.children.empty()) {
+      const int next = p->tp.children.front();  // the largest run: the deepest
+      Node* on_path = nullptr;
+      for (const int child : p->tp.children) {
+        TreePlace place = tree_place(child, nnodes, fanout);
+        if (child != next) {
+          place.children.clear();  // a leaf standing for its subtree
+        }
+        m_nodes.push_back(std::make_unique<Node>(place));
+        Node& n = *m_nodes.back();
+        if (p->tp.node == 0) {
+          n.up_conn = &member(child);
+        } else {
+          n.up_client = connect(loop, "127.0.0.1", p->server->port());
+          n.up_conn = n.up_client.get();
+        }
+        if (child == next && !place.children.empty()) {
+          n.server = std::make_unique<StoreServer>("127.0.0.1", 0);
+          n.own_client = connect(loop, "127.0.0.1", n.server->port());
+          n.down_conn = n.own_client.get();
+        }
+        on_path = child == next ? &n : on_path;
+      }
+      p = on_path;
+      ++m_height;
+    }
+  }
+  void enter() {
+    for (auto& n : m_nodes) {
+      n->fence = std::make_unique<TreeFence>(*n);
+      const size_t data =
+          m_record * static_cast<size_t>(n->tp.children.empty() ? n->tp.subtree : 1);
+      Node* node = n.get();
+      n->fence->enter("ddplaunch.bench.0.0", n->tp.node, m_nnodes, m_fanout, std::string(data, 'x'),
+                      [this, node](TreeFence::Outcome o, std::string d) {
+                        node->ended = true;
+                        m_failed =
+                            m_failed || o != TreeFence::Outcome::k_ok || d.size() != m_expected;
+                        ++m_ended;
+                      });
+    }
+  }
+  // Its clients' timers (a connect retried, a reply overdue), then their
+  // sockets brought up to date, as a turn of the agents' loop does.
+  void prepare() {
+    const auto now = Steady::now();
+    for (auto* owner : m_on_loop) {
+      if (auto d = owner->deadline(); d && *d <= now) {
+        owner->on_time(now);
+      }
+      owner->prepare();
+    }
+  }
+  bool finished() const { return m_ended == m_nodes.size(); }
+  bool ok() const { return !m_failed; }
+  int height() const { return m_height; }
+  // The sockets the fence used: each node's to its parent's store, and
+  // each store owner's to its own.
+  size_t links() const { return m_nodes.size() - 1 + static_cast<size_t>(m_height); }
+
+ private:
+  struct Node : TreeLinks {
+    explicit Node(TreePlace p) : tp(std::move(p)) {}
+    void begin(const std::string&, int, int, int) override {}
+    const TreePlace& place() const override { return tp; }
+    StoreConnection* down() override { return tp.children.empty() ? nullptr : down_conn; }
+    void up(Ready ready) override { ready(up_conn, ""); }
+    void on_lost(Lost) override {}
+    TreePlace tp;
+    std::unique_ptr<StoreServer> server;
+    std::unique_ptr<AsyncClient> own_client, up_client;
+    StoreConnection* down_conn = nullptr;
+    StoreConnection* up_conn = nullptr;
+    std::unique_ptr<TreeFence> fence;
+    bool ended = false;
+  };
+  std::unique_ptr<AsyncClient> connect(posix::EventLoop& loop, const std::string& addr, int port) {
+    auto client = std::make_unique<AsyncClient>(addr, port, Ms(60'000), Ms(600'000));
+    m_clients.push_back(std::make_unique<ClientOnLoop>(loop, *client));
+    m_on_loop.push_back(m_clients.back().get());
+    return client;
+  }
+
+  int m_nnodes, m_fanout;
+  size_t m_record, m_expected = 0;
+  int m_height = 0;
+  std::vector<std::unique_ptr<Node>> m_nodes;
+  std::vector<std::unique_ptr<ClientOnLoop>> m_clients;
+  std::vector<posix::EventLoop::Owner*> m_on_loop;
+  size_t m_ended = 0;
+  bool m_failed = false;
+};
+
 double seconds(Steady::time_point a, Steady::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -196,7 +315,9 @@ int main(int argc, char** argv) {
           continue;
         }
         owner->on_ready(r.tag, r.events);
-        touched.push_back(node_of.at(owner));
+        if (auto it = node_of.find(owner); it != node_of.end()) {
+          touched.push_back(it->second);
+        }  // else the fence's path (FencePath::prepare)
       }
       if (now >= next_tick || tick_left > 0) {  // timers: retries, heartbeats, overdue replies
         // In slices of at most 2 ms, the sockets looked at between them: when
@@ -335,28 +456,23 @@ int main(int argc, char** argv) {
   std::string fence_result;
   if (const char* bytes = std::getenv("SIM_FENCE_BYTES"); bytes != nullptr) {
     const size_t size = static_cast<size_t>(std::atol(bytes));
-    std::vector<int> members;
-    for (int n = 1; n < nnodes; ++n) {
-      members.push_back(n);
-    }
-    std::vector<std::unique_ptr<FenceExchange>> fences;
-    std::vector<int64_t> sent_before;
+    const char* fanout_text = std::getenv("SIM_TREE_FANOUT");
+    const int fanout = fanout_text != nullptr ? std::atoi(fanout_text) : 8;
+    FencePath path(loop, nodes[0]->config.master_addr, port, nnodes, fanout, size,
+                   [&](int node) -> StoreConnection& { return *nodes[node - 1]->store; });
     const auto fence_start = Steady::now();
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      fences.push_back(std::make_unique<FenceExchange>(*nodes[i]->store));
-      State* state = &nodes[i]->state;
-      const size_t expected = size * members.size();
-      fences.back()->enter(
-          "ddplaunch.bench.0.0", "all", members, static_cast<int>(i) + 1, std::string(size, 'x'),
-          [state, expected](FenceExchange::Outcome outcome, std::string data) {
-            state->fenced = true;
-            state->failed = outcome != FenceExchange::Outcome::k_ok || data.size() != expected;
-            state->error = "the fence's data was not every node's";
-          });
-      sync(i);
+    path.enter();
+    while (!path.finished()) {
+      path.prepare();
+      turn([](size_t) {});
     }
-    run_until(&State::fenced);
-    fence_result = ", \"fence_s\": " + std::to_string(seconds(fence_start, Steady::now()));
+    if (!path.ok()) {
+      std::fprintf(stderr, "sim_nodes: the fence failed\n");
+      return 1;
+    }
+    fence_result = ", \"fence_s\": " + std::to_string(seconds(fence_start, Steady::now())) +
+                   ", \"fence_height\": " + std::to_string(path.height()) +
+                   ", \"fence_links\": " + std::to_string(path.links());
   }
 
   nodes[0]->link->publish_stop(

@@ -90,7 +90,7 @@ void AgentTree::open_store() {
   }
   StoreOptions options;
   options.token = m_token;
-  options.max_clients = k_max_tree_fanout + 8;
+  options.max_clients = Config::k_max_tree_fanout + 8;
   try {
     m_server = serve_anywhere(options);
   } catch (const std::exception& e) {

@@ -144,8 +144,10 @@ struct Config {
   int rdzv_max_clients = 4096;  // Default: 4096 connections to node 0's store
   // --tree-fanout: the children of each agent in the tree of agents that
   // fences among every node travel (topology/tree.hpp); node 0's decides
-  // for the job. Default: 16 (docs/PERFORMANCE.md).
-  int tree_fanout = 16;
+  // for the job. Default: 8 (docs/PERFORMANCE.md).
+  int tree_fanout = 8;
+  static constexpr int k_min_tree_fanout = 2;
+  static constexpr int k_max_tree_fanout = 64;
   double rdzv_timeout_s = 600;      // Default: 600 seconds
   double heartbeat_interval_s = 1;  // Default: 1 second
   double heartbeat_timeout_s = 15;  // Default: 15 seconds

@@ -8,7 +8,6 @@
 
 #include "config/integer.hpp"
 #include "config/launch_error.hpp"
-#include "topology/tree.hpp"
 
 namespace ddplaunch {
 
@@ -752,7 +751,7 @@ const OptionSpec k_options[] = {
    "node 0 at its root (node 0's decides for the job)",
    false, nullptr, nullptr,
    [](Config& c, const std::string& v, const std::string& f) {
-     c.tree_fanout = parse_int_in(v, f, k_min_tree_fanout, k_max_tree_fanout, "a number from 2 to 64");
+     c.tree_fanout = parse_int_in(v, f, Config::k_min_tree_fanout, Config::k_max_tree_fanout, "a number from 2 to 64");
    },
    [](const Config& c) { return std::to_string(c.tree_fanout); }},
   {"heartbeat_interval", "--heartbeat-interval", k_nodes,

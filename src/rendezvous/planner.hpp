@@ -55,7 +55,7 @@ struct JoinRecord {
   std::string job_id{};
   // Its --tree-fanout: the store host's becomes the job's
   // (Topology::tree_fanout). Not sent either.
-  int tree_fanout = 16;
+  int tree_fanout = 8;
   bool operator==(const JoinRecord&) const = default;
 };
 

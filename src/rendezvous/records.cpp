@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster/nodelist.hpp"
+#include "config/config.hpp"
 #include "config/launch_error.hpp"
 #include "output/json_fields.hpp"
-#include "topology/tree.hpp"
 
 namespace ddplaunch {
 
@@ -104,7 +104,7 @@ Topology plan_topology_from(const json& j) {
   }
   if (j.contains("tree")) {
     t.tree_fanout = json_int(j.at("tree"));
-    if (t.tree_fanout < k_min_tree_fanout || t.tree_fanout > k_max_tree_fanout) {
+    if (t.tree_fanout < Config::k_min_tree_fanout || t.tree_fanout > Config::k_max_tree_fanout) {
       throw RecordError("malformed plan record: its tree fan-out is out of range");
     }
   }

@@ -69,7 +69,7 @@ struct Topology {
   // unknown (the node's own is used).
   std::string job_id;
   // The tree of agents' fan-out (node 0's --tree-fanout decides for the job).
-  int tree_fanout = 16;
+  int tree_fanout = 8;
   bool operator==(const Topology&) const = default;
 
   int nnodes() const;

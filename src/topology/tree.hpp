@@ -11,10 +11,6 @@
 
 namespace ddplaunch {
 
-// The fan-out's bounds (--tree-fanout).
-inline constexpr int k_min_tree_fanout = 2;
-inline constexpr int k_max_tree_fanout = 64;
-
 struct TreePlace {
   int node = 0;
   int parent = -1;            // -1: the root

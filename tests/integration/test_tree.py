@@ -1,0 +1,154 @@
+"""The tree of agents that a fence among every node travels (--tree-fanout):
+seven nodes of fan-out 2 (three levels) are one MPI world, on loopback and
+across seven network-namespace hosts with real mpi4py; an interior host's
+agent SIGKILLed mid-job is replaced by a hot spare and the next round's
+MPI_Init goes through the new tree; and a tree link turns away what the
+job's store turns away."""
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+
+import pytest
+
+import netns
+from conftest import BIN, SOURCE_DIR, TORCH_PYTHON, finish, read_until, wait_until
+
+MPI_HELLO = os.environ.get("DDPLAUNCH_MPI_HELLO")
+pytestmark = pytest.mark.skipif(not MPI_HELLO, reason="the MPI helper was not built (libopenmpi-dev)")
+needs_netns = pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))
+ALLGATHER = os.path.join(SOURCE_DIR, "tests", "helpers", "mpi4py_allgather.py")
+TOKEN = {"DDPLAUNCH_RDZV_TOKEN": "correct horse battery staple"}
+SEVEN = ["--hosts", "a:1,b:1,c:1,d:1,e:1,f:1,g:1", "--launcher", "local"]
+
+
+def results(out):
+    return {int(m[1]): (int(m[2]), int(m[3]), int(m[4])) for m in
+            re.finditer(r"mpi rank (\d+) size (\d+) sum (\d+) from (\d+) RANK=", out)}
+
+
+def test_seven_nodes_of_fanout_two_are_one_world_through_three_levels(jobs):
+    r = jobs.run([*SEVEN, "--tree-fanout", 2, "--log-level", "debug", "--", MPI_HELLO])
+    assert r.returncode == 0, r.stderr
+    assert results(r.stdout) == {k: (7, 21, (k + 6) % 7) for k in range(7)}, r.stdout
+    # Nodes 1 and 4 each serve their two children; node 0's use the job's store.
+    serving = set(re.findall(r"tree: node (\d) serves its 2 children", r.stderr))
+    assert serving == {"1", "4"}, r.stderr
+    links = set(re.findall(r"tree: node (\d) links to node (\d) ", r.stderr))
+    assert links == {("2", "1"), ("3", "1"), ("5", "4"), ("6", "4")}, r.stderr
+
+
+def test_the_default_fanout_keeps_a_small_job_on_the_store_alone(jobs):
+    """Seven nodes under the default fan-out of 16: node 0's children all, no
+    interior node opens a store of its own."""
+    r = jobs.run([*SEVEN, "--log-level", "debug", "--", MPI_HELLO])
+    assert r.returncode == 0, r.stderr
+    assert len(results(r.stdout)) == 7, r.stdout
+    assert "tree: node" not in r.stderr, r.stderr
+
+
+def _mpi4py():
+    return subprocess.run([TORCH_PYTHON, "-c", "import mpi4py"], capture_output=True).returncode == 0
+
+
+def _allgather_lines(out):
+    return re.findall(r"allgather rank (\d+) size (\d+) restarts (\d+) node (\d+) hosts (\S+)", out)
+
+
+@needs_netns
+@pytest.mark.skipif(not _mpi4py(), reason="python3-mpi4py is not installed")
+def test_an_interior_hosts_agent_killed_mid_job_is_replaced_by_a_spare(jobs):
+    """Eight hosts, each typing the same line: seven run an elastic job at
+    its MAX of 7 with fan-out 2, the eighth waits as a hot spare. Each rank
+    allgathers every host's name through the tree. The agent of the host
+    that is node 1 (an interior node: nodes 2 and 3 hang from it) is
+    SIGKILLed while its ranks run: the spare takes node 1's place, the next
+    round's MPI_Init goes through the new tree, and every launcher left
+    ends 0."""
+    h = netns.Hosts(8)
+    try:
+        line = [BIN, "--nnodes", "6:7", "--nproc-per-node", 1, "--master-addr", "node0",
+                "--tree-fanout", 2, "--max-restarts", 1, "--", TORCH_PYTHON, ALLGATHER, "hold"]
+        procs = {n: subprocess.Popen(h.command(n, line), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for n in h.names[:7]}
+        jobs.procs.extend(procs.values())
+        node_of = {}
+        for name, p in procs.items():
+            got = _allgather_lines("".join(read_until(p.stdout, "allgather rank")))
+            assert got, (name, p.poll())
+            rank, size, restarts, node, hosts = got[0]
+            assert (size, restarts) == ("7", "0") and sorted(hosts.split(",")) == h.names[:7], got
+            node_of[int(node)] = name
+        spare = subprocess.Popen(h.command("node7", line), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        jobs.procs.append(spare)
+        read_until(spare.stderr, "waits to be admitted as a hot spare")
+        victim = procs.pop(node_of[1])
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        survivors = list(procs.values()) + [spare]
+        done = finish(survivors, timeout=180)
+        for rc, out, err in done:
+            assert rc == 0, err
+        after = [g for _, out, _ in done for g in _allgather_lines(out) if g[2] == "1"]
+        assert len(after) == 7, done
+        hosts = sorted(h.names[:8])
+        hosts.remove(node_of[1])
+        for rank, size, restarts, node, gathered in after:
+            assert size == "7" and sorted(gathered.split(",")) == hosts, after
+        # The spare is node 1 now, as the node it replaced.
+        assert [g[3] for g in _allgather_lines(done[-1][1]) if g[2] == "1"] == ["1"], done[-1]
+    finally:
+        h.remove()
+
+
+def _frame(body):
+    return struct.pack(">I", len(body)) + body
+
+
+def _hello():
+    nonce = os.urandom(32)
+    return _frame(b"\x00" + struct.pack(">IH", 0x44444C31, 6) + struct.pack(">I", 32) + nonce)
+
+
+def _closed(sock):
+    """True once the peer closed `sock` (after whatever it sent first)."""
+    sock.settimeout(30)
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def test_a_tree_link_turns_away_what_the_jobs_store_turns_away(jobs):
+    """Four nodes of fan-out 2 with the job's token: node 1 serves node 2.
+    Its store's port refuses a stranger's proof and says so as the job's
+    store does, and closes a frame announced over the handshake's bound
+    before buffering it."""
+    p = jobs.start(["--hosts", "a:1,b:1,c:1,d:1", "--launcher", "local", "--tree-fanout", 2,
+                    "--log-level", "debug", "--", MPI_HELLO, "hang:0"], env=TOKEN)
+    lines = read_until(p.stderr, re.compile(r"tree: node 1 serves its 1 children on port \d+"))
+    port = int(re.search(r"on port (\d+)", lines[-1])[1])
+    # A stranger: HELLO answered with the server's proof, a wrong proof closes it.
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(_hello())
+    s.settimeout(30)
+    head = s.recv(4)
+    assert len(head) == 4, "no answer to HELLO"
+    s.sendall(_frame(b"\x0b" + struct.pack(">I", 1) + struct.pack(">I", 32) + os.urandom(32)))
+    assert _closed(s)
+    s.close()
+    # A frame announced at 2 MiB before the handshake: closed, not buffered.
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(struct.pack(">I", 2 * 1024 * 1024) + b"\x00" * 4096)
+    assert _closed(s)
+    s.close()
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 143, err
+    assert "refused" in err and "a client with a different job token" in err, err
