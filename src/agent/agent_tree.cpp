@@ -58,15 +58,25 @@ void AgentTree::begin(const std::string& nspace, int node_rank, int nnodes, int 
     m_job.erase(m_published, [] {});
     m_published.clear();
   }
+  if (m_parent_asked) {
+    // The round before's parent never published its address: the GET
+    // parked for it is answered, so that rounds do not pile them up.
+    const std::string key = addr_key(m_place.parent);
+    m_job.set(key, std::string(1, k_no_store) + "the round ended", [] {});
+    m_job.erase(key, [] {});
+    m_parent_asked = false;
+  }
   m_waiting.clear();
   m_up_error.clear();
   m_parent_where.clear();
   m_nspace = nspace;
   m_place = tree_place(node_rank, nnodes, fanout);
   if (m_place.parent > 0) {
+    m_parent_asked = true;
     m_job.get(addr_key(m_place.parent), StoreConnection::Duration(0),
               [this, nspace](std::optional<std::string> endpoint) {
                 if (nspace == m_nspace) {
+                  m_parent_asked = false;
                   parent_found(endpoint.value_or(""));
                 }
               });

@@ -75,7 +75,8 @@ class AgentTree : public TreeLinks {
   // from inside one of their own callbacks.
   std::vector<std::unique_ptr<ClientOnLoop>> m_old_on_loop;
   std::vector<std::unique_ptr<AsyncClient>> m_old;
-  std::string m_published;  // this node's address key in the job's store
+  std::string m_published;      // this node's address key in the job's store
+  bool m_parent_asked = false;  // a GET of the parent's address is parked
   Lost m_lost;
 };
 

@@ -315,11 +315,20 @@ void TreeFence::end(const Shared& f, Outcome outcome, std::string data) {
   f->done(outcome, std::move(data));
 }
 
+// The requests the round's fences keep parked go too: the children's GET
+// of the result is answered (the key stays, for a child that asks later),
+// and this node's WAIT for their records (the keys go at once).
 void TreeFence::abandon() {
   const auto live = m_live;
   for (const auto& f : live) {
     if (StoreConnection* down = m_links.down(); down != nullptr && !f->place.children.empty()) {
       down->set(f->down_key(), std::string(1, k_abandoned), [] {});
+      for (const int child : f->place.children) {
+        if (f->children_in < f->from_children.size()) {
+          down->set(f->up_key(child), std::string(1, k_abandoned), [] {});
+          down->erase(f->up_key(child), [] {});
+        }
+      }
     }
     end(f, Outcome::k_failed, {});
   }

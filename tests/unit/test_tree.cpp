@@ -76,7 +76,11 @@ class FakeLinks : public TreeLinks {
   StoreConnection* down() override { return m_place.children.empty() ? nullptr : down_conn.get(); }
   void up(Ready ready) override { ready(up_conn.get(), up_conn ? "" : "no parent"); }
   void on_lost(Lost lost) override { m_lost = std::move(lost); }
-  void lose(const std::string& why) { m_lost(why); }
+  // The link to its parent's store is cut.
+  void lose(const std::string& why) {
+    up_conn->fail(StoreConnection::Failure::k_lost, why);
+    m_lost(why);
+  }
 
   std::unique_ptr<FakeConnection> down_conn;
   std::unique_ptr<FakeConnection> up_conn;
@@ -125,6 +129,16 @@ struct Tree {
         }
       }
     }
+  }
+  // Requests parked on every store.
+  size_t parked() const {
+    size_t count = 0;
+    for (const auto& s : stores) {
+      for (const auto& conn : s ? s->conns : std::map<int, FakeConnection*>{}) {
+        count += s->core.parked(conn.first);
+      }
+    }
+    return count;
   }
   size_t keys_held() const {
     size_t keys = 0;
@@ -239,10 +253,12 @@ TEST(TreeFence, ALostParentEndsItsChildrensFencesAndTheRoundsEndTheRest) {
   tree.settle();
   EXPECT_EQ(tree.ended, (std::vector<int>{0, 0, 1, 1, 0, 0, 0}));
   EXPECT_EQ(tree.got[2], "!");
+  EXPECT_GT(tree.parked(), 0U);  // node 0's WAIT for node 1, and node 4's children's GETs
   for (auto& fence : tree.fences) {
     fence->abandon();
   }
   tree.settle();
+  EXPECT_EQ(tree.parked(), 0U) << "the round's end leaves requests parked";
   EXPECT_EQ(tree.ended, (std::vector<int>{1, 0, 1, 1, 1, 1, 1}));
   EXPECT_EQ(tree.got, (std::vector<std::string>{"!", "-", "!", "!", "!", "!", "!"}));
 }
