@@ -24,9 +24,10 @@ packages=(build-essential cmake pkg-config libcli11-dev libspdlog-dev libfmt-dev
 # What only the test suite drives: a real Prometheus server scrapes
 # --metrics-port, headless Chromium renders node 0's live page, and gdb
 # with Python's gdb extension (python3-dbg) shows `ddplaunch stacks`'
-# Python frames.
+# Python frames, and Debian's LAMMPS runs its own melt example across the
+# tree of agents.
 if [ "$mode" = test ]; then
-  packages+=(prometheus chromium gdb python3-dbg)
+  packages+=(prometheus chromium gdb python3-dbg lammps lammps-examples)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -6,6 +6,7 @@ MPI_Init goes through the new tree; and a tree link turns away what the
 job's store turns away."""
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -101,6 +102,48 @@ def test_an_interior_hosts_agent_killed_mid_job_is_replaced_by_a_spare(jobs):
             assert size == "7" and sorted(gathered.split(",")) == hosts, after
         # The spare is node 1 now, as the node it replaced.
         assert [g[3] for g in _allgather_lines(done[-1][1]) if g[2] == "1"] == ["1"], done[-1]
+    finally:
+        h.remove()
+
+
+IN_MELT = "/usr/share/lammps/examples/melt/in.melt"
+
+
+def _thermo(out):
+    """LAMMPS's thermo table: the lines from "Step" to "Loop time" (without
+    the launcher's prefix)."""
+    lines = [re.sub(r"^\[[^]]*\]: ", "", l) for l in out.splitlines()]
+    start = next(i for i, l in enumerate(lines) if l.split()[:1] == ["Step"])
+    end = next(i for i, l in enumerate(lines) if l.startswith("Loop time"))
+    return [l.split() for l in lines[start:end]]
+
+
+@needs_netns
+@pytest.mark.skipif(not (shutil.which("lmp") and os.path.exists(IN_MELT)),
+                    reason="lammps and lammps-examples are not installed")
+def test_lammps_in_melt_across_seven_hosts_through_the_tree_gives_mpiruns_results(
+        jobs, tmp_path):
+    """Debian's LAMMPS on its own example, one rank on each of seven hosts,
+    each typing the same line with fan-out 2 (MPI_Init's fence through three
+    levels): the thermo table is mpirun's, to the last digit."""
+    ref = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "7", "lmp",
+                          "-in", IN_MELT, "-log", "none"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    h = netns.Hosts(7)
+    try:
+        line = [BIN, "--nnodes", 7, "--nproc-per-node", 1, "--master-addr", "node0",
+                "--tree-fanout", 2, "--", "lmp", "-in", IN_MELT, "-log", "none"]
+        procs = [subprocess.Popen(h.command(n, line), stdin=subprocess.DEVNULL, cwd=tmp_path,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for n in h.names]
+        jobs.procs.extend(procs)
+        done = finish(procs, timeout=300)
+        for rc, _, err in done:
+            assert rc == 0, err
+        out = done[0][1]  # node0's: rank 0 writes the table
+        assert "1 by 1 by 7 MPI processor grid" in out, out
+        assert _thermo(out) == _thermo(ref.stdout), (out, ref.stdout)
     finally:
         h.remove()
 
