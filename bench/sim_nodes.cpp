@@ -205,8 +205,8 @@ class FencePath {
       const size_t data =
           m_record * static_cast<size_t>(n->tp.children.empty() ? n->tp.subtree : 1);
       Node* node = n.get();
-      n->fence->enter("ddplaunch.bench.0.0", n->tp.node, m_nnodes, m_fanout, std::string(data, 'x'),
-                      [this, node](TreeFence::Outcome o, std::string d) {
+      n->fence->enter("ddplaunch.bench.0.0", "all", n->tp.node, m_nnodes, m_fanout,
+                      std::string(data, 'x'), [this, node](TreeFence::Outcome o, std::string d) {
                         node->ended = true;
                         m_failed =
                             m_failed || o != TreeFence::Outcome::k_ok || d.size() != m_expected;

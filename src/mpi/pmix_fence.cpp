@@ -88,11 +88,11 @@ void PmixServer::fence(FenceCall& call) {
     complete(shared->done, shared->nspace, outcome == FenceExchange::Outcome::k_ok, std::move(data),
              outcome == FenceExchange::Outcome::k_timed_out);
   };
-  // Among every node: up and down the tree of agents, each link carrying
-  // the data once; a subset (MPI_Comm_spawn's, a PMIx group's) through the
-  // job's store.
+  // Among every node (whatever the ranks' set): up and down the tree of
+  // agents, each link carrying the data once; among some nodes (a PMIx
+  // group's) through the job's store.
   if (static_cast<int>(nodes.size()) == job.nnodes() && m_tree_fences && job.tree_fanout > 0) {
-    m_tree_fences->enter(job.nspace, job.node_rank, job.nnodes(), job.tree_fanout,
+    m_tree_fences->enter(job.nspace, signature, job.node_rank, job.nnodes(), job.tree_fanout,
                          std::move(shared->data), std::move(done), timeout);
     return;
   }

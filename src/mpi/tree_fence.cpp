@@ -96,7 +96,7 @@ std::string too_large(const std::string& whose, size_t bytes) {
 }  // namespace
 
 struct TreeFence::Fence {
-  std::string prefix;  // tree/<nspace>/<seq>/
+  std::string prefix;  // tree/<nspace>/<set>/<seq>/
   TreePlace place;
   std::string data;  // this node's, then its subtree's
   Done done;
@@ -130,11 +130,12 @@ TreeFence::~TreeFence() {
   }
 }
 
-void TreeFence::enter(const std::string& nspace, int self, int nnodes, int fanout, std::string data,
-                      Done done, StoreConnection::Duration timeout) {
+void TreeFence::enter(const std::string& nspace, const std::string& signature, int self, int nnodes,
+                      int fanout, std::string data, Done done, StoreConnection::Duration timeout) {
   m_links.begin(nspace, self, nnodes, fanout);
   auto f = std::make_shared<Fence>();
-  f->prefix = "tree/" + nspace + "/" + std::to_string(m_seq[nspace]++) + "/";
+  const std::string set = nspace + "/" + signature;
+  f->prefix = "tree/" + set + "/" + std::to_string(m_seq[set]++) + "/";
   f->place = m_links.place();
   f->data = std::move(data);
   f->done = std::move(done);

@@ -10,7 +10,7 @@
 // A failure anywhere (a lost link, a timeout below, data over the limit)
 // travels as a failed record up and a failed result down, with its reason,
 // so that every node's fence ends naming it. Keys (docs/PROTOCOL.md), on the
-// store of the node whose children use them: tree/<nspace>/<seq>/up/<child>,
+// store of the node whose children use them: tree/<nspace>/<set>/<seq>/up/<child>,
 // .../down, .../read, and their parts (/<i>) where a value is over 1 MiB;
 // the last child to read the result deletes them. Not thread-safe: the
 // loop's thread drives it.
@@ -67,10 +67,12 @@ class TreeFence {
 
   // One fence of every node of the round `nspace` (this node is `self` of
   // `nnodes`, the tree's fan-out `fanout`): `done` gets every node's data
-  // in node order. Fences of one namespace complete in the order entered.
+  // in node order. `signature` names the ranks' set (mpi/fence.hpp), the
+  // same on every node: fences of one set complete in the order entered.
   // `timeout` (PMIX_TIMEOUT; 0: none) bounds this node's wait.
-  void enter(const std::string& nspace, int self, int nnodes, int fanout, std::string data,
-             Done done, StoreConnection::Duration timeout = StoreConnection::Duration(0));
+  void enter(const std::string& nspace, const std::string& signature, int self, int nnodes,
+             int fanout, std::string data, Done done,
+             StoreConnection::Duration timeout = StoreConnection::Duration(0));
   // The round is over: every fence still waiting ends (failed), and its
   // children are told.
   void abandon();
@@ -87,7 +89,7 @@ class TreeFence {
   void end(const Shared& f, Outcome outcome, std::string data);
 
   TreeLinks& m_links;
-  std::map<std::string, long> m_seq;  // by nspace: fences entered so far
+  std::map<std::string, long> m_seq;  // by nspace and signature: fences entered so far
   std::set<Shared> m_live;            // entered and not yet ended
 };
 

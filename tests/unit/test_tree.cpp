@@ -113,7 +113,7 @@ struct Tree {
   }
   void enter(int i, std::string data, const std::string& nspace = "ns") {
     fences[static_cast<size_t>(i)]->enter(
-        nspace, i, n, f, std::move(data), [this, i](Outcome o, std::string d) {
+        nspace, "all", i, n, f, std::move(data), [this, i](Outcome o, std::string d) {
           ++ended[static_cast<size_t>(i)];
           got[static_cast<size_t>(i)] = o == Outcome::k_ok ? d : "!";
         });
@@ -182,6 +182,32 @@ TEST(TreeFence, EveryNodeGetsEveryNodesDataInNodeOrderWhateverOrderTheyEnter) {
     EXPECT_EQ(tree.got, std::vector<std::string>(n, ""));
     EXPECT_EQ(tree.ended, std::vector<int>(n, 2));
   }
+}
+
+// Fences of two sets of ranks, both on every node, entered in one order on
+// some nodes and the other on the rest, each end with its own set's data.
+TEST(TreeFence, TwoSetsOfRanksFenceApartInWhateverOrderEachNodeEntersThem) {
+  const int n = 7, f = 2;
+  Tree tree(n, f);
+  std::vector<std::string> a(n), b(n);
+  auto enter = [&](int i, const std::string& set, std::vector<std::string>& into) {
+    tree.fences[static_cast<size_t>(i)]->enter(
+        "ns", set, i, n, f, set + std::to_string(i),
+        [&into, i](Outcome, std::string d) { into[static_cast<size_t>(i)] = d; });
+  };
+  for (int i = 0; i < n; ++i) {
+    if (i % 2 == 0) {
+      enter(i, "A", a);
+      enter(i, "B", b);
+    } else {
+      enter(i, "B", b);
+      enter(i, "A", a);
+    }
+  }
+  tree.settle();
+  EXPECT_EQ(a, std::vector<std::string>(n, "A0A1A2A3A4A5A6"));
+  EXPECT_EQ(b, std::vector<std::string>(n, "B0B1B2B3B4B5B6"));
+  EXPECT_EQ(tree.keys_held(), 0U);
 }
 
 // Each store serves the result to its own children: node 0's to its F,
