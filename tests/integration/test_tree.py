@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 import netns
-from conftest import BIN, SOURCE_DIR, TORCH_PYTHON, finish, read_until, wait_until
+from conftest import BIN, SOURCE_DIR, TORCH_PYTHON, finish, free_port, read_until
 
 MPI_HELLO = os.environ.get("DDPLAUNCH_MPI_HELLO")
 pytestmark = pytest.mark.skipif(not MPI_HELLO, reason="the MPI helper was not built (libopenmpi-dev)")
@@ -48,6 +48,27 @@ def test_the_default_fanout_keeps_a_small_job_on_the_store_alone(jobs):
     assert r.returncode == 0, r.stderr
     assert len(results(r.stdout)) == 7, r.stdout
     assert "tree: node" not in r.stderr, r.stderr
+
+
+def test_an_interior_nodes_loss_during_a_fence_ends_every_node_naming_it(jobs):
+    """Four nodes of fan-out 2, with a heartbeat timeout of 300 s: node 1 (node
+    2's parent) holds its rank out of MPI_Init, so the other three wait in
+    its fence; node 1's agent is SIGKILLed. Nothing waits for the heartbeat
+    timeout: every node ends with exit 4, naming node 1."""
+    port = free_port()
+    program = ["sh", "-c", f'[ "$GROUP_RANK" = 1 ] && exec sleep 600; exec {MPI_HELLO}']
+    procs = [jobs.start(["--nnodes", 4, "--node-rank", n, "--master-port", port,
+                         "--tree-fanout", 2, "--heartbeat-timeout", 300, "--log-level", "debug",
+                         "--", *program]) for n in range(4)]
+    for n in (0, 2, 3):
+        lines = read_until(procs[n].stderr, "PMIx fence among 4 node(s)")
+        assert lines and "PMIx fence among 4 node(s)" in lines[-1], (n, lines)
+    procs[1].send_signal(signal.SIGKILL)
+    procs[1].wait()
+    for n in (0, 2, 3):
+        out, err = procs[n].communicate(timeout=60)
+        assert procs[n].returncode == 4, err
+        assert "job failed: node 1 (" in err and "was lost" in err, err
 
 
 def _mpi4py():
