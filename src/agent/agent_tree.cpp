@@ -33,7 +33,10 @@ AgentTree::AgentTree(const Config& config, std::string token, std::string addr,
       m_loop(loop) {}
 
 AgentTree::~AgentTree() {
-  // The clients before the server they talk to.
+  // Each client's place on the loop before the client, the clients before
+  // the server they talk to.
+  m_old_on_loop.clear();
+  m_old.clear();
   m_up_on_loop.reset();
   m_up.reset();
   m_down_on_loop.reset();

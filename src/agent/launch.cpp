@@ -267,17 +267,25 @@ struct MpiRoom {
   posix::Watch queue;
   std::optional<posix::Watch> relay;
   std::optional<AgentTree> tree;
-  MpiRoom(PmixServer& pmix, NodeStore& store, const Config& config, const StoreAddress& address,
+  PmixServer& pmix;
+  MpiRoom(PmixServer& server, NodeStore& store, const Config& config, const StoreAddress& address,
           const NodeIdentity& self, posix::EventLoop& loop)
-      : ranks(pmix), queue(loop, pmix.event_fd(), [this] { ranks.take_events(); }) {
+      : ranks(server),
+        queue(loop, server.event_fd(), [this] { ranks.take_events(); }),
+        pmix(server) {
     if (store.client) {
       tree.emplace(config, address.token, self.addr, *store.client, loop);
     }
     pmix.attach_store(store.client.get(), tree ? &*tree : nullptr);
     if (pmix.relay_fd() >= 0) {
-      relay.emplace(loop, pmix.relay_fd(), [&pmix] { pmix.pump_relay(); });
+      relay.emplace(loop, pmix.relay_fd(), [&server] { server.pump_relay(); });
     }
   }
+  // The server outlives the room: it lets go of the store and the tree
+  // before they go, however the run ends (an exception too).
+  ~MpiRoom() { pmix.attach_store(nullptr); }
+  MpiRoom(const MpiRoom&) = delete;
+  MpiRoom& operator=(const MpiRoom&) = delete;
 };
 
 // The rooms around the Agent, each told of the round by it and reading

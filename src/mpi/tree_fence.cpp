@@ -152,8 +152,14 @@ void TreeFence::enter(const std::string& nspace, const std::string& signature, i
 // for them all, then a GET each (one MULTI_GET might be over a reply's size).
 void TreeFence::gather(const Shared& f) {
   StoreConnection* down = m_links.down();
-  if (f->place.children.empty() || down == nullptr) {
+  if (f->place.children.empty()) {
     climb(f, std::move(f->data));
+    return;
+  }
+  if (down == nullptr) {
+    // Its children could not reach it either (its address said why): the
+    // fence fails rather than go on without their data.
+    fail(f, "node " + std::to_string(f->place.node) + " has no store for its children");
     return;
   }
   std::vector<std::string> keys;

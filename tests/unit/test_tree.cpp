@@ -262,6 +262,21 @@ TEST(TreeFence, AFailureBelowEndsEveryNodesFence) {
   EXPECT_EQ(tree.ended, std::vector<int>(n, 1));
 }
 
+// An interior node that could not open its store fails the fence for every
+// node instead of sending up its own data without its children's (its
+// children learn it from its address record, AgentTree's).
+TEST(TreeFence, AnInteriorNodeWithoutAStoreFailsTheFenceEverywhere) {
+  const int n = 7, f = 2;
+  Tree tree(n, f);
+  tree.links[1]->down_conn.reset();
+  for (int i : {0, 1, 4, 5, 6}) {
+    tree.enter(i, "d");
+  }
+  tree.settle();
+  EXPECT_EQ(tree.ended, (std::vector<int>{1, 1, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(tree.got, (std::vector<std::string>{"!", "!", "-", "-", "!", "!", "!"}));
+}
+
 // An interior node's loss: its children's links to it fail, their fences
 // end naming it; the round's end (abandon) ends everyone else's, once.
 TEST(TreeFence, ALostParentEndsItsChildrensFencesAndTheRoundsEndTheRest) {
