@@ -88,7 +88,8 @@ def test_an_interior_hosts_agent_killed_mid_job_is_replaced_by_a_spare(jobs):
     that is node 1 (an interior node: nodes 2 and 3 hang from it) is
     SIGKILLed while its ranks run: the spare takes node 1's place, the next
     round's MPI_Init goes through the new tree, and every launcher left
-    ends 0."""
+    ends 0. Before that, rank 0 runs `ddplaunch status` and `ddplaunch
+    stacks` as a user in a worker's shell would: seven ranks each."""
     h = netns.Hosts(8)
     try:
         line = [BIN, "--nnodes", "6:7", "--nproc-per-node", 1, "--master-addr", "node0",
@@ -104,6 +105,9 @@ def test_an_interior_hosts_agent_killed_mid_job_is_replaced_by_a_spare(jobs):
             rank, size, restarts, node, hosts = got[0]
             assert (size, restarts) == ("7", "0") and sorted(hosts.split(",")) == h.names[:7], got
             node_of[int(node)] = name
+        # `ddplaunch status` and `stacks` from rank 0, as in a worker's shell.
+        node0 = "".join(read_until(procs["node0"].stdout, "stacks exit"))
+        assert "status ranks 7 nodes 7" in node0 and "stacks exit 0 ranks 7" in node0, node0
         spare = subprocess.Popen(h.command("node7", line), stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         jobs.procs.append(spare)
