@@ -299,15 +299,22 @@ void TreeFence::fail(const Shared& f, const std::string& why) {
   if (StoreConnection* down = m_links.down(); down != nullptr && !f->place.children.empty()) {
     down->set(f->down_key(), k_failed + why, [] {});
   }
-  if (f->up != nullptr && !f->climbed && !f->up->failed()) {
-    f->up->set(f->up_key(f->place.node), k_failed + why, [] {});
-  } else if (f->up == nullptr && f->place.parent >= 0) {
-    const std::string record = k_failed + why;
-    const std::string key = f->up_key(f->place.node);
-    m_links.up([record, key](StoreConnection* up, const std::string&) {
-      if (up != nullptr) {
-        up->set(key, record, [] {});
+  if (!f->climbed && f->place.parent >= 0) {
+    // Its failed record, then, once the failed result comes down, counted
+    // out as its siblings are, so that their parent's store keeps nothing.
+    m_links.up([f, record = k_failed + why](StoreConnection* up, const std::string&) {
+      if (up == nullptr || up->failed()) {
+        return;
       }
+      up->set(f->up_key(f->place.node), record, [] {});
+      up->get(f->down_key(), f->timeout, [f, up](std::optional<std::string> head) {
+        const bool parts = head && !head->empty() && (*head)[0] == k_in_parts;
+        release(f, *up,
+                parts ? static_cast<int>(parse_integer_in(std::string_view(*head).substr(1), 1,
+                                                          static_cast<long long>(k_max_parts))
+                                             .value_or(0))
+                      : 0);
+      });
     });
   }
   end(f, Outcome::k_failed, {});

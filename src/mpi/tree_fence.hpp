@@ -84,7 +84,7 @@ class TreeFence {
   void gathered(const Shared& f);
   void climb(const Shared& f, std::string subtree);
   void descend(const Shared& f, std::string result);
-  void release(const Shared& f, StoreConnection& up, int result_parts);
+  static void release(const Shared& f, StoreConnection& up, int result_parts);
   void fail(const Shared& f, const std::string& why);
   void end(const Shared& f, Outcome outcome, std::string data);
 

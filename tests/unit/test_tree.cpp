@@ -260,6 +260,7 @@ TEST(TreeFence, AFailureBelowEndsEveryNodesFence) {
   tree.settle();
   EXPECT_EQ(tree.got, std::vector<std::string>(n, "!"));
   EXPECT_EQ(tree.ended, std::vector<int>(n, 1));
+  EXPECT_EQ(tree.keys_held(), 0U) << "a failed fence leaves keys behind";
 }
 
 // An interior node that could not open its store fails the fence for every
