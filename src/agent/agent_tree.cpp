@@ -35,8 +35,8 @@ AgentTree::AgentTree(const Config& config, std::string token, std::string addr,
 AgentTree::~AgentTree() {
   // Each client's place on the loop before the client, the clients before
   // the server they talk to.
-  m_old_on_loop.clear();
-  m_old.clear();
+  m_old_on_loop.reset();
+  m_old.reset();
   m_up_on_loop.reset();
   m_up.reset();
   m_down_on_loop.reset();
@@ -51,12 +51,8 @@ void AgentTree::begin(const std::string& nspace, int node_rank, int nnodes, int 
   if (nspace == m_nspace) {
     return;
   }
-  m_old_on_loop.clear();
-  m_old.clear();
-  if (m_up) {
-    m_old_on_loop.push_back(std::move(m_up_on_loop));
-    m_old.push_back(std::move(m_up));
-  }
+  m_old_on_loop = std::move(m_up_on_loop);  // the one before goes first
+  m_old = std::move(m_up);
   if (!m_published.empty()) {
     m_job.erase(m_published, [] {});
     m_published.clear();

@@ -73,8 +73,8 @@ class AgentTree : public TreeLinks {
   std::vector<Ready> m_waiting;
   // The links of the round before: closed at the next round's start, never
   // from inside one of their own callbacks.
-  std::vector<std::unique_ptr<ClientOnLoop>> m_old_on_loop;
-  std::vector<std::unique_ptr<AsyncClient>> m_old;
+  std::unique_ptr<ClientOnLoop> m_old_on_loop;
+  std::unique_ptr<AsyncClient> m_old;
   std::string m_published;      // this node's address key in the job's store
   bool m_parent_asked = false;  // a GET of the parent's address is parked
   Lost m_lost;

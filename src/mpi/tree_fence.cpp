@@ -103,10 +103,9 @@ struct TreeFence::Fence {
   StoreConnection::Duration timeout;
   std::vector<std::optional<std::string>> from_children;  // by position in place.children
   size_t children_in = 0;
-  std::string child_failed;       // why a child's record failed (the first)
-  StoreConnection* up = nullptr;  // once known
-  size_t up_parts = 0;            // the parts of this node's record on its parent's store
-  bool climbed = false;           // its record is on its parent's store
+  std::string child_failed;  // why a child's record failed (the first)
+  size_t up_parts = 0;       // the parts of this node's record on its parent's store
+  bool climbed = false;      // its record is on its parent's store
   bool over = false;
 
   std::string up_key(int node) const { return prefix + "up/" + std::to_string(node); }
@@ -233,7 +232,6 @@ void TreeFence::climb(const Shared& f, std::string subtree) {
           fail(f, no_up);
           return;
         }
-        f->up = up;
         f->up_parts = put_record(*up, f->up_key(f->place.node), subtree);
         f->climbed = true;
         up->get(f->down_key(), f->timeout, [this, f, up](std::optional<std::string> head) {
