@@ -107,15 +107,11 @@ std::optional<AsyncClient::TimePoint> AsyncClient::deadline() const {
   switch (m_state) {
     case State::k_connecting:
       return m_in_progress ? std::optional(m_attempt_deadline) : m_retry_at;
-    case State::k_ready: {
-      std::optional<TimePoint> first;
-      for (const auto& [id, p] : m_pending) {
-        if (p.deadline && (!first || *p.deadline < *first)) {
-          first = p.deadline;
-        }
+    case State::k_ready:
+      if (m_deadlines.empty()) {
+        return std::nullopt;
       }
-      return first;
-    }
+      return m_deadlines.begin()->first;
     case State::k_failed:
       break;
   }
@@ -197,27 +193,25 @@ void AsyncClient::on_time(TimePoint now) {
     return;
   }
   if (m_state == State::k_ready) {
-    for (const auto& [id, p] : m_pending) {
-      if (p.deadline && now >= *p.deadline) {
-        if (m_handshaken) {
-          fail(Failure::k_lost, "no answer within " + std::to_string(m_io_timeout.count()) +
-                                    " ms (the store host may be stopped or unreachable)");
-        } else {
-          // Not an answer, so not a refusal: the connection may wait in a
-          // listen backlog that a flood of connections filled (the store
-          // answers it once it accepts it), or the store host is stopped.
-          // Tried again, on a new connection, until --rdzv-timeout. This one
-          // is reset, not closed: the store, accepting it later, then finds
-          // no HELLO from a client that left, not one without the token.
-          const linger reset = {1, 0};
-          (void)::setsockopt(m_fd.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
-          retry_busy("no answer to HELLO within " + std::to_string(m_io_timeout.count()) +
-                         " ms (the store host is stopped or overloaded, or the program "
-                         "listening there is not a ddplaunch store)",
-                     now);
-        }
-        return;
+    if (!m_deadlines.empty() && now >= m_deadlines.begin()->first) {
+      if (m_handshaken) {
+        fail(Failure::k_lost, "no answer within " + std::to_string(m_io_timeout.count()) +
+                                  " ms (the store host may be stopped or unreachable)");
+      } else {
+        // Not an answer, so not a refusal: the connection may wait in a
+        // listen backlog that a flood of connections filled (the store
+        // answers it once it accepts it), or the store host is stopped.
+        // Tried again, on a new connection, until --rdzv-timeout. This one
+        // is reset, not closed: the store, accepting it later, then finds
+        // no HELLO from a client that left, not one without the token.
+        const linger reset = {1, 0};
+        (void)::setsockopt(m_fd.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+        retry_busy("no answer to HELLO within " + std::to_string(m_io_timeout.count()) +
+                       " ms (the store host is stopped or overloaded, or the program "
+                       "listening there is not a ddplaunch store)",
+                   now);
       }
+      return;
     }
   }
 }
@@ -253,9 +247,13 @@ void AsyncClient::flush(TimePoint now) {
     m_out.erase(0, static_cast<size_t>(n));
     m_sent_total += static_cast<size_t>(n);
   }
-  for (auto& [id, p] : m_pending) {
-    if (!p.deadline && p.end_offset <= m_sent_total && p.wait != k_forever) {
-      p.deadline = now + m_io_timeout + p.wait;
+  while (!m_unsent.empty() && m_unsent.front().first <= m_sent_total) {
+    const uint32_t id = m_unsent.front().second;
+    m_unsent.pop_front();
+    auto it = m_pending.find(id);
+    if (it != m_pending.end() && !it->second.deadline && it->second.wait != k_forever) {
+      it->second.deadline = now + m_io_timeout + it->second.wait;
+      m_deadlines.emplace(*it->second.deadline, id);
     }
   }
 }
@@ -348,6 +346,8 @@ void AsyncClient::start_over() {
   m_in.clear();
   m_out.clear();
   m_pending.clear();
+  m_unsent.clear();
+  m_deadlines.clear();
   m_sent_total = m_queued_total = 0;
   m_hello_answered = false;
   m_mac_in.reset();
@@ -379,6 +379,9 @@ void AsyncClient::dispatch(const Reply& reply) {
     throw protocol::ProtocolError("a reply nobody asked for (id " + std::to_string(reply.id) + ")");
   }
   Callback callback = std::move(it->second.callback);
+  if (it->second.deadline) {
+    m_deadlines.erase({*it->second.deadline, it->first});
+  }
   m_pending.erase(it);
   callback(reply);
 }
@@ -402,6 +405,8 @@ void AsyncClient::fail(Failure kind, const std::string& why) {
   m_error = Error{kind, kind == Failure::k_unreachable ? why : "store at " + m_where + ": " + why};
   m_fd.close();
   m_pending.clear();
+  m_unsent.clear();
+  m_deadlines.clear();
   m_held.clear();
   m_out.clear();
   if (m_on_failure) {
@@ -442,7 +447,8 @@ void AsyncClient::enqueue(uint32_t id, std::string frame, Duration wait, Callbac
     m_out += frame;
   }
   m_queued_total += m_out.size() - before;
-  m_pending.emplace(id, Pending{std::move(callback), wait, std::nullopt, m_queued_total});
+  m_pending.emplace(id, Pending{std::move(callback), wait, std::nullopt});
+  m_unsent.emplace_back(m_queued_total, id);
   if (m_state == State::k_ready && was_empty) {
     flush(Clock::now());
   }

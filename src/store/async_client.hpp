@@ -10,8 +10,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -70,7 +72,6 @@ class AsyncClient : public StoreConnection {
     Callback callback;
     Duration wait;
     std::optional<TimePoint> deadline;  // set once the request is fully sent
-    size_t end_offset;                  // where its bytes end in the send stream
   };
   void try_connect(TimePoint now);
   void connected(TimePoint now);
@@ -107,6 +108,10 @@ class AsyncClient : public StoreConnection {
   size_t m_queued_total = 0;
   std::string m_in;
   std::map<uint32_t, Pending> m_pending;  // by request id
+  // Requests not yet wholly sent, in the order they were queued: (where
+  // their bytes end, id). A send moves those it finished to m_deadlines.
+  std::deque<std::pair<size_t, uint32_t>> m_unsent;
+  std::set<std::pair<TimePoint, uint32_t>> m_deadlines;  // of requests sent
   uint32_t m_next_id = 1;
   Error m_error;
   FailureHandler m_on_failure;

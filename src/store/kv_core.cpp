@@ -65,9 +65,16 @@ bool KvCore::try_answer(uint64_t seq, std::vector<Out>& out) {
   if (it == m_parked.end()) {
     return false;
   }
-  const Parked& p = it->second;
-  for (const auto& k : p.keys) {
-    if (!m_data.contains(k)) {
+  Parked& p = it->second;
+  while (p.present < p.keys.size() && m_data.contains(p.keys[p.present])) {
+    ++p.present;
+  }
+  if (p.present < p.keys.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < p.keys.size(); ++i) {
+    if (!m_data.contains(p.keys[i])) {
+      p.present = i;  // deleted since it was seen
       return false;
     }
   }

@@ -121,6 +121,23 @@ TEST(KvCore, AWaitNeedsEveryKeyAndTimesOut) {
   EXPECT_FALSE(kv.next_deadline());
 }
 
+TEST(KvCore, AWaitIsAnsweredOnlyWhenEveryKeyIsThereAtOnce) {
+  // A WAIT remembers how many of its keys it has seen; a key deleted after
+  // it was seen must still hold the answer back.
+  KvCore kv;
+  EXPECT_TRUE(kv.apply(1, wait_for(1, {"a", "b", "c", "a"}), t0).empty());
+  EXPECT_EQ(seen(kv.apply(2, req(Op::k_set, 1, "a", "x"), t0)), (std::vector<Seen>{ok(2, 1)}));
+  EXPECT_EQ(seen(kv.apply(2, req(Op::k_set, 2, "b", "x"), t0)), (std::vector<Seen>{ok(2, 2)}));
+  EXPECT_EQ(seen(kv.apply(2, req(Op::k_delete, 3, "a"), t0)),
+            (std::vector<Seen>{ok(2, 3, std::string(1, '\x01'))}));
+  EXPECT_EQ(seen(kv.apply(2, req(Op::k_set, 4, "c", "x"), t0)), (std::vector<Seen>{ok(2, 4)}))
+      << "a, seen before, was deleted: not answered";
+  EXPECT_EQ(kv.parked(1), 1u);
+  EXPECT_EQ(seen(kv.apply(2, req(Op::k_set, 5, "a", "y"), t0)),
+            (std::vector<Seen>{ok(2, 5), ok(1, 1)}));
+  EXPECT_EQ(kv.parked(1), 0u);
+}
+
 TEST(KvCore, OnCloseWritesItsWordOnlyIfTheKeyIsAbsent) {
   KvCore kv;
   kv.apply(1, req(Op::k_on_close, 1, "job/stop", "lost"), t0);
