@@ -60,6 +60,9 @@ class StoreClient {
   std::string compare_set(const std::string& key, const std::optional<std::string>& expected,
                           const std::string& desired);
   bool remove(const std::string& key);
+  // Removes every key, the requests sent at once rather than each after the
+  // last one's answer; returns how many existed.
+  size_t remove(const std::vector<std::string>& keys);
   // True once every key exists; false when `timeout` passes first (0 = no limit).
   bool wait(const std::vector<std::string>& keys, Duration timeout = Duration(0));
   bool check(const std::vector<std::string>& keys);

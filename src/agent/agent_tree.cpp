@@ -1,9 +1,9 @@
 #include "agent/agent_tree.hpp"
 
 #include <charconv>
-#include <system_error>
 
 #include "log.hpp"
+#include "posix/net.hpp"
 
 namespace ddplaunch {
 
@@ -11,16 +11,6 @@ namespace {
 
 // An endpoint record: "<addr> <port>", or 'f' and why there is none.
 constexpr char k_no_store = 'f';
-
-// Every address, IPv6 and IPv4 (a dual-stack socket), else every IPv4 one:
-// where the network preflight's probe listens.
-std::unique_ptr<StoreServer> serve_anywhere(StoreOptions options) {
-  try {
-    return std::make_unique<StoreServer>("::", 0, options);
-  } catch (const std::system_error&) {
-    return std::make_unique<StoreServer>("0.0.0.0", 0, options);
-  }
-}
 
 }  // namespace
 
@@ -101,7 +91,8 @@ void AgentTree::open_store() {
   options.token = m_token;
   options.max_clients = Config::k_max_tree_fanout + 8;
   try {
-    m_server = serve_anywhere(options);
+    m_server =
+        std::make_unique<StoreServer>(posix::listen_anywhere(0, StoreServer::k_backlog), options);
   } catch (const std::exception& e) {
     m_server_error = std::string("node ") + std::to_string(m_place.node) +
                      " could not open a store for its children in the tree: " + e.what();

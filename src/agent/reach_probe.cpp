@@ -28,15 +28,6 @@ std::string connect_failure(int err) {
   }
 }
 
-// Every address, IPv6 and IPv4 (a dual-stack socket), else every IPv4 one.
-posix::Fd listen_anywhere(int port) {
-  try {
-    return posix::listen_tcp("::", port, SOMAXCONN);
-  } catch (const std::system_error&) {
-    return posix::listen_tcp("0.0.0.0", port, SOMAXCONN);
-  }
-}
-
 // Why a connect could not even start here: this host's own limits (no
 // descriptor, no memory), which say nothing about the path.
 bool local_failure(int err) {
@@ -49,13 +40,13 @@ int ReachProbe::listen_on() {
   // Peers dial the address they reach this node by (node 0's MASTER_ADDR,
   // another node's advertised address). Its backlog holds every peer that
   // probes it at once (the sample is bounded).
-  m_listener = listen_anywhere(0);
+  m_listener = posix::listen_anywhere(0, SOMAXCONN);
   return posix::local_port(m_listener.get());
 }
 
 bool ReachProbe::hold_port(int port) {
   try {
-    m_held = listen_anywhere(port);
+    m_held = posix::listen_anywhere(port, SOMAXCONN);
     return true;
   } catch (const std::system_error&) {
     return false;

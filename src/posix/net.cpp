@@ -93,6 +93,14 @@ Fd listen_tcp(const std::string& host, int port, int backlog) {
   return result;
 }
 
+Fd listen_anywhere(int port, int backlog) {
+  try {
+    return listen_tcp("::", port, backlog);
+  } catch (const std::system_error&) {
+    return listen_tcp("0.0.0.0", port, backlog);
+  }
+}
+
 int local_port(int fd) {
   sockaddr_storage ss = {};
   socklen_t len = sizeof(ss);

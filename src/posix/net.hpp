@@ -15,6 +15,10 @@ namespace ddplaunch::posix {
 // Binds and listens on host:port (port 0 = any free port), non-blocking,
 // close-on-exec, SO_REUSEADDR. Throws std::system_error naming the address.
 Fd listen_tcp(const std::string& host, int port, int backlog = 1024);
+// Listens on every address, IPv6 and IPv4 (a dual-stack socket on "::"),
+// else on every IPv4 one where IPv6 is off: where the network preflight's
+// probe and the tree of agents' stores listen.
+Fd listen_anywhere(int port, int backlog = 1024);
 
 // The port a bound socket listens on.
 int local_port(int fd);

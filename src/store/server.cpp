@@ -304,11 +304,14 @@ void StoreServer::Impl::loop() {
 }
 
 StoreServer::StoreServer(const std::string& host, int port, StoreOptions options)
+    : StoreServer(posix::listen_tcp(host, port, k_backlog), std::move(options)) {}
+
+StoreServer::StoreServer(posix::Fd listener, StoreOptions options)
     : m_impl(std::make_unique<Impl>()) {
   posix::raise_fd_limit();  // one connection per node
   Impl& s = *m_impl;
   s.options = std::move(options);
-  s.listener = posix::listen_tcp(host, port, 4096);
+  s.listener = std::move(listener);
   s.port = posix::local_port(s.listener.get());
   s.epoll = posix::Fd(epoll_create1(EPOLL_CLOEXEC));
   s.wake = posix::Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));

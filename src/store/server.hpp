@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "posix/fd.hpp"
+
 namespace ddplaunch {
 
 // What the store admits and how much it holds (docs/SECURITY.md).
@@ -52,10 +54,17 @@ struct StoreOptions {
 
 class StoreServer {
  public:
+  // Its listen backlog: every node connects at once (the kernel's somaxconn
+  // may cap it).
+  static constexpr int k_backlog = 4096;
+
   // Listens on host:port (port 0 = any free port) and starts serving
   // (unless options.serve_later).
   // Throws std::system_error when the address cannot be bound.
   StoreServer(const std::string& host, int port, StoreOptions options = {});
+  // Serves on `listener`, a listening socket (posix::listen_tcp,
+  // posix::listen_anywhere).
+  StoreServer(posix::Fd listener, StoreOptions options);
   ~StoreServer();  // stop()s
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;

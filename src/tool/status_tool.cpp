@@ -224,10 +224,8 @@ Answers ask(StoreClient& store, const StatusCommand& cmd, const RequestKeys& kin
       a.answers.push_back(std::move(v));
     }
   }
-  for (const auto& key : keys) {
-    store.remove(key);
-  }
-  store.remove(kind.request(a.n));
+  keys.push_back(kind.request(a.n));
+  store.remove(keys);
   return a;
 }
 

@@ -42,12 +42,42 @@ def test_seven_nodes_of_fanout_two_are_one_world_through_three_levels(jobs):
 
 
 def test_the_default_fanout_keeps_a_small_job_on_the_store_alone(jobs):
-    """Seven nodes under the default fan-out of 16: node 0's children all, no
+    """Seven nodes under the default fan-out of 8: node 0's children all, no
     interior node opens a store of its own."""
     r = jobs.run([*SEVEN, "--log-level", "debug", "--", MPI_HELLO])
     assert r.returncode == 0, r.stderr
     assert len(results(r.stdout)) == 7, r.stdout
     assert "tree: node" not in r.stderr, r.stderr
+
+
+def test_two_tree_jobs_of_one_user_on_one_host_at_once_stay_apart(jobs):
+    """The same line twice at once, no --rdzv-id: two worlds of 7, each
+    through its own three-level tree (each job's store, keys and interior
+    stores its own)."""
+    line = [*SEVEN, "--tree-fanout", 2, "--log-level", "debug", "--", MPI_HELLO]
+    for rc, out, err in finish([jobs.start(line), jobs.start(line)]):
+        assert rc == 0, err
+        assert results(out) == {k: (7, 21, (k + 6) % 7) for k in range(7)}, out
+        assert set(re.findall(r"tree: node (\d) serves its 2 children", err)) == {"1", "4"}, err
+
+
+def test_the_documented_line_that_shows_what_a_node_brings_to_a_fence(jobs, tmp_path):
+    """docs/PERFORMANCE.md's line, run as written from a checkout's root
+    (build/tests/ddplaunch_mpi_hello there): one line per node and fence,
+    with the bytes that node's 8 ranks put in it."""
+    with open(os.path.join(SOURCE_DIR, "docs", "PERFORMANCE.md")) as f:
+        doc = " ".join(f.read().split())
+    line = re.search(r"`(ddplaunch --hosts a:8,b:8 [^`]*grep \"PMIx fence\")`", doc)[1]
+    os.makedirs(tmp_path / "build" / "tests")
+    os.symlink(MPI_HELLO, tmp_path / "build" / "tests" / "ddplaunch_mpi_hello")
+    env = jobs.env({"PATH": os.path.dirname(BIN) + os.pathsep + os.environ["PATH"]})
+    r = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r
+    sizes = [int(b) for b in re.findall(r"PMIx fence among 2 node\(s\): (\d+) bytes from this node",
+                                        r.stdout)]
+    assert len(sizes) >= 2 and len(sizes) == len(r.stdout.splitlines()), r.stdout
+    assert sum(1 for b in sizes if b > 0) >= 2, r.stdout  # both nodes' addresses, once
 
 
 def test_an_interior_nodes_loss_during_a_fence_ends_every_node_naming_it(jobs):

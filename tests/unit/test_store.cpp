@@ -114,6 +114,17 @@ TEST(Store, BasicOperations) {
   EXPECT_EQ(c.num_keys(), 2u);
   c.ping();
   EXPECT_EQ(c.keys(), (std::vector<std::string>{"cas", "n"})) << "every key, sorted";
+  EXPECT_EQ(c.remove(std::vector<std::string>{}), 0u);
+  std::vector<std::string> many;
+  for (int i = 0; i < 20'000; ++i) {  // more than one socket buffer of requests
+    many.push_back("k/" + std::to_string(i));
+    if (i % 2 == 0) {
+      c.set(many.back(), "v");
+    }
+  }
+  many.push_back("n");
+  EXPECT_EQ(c.remove(many), 10'001u) << "the even ones and n existed";
+  EXPECT_EQ(c.keys(), (std::vector<std::string>{"cas"}));
 }
 
 TEST(Store, AWorkersPrefixKeepsItsKeysApartFromTheLaunchers) {
