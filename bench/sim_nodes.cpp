@@ -366,8 +366,19 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < nodes.size(); ++i) {
       note(i);
     }
+    const bool progress = std::getenv("SIM_PROGRESS") != nullptr;
+    auto next_report = Steady::now();
     while (count < nodes.size()) {
       turn(note);
+      if (progress && Steady::now() >= next_report) {
+        next_report = Steady::now() + Ms(1000);
+        size_t linked = 0;
+        for (const auto& node : nodes) {
+          linked += node->store->handshaken() ? 1 : 0;
+        }
+        std::fprintf(stderr, "progress: %zu of %zu, %zu past the handshake\n", count,
+                     nodes.size(), linked);
+      }
     }
   };
 
