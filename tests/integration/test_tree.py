@@ -2,8 +2,9 @@
 seven nodes of fan-out 2 (three levels) are one MPI world, on loopback and
 across seven network-namespace hosts with real mpi4py; an interior host's
 agent SIGKILLed mid-job is replaced by a hot spare and the next round's
-MPI_Init goes through the new tree; and a tree link turns away what the
-job's store turns away."""
+MPI_Init goes through the new tree; a tree link turns away what the job's
+store turns away, and a flood at it delays a child, never refuses it; two
+tree jobs of one user at once; PERFORMANCE's fence-size line as written."""
 import os
 import re
 import shutil
@@ -15,7 +16,8 @@ import subprocess
 import pytest
 
 import netns
-from conftest import BIN, SOURCE_DIR, TORCH_PYTHON, finish, free_port, read_until
+from conftest import (BIN, SOURCE_DIR, TORCH_PYTHON, finish, free_port, processes_with_marker,
+                      read_until, wait_until)
 
 MPI_HELLO = os.environ.get("DDPLAUNCH_MPI_HELLO")
 pytestmark = pytest.mark.skipif(not MPI_HELLO, reason="the MPI helper was not built (libopenmpi-dev)")
@@ -250,3 +252,54 @@ def test_a_tree_link_turns_away_what_the_jobs_store_turns_away(jobs):
     out, err = p.communicate(timeout=120)
     assert p.returncode == 143, err
     assert "refused" in err and "a client with a different job token" in err, err
+
+
+@pytest.mark.skipif(not _mpi4py(), reason="python3-mpi4py is not installed")
+def test_a_flood_at_a_tree_link_delays_the_child_but_never_refuses_it(jobs, tmp_path):
+    """Four nodes of fan-out 2 with the job's token: node 1's store serves
+    node 2. Once round 0's ranks have allgathered, 300 connections that
+    never say a word are held open against node 1's port (more than its
+    handshake pool and its slots), and a rank is SIGKILLed: in round 1,
+    node 2 links to node 1 again through the flood, every rank allgathers
+    through the tree, and every node ends 0."""
+    out_path, err_path = tmp_path / "out", tmp_path / "err"
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        p = jobs.start(["--hosts", "a:1,b:1,c:1,d:1", "--launcher", "local", "--tree-fanout", 2,
+                        "--max-restarts", 1, "--log-level", "debug", "--", TORCH_PYTHON, ALLGATHER,
+                        "hold"], env=TOKEN, stdout=out, stderr=err)
+    round0 = lambda: [g for g in _allgather_lines(out_path.read_text()) if g[2] == "0"]
+    assert wait_until(lambda: len(round0()) == 4 or p.poll() is not None, timeout=120)
+    assert len(round0()) == 4, (p.poll(), out_path.read_text(), err_path.read_text())
+    port = int(re.search(r"tree: node 1 serves its 1 children on port (\d+)",
+                         err_path.read_text())[1])
+    links_before = err_path.read_text().count("tree: node 2 links to node 1 ")
+    flood = []
+    try:
+        for _ in range(300):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            flood.append(s)
+        workers = [pid for pid in processes_with_marker(jobs.marker) if _is_worker(pid)]
+        assert len(workers) == 4, workers
+        os.kill(workers[0], signal.SIGKILL)
+        assert p.wait(timeout=120) == 0, err_path.read_text()
+    finally:
+        for s in flood:
+            s.close()
+    after = [g for g in _allgather_lines(out_path.read_text()) if g[2] == "1"]
+    assert sorted(g[0] for g in after) == ["0", "1", "2", "3"], out_path.read_text()
+    err = err_path.read_text()
+    assert err.count("tree: node 2 links to node 1 ") == links_before + 1, err
+    # Node 1's store made room by closing the flood's oldest, and said so.
+    assert re.search(r"the store closed \d+ connection\(s\) that had not finished the "
+                     r"handshake to make room for newer ones \(more than 64 at once", err), err
+
+
+def _is_worker(pid):
+    """A rank (the helper under Python), not an agent."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")[:2] == [TORCH_PYTHON.encode(), ALLGATHER.encode()]
+    except OSError:
+        return False
