@@ -17,7 +17,8 @@ loopback, median of 10) alone and while `ddplaunch status --json` asks it
 over and over from another process; and `ddplaunch stacks --json` for a
 job of 1 node x 8 sleeping ranks (native `sleep`, and Python when gdb and
 python3-dbg are installed; median of 3). With --simulated NODES..., only
-`ddplaunch status` of simulated jobs of that many nodes x 8 ranks."""
+`ddplaunch status` of simulated jobs of that many nodes x 8 ranks, and node
+0's peak memory (VmHWM) once every node joined and after the requests."""
 import argparse
 import os
 import statistics
@@ -77,18 +78,37 @@ def simulated(build, exe, nnodes=256, nproc=8):
                               "--log-level", "error", "--", "sleep", "600"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              preexec_fn=raise_fds)
-    sim = subprocess.run([os.path.join(build, "bench", "sim_nodes"), str(port), str(nnodes),
-                          str(nproc), "sleep", "600"], capture_output=True, text=True,
-                         env={**os.environ, "SIM_STORE_ADDR": addr, "SIM_STATUS": exe},
-                         preexec_fn=raise_fds, timeout=900)
+    sim = subprocess.Popen([os.path.join(build, "bench", "sim_nodes"), str(port), str(nnodes),
+                            str(nproc), "sleep", "600"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "SIM_STORE_ADDR": addr, "SIM_STATUS": exe},
+                           preexec_fn=raise_fds)
+    # Node 0's peak memory once every node has joined, and after the
+    # status requests.
+    joined = None
+    for line in sim.stderr:
+        if line.startswith("joined"):
+            joined = vm_hwm_mib(node0.pid)
+            break
+    out, err = sim.communicate(timeout=900)
+    after = vm_hwm_mib(node0.pid)
     node0.kill()
     node0.wait()
     if sim.returncode != 0:
-        return f"| {nnodes} nodes x {nproc} ranks, simulated | failed: {sim.stderr[-200:]} | | |"
+        return f"| {nnodes} nodes x {nproc} ranks, simulated | failed: {err[-200:]} | | |"
     import json
-    r = json.loads(sim.stdout)
+    r = json.loads(out)
     return (f"| {nnodes} nodes x {nproc} ranks ({nnodes * nproc:,}), simulated | "
-            f"{r['status_s'] * 1000:.1f} ms | | |")
+            f"{r['status_s'] * 1000:.1f} ms; node 0's peak {after:.1f} MiB "
+            f"({joined:.1f} MiB once every node joined) | | |")
+
+
+def vm_hwm_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def launch_cost(exe, nproc, runs=30):
