@@ -376,8 +376,8 @@ int main(int argc, char** argv) {
         for (const auto& node : nodes) {
           linked += node->store->handshaken() ? 1 : 0;
         }
-        std::fprintf(stderr, "progress: %zu of %zu, %zu past the handshake\n", count,
-                     nodes.size(), linked);
+        std::fprintf(stderr, "progress: %zu of %zu, %zu past the handshake\n", count, nodes.size(),
+                     linked);
       }
     }
   };
