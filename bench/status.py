@@ -90,8 +90,24 @@ def simulated(build, exe, nnodes=256, nproc=8):
         if line.startswith("joined"):
             joined = vm_hwm_mib(node0.pid)
             break
+    # VmHWM only grows: the last one read before the simulator ends is the
+    # peak through the status requests (once the simulated nodes are gone,
+    # node 0 may end, and a process that ended has none).
+    peak = [joined]
+    done = threading.Event()
+
+    def watch():
+        while not done.wait(0.05):
+            value = vm_hwm_mib(node0.pid)
+            if value == value:  # not nan
+                peak[0] = max(peak[0], value)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     out, err = sim.communicate(timeout=900)
-    after = vm_hwm_mib(node0.pid)
+    done.set()
+    watcher.join()
+    after = peak[0]
     node0.kill()
     node0.wait()
     if sim.returncode != 0:
@@ -104,10 +120,13 @@ def simulated(build, exe, nnodes=256, nproc=8):
 
 
 def vm_hwm_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return float("nan")
 
 
