@@ -24,10 +24,11 @@ packages=(build-essential cmake pkg-config libcli11-dev libspdlog-dev libfmt-dev
 # What only the test suite drives: a real Prometheus server scrapes
 # --metrics-port, headless Chromium renders node 0's live page, and gdb
 # with Python's gdb extension (python3-dbg) shows `ddplaunch stacks`'
-# Python frames, and Debian's LAMMPS runs its own melt example across the
-# tree of agents.
+# Python frames, Debian's LAMMPS runs its own melt example across the
+# tree of agents, debootstrap makes the Debian 11 root the binary is run in
+# (glibc 2.31), and the wheel is installed into a fresh venv.
 if [ "$mode" = test ]; then
-  packages+=(prometheus chromium gdb python3-dbg lammps lammps-examples)
+  packages+=(prometheus chromium gdb python3-dbg lammps lammps-examples debootstrap python3-venv python3-wheel)
 fi
 missing=()
 for p in "${packages[@]}"; do

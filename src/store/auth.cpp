@@ -1,11 +1,13 @@
 #include "store/auth.hpp"
 
-#include <openssl/core_names.h>
+// The functions used here are in libcrypto 1.1 and 3 alike: 3's headers are
+// asked for 1.1.1's interface, so that HMAC_CTX (deprecated there, not
+// removed) is declared without a warning.
+#define OPENSSL_API_COMPAT 10101
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/kdf.h>
-#include <openssl/params.h>
 #include <sys/random.h>
 
 #include <cerrno>
@@ -22,34 +24,41 @@ namespace {
 // OpenSSL's libcrypto, loaded at the first use (dlopen), not linked: a
 // launch that never authenticates (one node, no `ddplaunch store` client)
 // never pays its start-up, about 0.4 ms of every launch when it was linked
-// in statically (its tables' relocations, its CPUID probe). Each pointer has
-// the type of the function the header declares.
+// in statically (its tables' relocations, its CPUID probe). libcrypto 3
+// (Debian 12, Ubuntu 22.04, RHEL 9), else 1.1 (Debian 11, Ubuntu 20.04):
+// the same functions, with the same meaning, in both. Each pointer has the
+// type of the function the header declares.
 struct Crypto {
   decltype(&::HMAC) HMAC = nullptr;
   decltype(&::EVP_sha256) EVP_sha256 = nullptr;
   decltype(&::CRYPTO_memcmp) CRYPTO_memcmp = nullptr;
   decltype(&::EVP_PKEY_CTX_new_id) EVP_PKEY_CTX_new_id = nullptr;
   decltype(&::EVP_PKEY_derive_init) EVP_PKEY_derive_init = nullptr;
-  decltype(&::EVP_PKEY_CTX_set_hkdf_md) EVP_PKEY_CTX_set_hkdf_md = nullptr;
-  decltype(&::EVP_PKEY_CTX_set1_hkdf_salt) EVP_PKEY_CTX_set1_hkdf_salt = nullptr;
-  decltype(&::EVP_PKEY_CTX_set1_hkdf_key) EVP_PKEY_CTX_set1_hkdf_key = nullptr;
-  decltype(&::EVP_PKEY_CTX_add1_hkdf_info) EVP_PKEY_CTX_add1_hkdf_info = nullptr;
+  decltype(&::EVP_PKEY_CTX_ctrl) EVP_PKEY_CTX_ctrl = nullptr;
   decltype(&::EVP_PKEY_derive) EVP_PKEY_derive = nullptr;
   decltype(&::EVP_PKEY_CTX_free) EVP_PKEY_CTX_free = nullptr;
   decltype(&::OPENSSL_cleanse) OPENSSL_cleanse = nullptr;
-  decltype(&::EVP_MAC_fetch) EVP_MAC_fetch = nullptr;
-  decltype(&::EVP_MAC_CTX_new) EVP_MAC_CTX_new = nullptr;
-  decltype(&::EVP_MAC_free) EVP_MAC_free = nullptr;
-  decltype(&::OSSL_PARAM_construct_utf8_string) OSSL_PARAM_construct_utf8_string = nullptr;
-  decltype(&::OSSL_PARAM_construct_end) OSSL_PARAM_construct_end = nullptr;
-  decltype(&::EVP_MAC_init) EVP_MAC_init = nullptr;
-  decltype(&::EVP_MAC_CTX_free) EVP_MAC_CTX_free = nullptr;
-  decltype(&::EVP_MAC_update) EVP_MAC_update = nullptr;
-  decltype(&::EVP_MAC_final) EVP_MAC_final = nullptr;
+  decltype(&::HMAC_CTX_new) HMAC_CTX_new = nullptr;
+  decltype(&::HMAC_CTX_free) HMAC_CTX_free = nullptr;
+  decltype(&::HMAC_Init_ex) HMAC_Init_ex = nullptr;
+  decltype(&::HMAC_Update) HMAC_Update = nullptr;
+  decltype(&::HMAC_Final) HMAC_Final = nullptr;
 };
 
+void* open_crypto(std::string& why) {
+  std::string why_3;
+  if (void* handle = posix::open_library("libcrypto.so.3", "libssl3", why_3); handle != nullptr) {
+    return handle;
+  }
+  void* handle = posix::open_library("libcrypto.so.1.1", "libssl1.1", why);
+  if (handle == nullptr) {
+    why = why_3 + "; " + why;
+  }
+  return handle;
+}
+
 bool bind_crypto(Crypto& c, std::string& why) {
-  void* handle = posix::open_library("libcrypto.so.3", "libssl3", why);
+  void* handle = open_crypto(why);
   auto sym = [handle, &why](auto& fn, const char* name) {
     return posix::load_symbol(handle, fn, name, why, "libcrypto");
   };
@@ -57,28 +66,23 @@ bool bind_crypto(Crypto& c, std::string& why) {
          sym(c.CRYPTO_memcmp, "CRYPTO_memcmp") &&
          sym(c.EVP_PKEY_CTX_new_id, "EVP_PKEY_CTX_new_id") &&
          sym(c.EVP_PKEY_derive_init, "EVP_PKEY_derive_init") &&
-         sym(c.EVP_PKEY_CTX_set_hkdf_md, "EVP_PKEY_CTX_set_hkdf_md") &&
-         sym(c.EVP_PKEY_CTX_set1_hkdf_salt, "EVP_PKEY_CTX_set1_hkdf_salt") &&
-         sym(c.EVP_PKEY_CTX_set1_hkdf_key, "EVP_PKEY_CTX_set1_hkdf_key") &&
-         sym(c.EVP_PKEY_CTX_add1_hkdf_info, "EVP_PKEY_CTX_add1_hkdf_info") &&
+         sym(c.EVP_PKEY_CTX_ctrl, "EVP_PKEY_CTX_ctrl") &&
          sym(c.EVP_PKEY_derive, "EVP_PKEY_derive") &&
          sym(c.EVP_PKEY_CTX_free, "EVP_PKEY_CTX_free") &&
-         sym(c.OPENSSL_cleanse, "OPENSSL_cleanse") && sym(c.EVP_MAC_fetch, "EVP_MAC_fetch") &&
-         sym(c.EVP_MAC_CTX_new, "EVP_MAC_CTX_new") && sym(c.EVP_MAC_free, "EVP_MAC_free") &&
-         sym(c.OSSL_PARAM_construct_utf8_string, "OSSL_PARAM_construct_utf8_string") &&
-         sym(c.OSSL_PARAM_construct_end, "OSSL_PARAM_construct_end") &&
-         sym(c.EVP_MAC_init, "EVP_MAC_init") && sym(c.EVP_MAC_CTX_free, "EVP_MAC_CTX_free") &&
-         sym(c.EVP_MAC_update, "EVP_MAC_update") && sym(c.EVP_MAC_final, "EVP_MAC_final");
+         sym(c.OPENSSL_cleanse, "OPENSSL_cleanse") && sym(c.HMAC_CTX_new, "HMAC_CTX_new") &&
+         sym(c.HMAC_CTX_free, "HMAC_CTX_free") && sym(c.HMAC_Init_ex, "HMAC_Init_ex") &&
+         sym(c.HMAC_Update, "HMAC_Update") && sym(c.HMAC_Final, "HMAC_Final");
 }
 
 // Loaded once, by whichever thread first needs it; throws
-// std::runtime_error, naming the package, where libcrypto is missing.
+// std::runtime_error, naming the packages, where libcrypto is missing.
 const Crypto& lib() {
   static const Crypto crypto = [] {
     Crypto c{};
     std::string why;
     if (!bind_crypto(c, why)) {
-      throw std::runtime_error("the store's authentication needs OpenSSL 3: " + why);
+      throw std::runtime_error("the store's authentication needs OpenSSL's libcrypto 3 or 1.1: " +
+                               why);
     }
     return c;
   }();
@@ -208,15 +212,21 @@ SessionKeys session_keys(std::string_view credential, std::string_view client_no
   size_t len = sizeof(out);
   const Crypto& c = lib();
   EVP_PKEY_CTX* ctx = c.EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nullptr);
+  // HKDF's parameters as 1.1 sets them (its EVP_PKEY_CTX_set_hkdf_md() and
+  // the others are these calls, as macros); 3 takes them the same way. The
+  // operation is -1 (any): EVP_PKEY_OP_DERIVE's value differs between the two.
+  auto set = [&c, ctx](int what, int size, void* value) {
+    return c.EVP_PKEY_CTX_ctrl(ctx, -1, -1, what, size, value) > 0;
+  };
+  auto bytes_of = [](std::string_view text) {
+    return const_cast<char*>(text.data());  // (only read)
+  };
   const bool ok =
       ctx != nullptr && c.EVP_PKEY_derive_init(ctx) > 0 &&
-      c.EVP_PKEY_CTX_set_hkdf_md(ctx, c.EVP_sha256()) > 0 &&
-      c.EVP_PKEY_CTX_set1_hkdf_salt(ctx, reinterpret_cast<const unsigned char*>(salt.data()),
-                                    static_cast<int>(salt.size())) > 0 &&
-      c.EVP_PKEY_CTX_set1_hkdf_key(ctx, reinterpret_cast<const unsigned char*>(credential.data()),
-                                   static_cast<int>(credential.size())) > 0 &&
-      c.EVP_PKEY_CTX_add1_hkdf_info(ctx, reinterpret_cast<const unsigned char*>(k_info),
-                                    static_cast<int>(sizeof(k_info) - 1)) > 0 &&
+      set(EVP_PKEY_CTRL_HKDF_MD, 0, const_cast<EVP_MD*>(c.EVP_sha256())) &&
+      set(EVP_PKEY_CTRL_HKDF_SALT, static_cast<int>(salt.size()), bytes_of(salt)) &&
+      set(EVP_PKEY_CTRL_HKDF_KEY, static_cast<int>(credential.size()), bytes_of(credential)) &&
+      set(EVP_PKEY_CTRL_HKDF_INFO, static_cast<int>(sizeof(k_info) - 1), bytes_of(k_info)) &&
       c.EVP_PKEY_derive(ctx, out, &len) > 0 && len == sizeof(out);
   c.EVP_PKEY_CTX_free(ctx);
   if (!ok) {
@@ -230,15 +240,10 @@ SessionKeys session_keys(std::string_view credential, std::string_view client_no
 
 FrameMac::FrameMac(std::string_view key) {
   const Crypto& c = lib();
-  EVP_MAC* mac = c.EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-  auto* ctx = mac != nullptr ? c.EVP_MAC_CTX_new(mac) : nullptr;
-  c.EVP_MAC_free(mac);  // the context holds its own reference
-  char digest[] = "SHA256";
-  const OSSL_PARAM params[] = {c.OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-                               c.OSSL_PARAM_construct_end()};
-  if (ctx == nullptr || c.EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()),
-                                       key.size(), params) != 1) {
-    c.EVP_MAC_CTX_free(ctx);
+  HMAC_CTX* ctx = c.HMAC_CTX_new();
+  if (ctx == nullptr ||
+      c.HMAC_Init_ex(ctx, key.data(), static_cast<int>(key.size()), c.EVP_sha256(), nullptr) != 1) {
+    c.HMAC_CTX_free(ctx);
     throw std::runtime_error("HMAC-SHA256 setup failed");
   }
   m_ctx = ctx;
@@ -246,7 +251,7 @@ FrameMac::FrameMac(std::string_view key) {
 
 FrameMac::~FrameMac() {
   if (m_ctx != nullptr) {  // (then libcrypto is loaded)
-    lib().EVP_MAC_CTX_free(static_cast<EVP_MAC_CTX*>(m_ctx));
+    lib().HMAC_CTX_free(static_cast<HMAC_CTX*>(m_ctx));
   }
 }
 
@@ -256,7 +261,7 @@ FrameMac::FrameMac(FrameMac&& other) noexcept
 FrameMac& FrameMac::operator=(FrameMac&& other) noexcept {
   if (this != &other) {
     if (m_ctx != nullptr) {
-      lib().EVP_MAC_CTX_free(static_cast<EVP_MAC_CTX*>(m_ctx));
+      lib().HMAC_CTX_free(static_cast<HMAC_CTX*>(m_ctx));
     }
     m_ctx = std::exchange(other.m_ctx, nullptr);
     m_seq = other.m_seq;
@@ -265,21 +270,20 @@ FrameMac& FrameMac::operator=(FrameMac&& other) noexcept {
 }
 
 std::string FrameMac::tag(std::string_view body) {
-  auto* ctx = static_cast<EVP_MAC_CTX*>(m_ctx);
+  auto* ctx = static_cast<HMAC_CTX*>(m_ctx);
   unsigned char seq[8];
   for (int i = 0; i < 8; ++i) {
     seq[i] = static_cast<unsigned char>(m_seq >> (56 - 8 * i));
   }
   ++m_seq;
   unsigned char out[EVP_MAX_MD_SIZE];
-  size_t len = 0;
-  // A NULL key re-initialises the context with the key it holds.
+  unsigned int len = 0;
+  // No key and no digest: the context starts again with the key it holds.
   const Crypto& c = lib();
-  if (c.EVP_MAC_init(ctx, nullptr, 0, nullptr) != 1 ||
-      c.EVP_MAC_update(ctx, seq, sizeof(seq)) != 1 ||
-      c.EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(body.data()), body.size()) !=
-          1 ||
-      c.EVP_MAC_final(ctx, out, &len, sizeof(out)) != 1 || len < k_tag_bytes) {
+  if (c.HMAC_Init_ex(ctx, nullptr, 0, nullptr, nullptr) != 1 ||
+      c.HMAC_Update(ctx, seq, sizeof(seq)) != 1 ||
+      c.HMAC_Update(ctx, reinterpret_cast<const unsigned char*>(body.data()), body.size()) != 1 ||
+      c.HMAC_Final(ctx, out, &len) != 1 || len < k_tag_bytes) {
     throw std::runtime_error("HMAC-SHA256 failed");
   }
   return std::string(reinterpret_cast<const char*>(out), k_tag_bytes);

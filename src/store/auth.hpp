@@ -83,7 +83,7 @@ class FrameMac {
 
  private:
   std::string tag(std::string_view body);
-  void* m_ctx = nullptr;  // EVP_MAC_CTX, keyed once
+  void* m_ctx = nullptr;  // HMAC_CTX, keyed once
   uint64_t m_seq = 0;
 };
 

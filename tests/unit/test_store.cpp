@@ -396,6 +396,39 @@ TEST(StoreTrust, AMissingLibraryNamesThePackageToInstall) {
   EXPECT_NE(posix::open_library("libcrypto.so.3", "libssl3", why), nullptr) << why;
 }
 
+// The session's keys, tags and proofs are RFC 5869's HKDF and RFC 2104's
+// HMAC, byte for byte (the values from Python's hmac and hashlib): a node
+// with libcrypto 1.1 and one with libcrypto 3 in one job agree.
+TEST(StoreTrust, TheSessionsKeysAndTagsAreTheStandardOnes) {
+  auto hex = [](std::string_view bytes) {
+    static constexpr char k_digits[] = "0123456789abcdef";
+    std::string out;
+    for (const unsigned char c : bytes) {
+      out += k_digits[c >> 4];
+      out += k_digits[c & 15];
+    }
+    return out;
+  };
+  const auth::SessionKeys keys = auth::session_keys("credential", "client-nonce", "server-nonce");
+  EXPECT_EQ(hex(keys.client_to_server),
+            "698350cfb024c199449fad34ccfd50c321452318348a354a75f004f164b7d886");
+  EXPECT_EQ(hex(keys.server_to_client),
+            "3ce5bcf5e2968b5a490d0ba6faebe0916cbbd763a2e4db56ba298747bf6ce82d");
+  auth::FrameMac mac(keys.client_to_server);
+  std::string sealed;
+  mac.seal(std::string("\0\0\0\3abc\0\0\0\5hello", 16), sealed);
+  EXPECT_EQ(hex(sealed), hex(std::string("\0\0\0\x13"
+                                         "abc",
+                                         7)) +
+                             "ed505504fd0018d84c6f9e031b8dbd52" +
+                             hex(std::string("\0\0\0\x15"
+                                             "hello",
+                                             9)) +
+                             "166a654741d0cf3321d78bd4c9e0de63");
+  EXPECT_EQ(hex(auth::server_proof("s3cret", "cn", "sn")),
+            "e27a400ad1fc81a5d1cd5e4dd8524fbe429fc87e2ec1f6e39651bba5bea32306");
+}
+
 // The workers' credential reaches the workers' keys and reads the job's
 // topology and verdicts; it cannot forge a verdict, join as a node or list
 // the launcher's keys.
