@@ -24,6 +24,7 @@
 #include "launcher/agent_channel.hpp"
 #include "launcher/launch_hosts.hpp"
 #include "log.hpp"
+#include "node/cluster_files.hpp"
 #include "tool/check_tool.hpp"
 #include "tool/status_tool.hpp"
 #include "tool/store_tool.hpp"
@@ -146,7 +147,7 @@ int main(int argc, char** argv) {
       // Node 0's store port, which its agent picked (--pick-store-port).
       given.flags["master_port"] = Setting{std::to_string(channel->header.store_port), "flag"};
     }
-    const Config config = configure(given, job_env);
+    const Config config = configure(given, job_env, read_cluster_files(job_env));
     // Under a launching command, node 0 says what every node would: the
     // others keep to warnings unless --log-level says otherwise.
     const bool echo = channel && config.node_rank.value_or(0) != 0 && !config.starts_agents() &&

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string_view>
 
+#include "cluster/mpi_hostfile.hpp"
 #include "cluster/openmpi.hpp"
 #include "cluster/pet.hpp"
 #include "cluster/platform.hpp"
@@ -11,8 +12,9 @@
 
 namespace ddplaunch {
 
-std::vector<Detection> detect_all(const EnvMap& env) {
-  return {detect_pet(env), detect_slurm(env), detect_openmpi(env), detect_platform(env)};
+std::vector<Detection> detect_all(const EnvMap& env, const ClusterFiles& files) {
+  return {detect_pet(env), detect_slurm(env), detect_openmpi(env), detect_mpi_hostfile(env, files),
+          detect_platform(env)};
 }
 
 namespace {
@@ -30,9 +32,10 @@ void note_disagreements(Config& c, const std::vector<Detection>& detections) {
       }
       const std::string who = chosen == "flag"      ? "the command line"
                               : chosen == "default" ? "the default"
-                                                    : "$" + chosen;
-      c.notes.push_back(long_name(*spec) + " " + value + " from " + who + " wins over $" +
-                        it->second.source + "=" + it->second.value + " (" + d.detector + ")");
+                                                    : source_text(chosen);
+      c.notes.push_back(long_name(*spec) + " " + value + " from " + who + " wins over " +
+                        source_text(it->second.source) + "=" + it->second.value + " (" +
+                        d.detector + ")");
     }
   }
 }
@@ -98,7 +101,7 @@ Config resolve(const CommandLine& command_line, const std::vector<Detection>& de
       if (chosen->source == "flag") {
         throw;
       }
-      throw UsageError(std::string(e.what()) + " (set by $" + chosen->source +
+      throw UsageError(std::string(e.what()) + " (set by " + source_text(chosen->source) +
                        "; fix or unset it)");
     }
     c.sources[spec.key] = chosen->source;
@@ -130,8 +133,8 @@ Config resolve(const CommandLine& command_line, const std::vector<Detection>& de
   return c;
 }
 
-Config configure(const CommandLine& command_line, const EnvMap& env) {
-  return resolve(command_line, detect_all(env));
+Config configure(const CommandLine& command_line, const EnvMap& env, const ClusterFiles& files) {
+  return resolve(command_line, detect_all(env, files));
 }
 
 }  // namespace ddplaunch

@@ -85,7 +85,7 @@ namespace {
   for (const char* key : keys) {
     const std::string source = c.source_of(key);
     if (source != "flag" && source != "default") {
-      from += (from.empty() ? "$" : ", $") + source;
+      from += (from.empty() ? "" : ", ") + source_text(source);
     }
   }
   throw UsageError(from.empty() ? message : message + " (set by " + from + "; fix or unset it)");

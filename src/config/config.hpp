@@ -262,6 +262,12 @@ struct Config {
 // "fixed", "auto", "cpu" or "gpu".
 const char* nproc_mode_name(NprocMode mode);
 
+// A value's source as a message names it: a variable ("$PET_NNODES") or a
+// file ("/etc/mpi/hostfile").
+inline std::string source_text(const std::string& source) {
+  return source.starts_with('/') ? source : "$" + source;
+}
+
 // The longest duration any option takes: ten years, far inside what the
 // clocks can add to the present.
 inline constexpr double k_max_seconds = 315'360'000;

@@ -223,6 +223,13 @@ def finish(procs, timeout=300):
     return results
 
 
+def succeeded(results):
+    """The stdout of every process of finish()'s `results`, once each ended 0."""
+    for rc, _, stderr in results:
+        assert rc == 0, stderr
+    return "".join(stdout for _, stdout, _ in results)
+
+
 def parent_of(pid):
     """The parent pid of `pid` (from /proc), or None once it is gone."""
     try:

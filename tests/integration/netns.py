@@ -36,10 +36,10 @@ def _ip(*args, check=True):
 class Hosts:
     """`count` hosts named <prefix>0.. on one network; remove() undoes everything."""
 
-    def __init__(self, count, prefix="node", extra_hosts=()):
+    def __init__(self, count, prefix="node", extra_hosts=(), names=None):
         self.id = uuid.uuid4().hex[:6]
         self.subnet = f"10.{random.randint(64, 250)}.{random.randint(1, 250)}"
-        self.names = [f"{prefix}{i}" for i in range(count)]
+        self.names = list(names) if names else [f"{prefix}{i}" for i in range(count)]
         self.addrs = {n: f"{self.subnet}.{i + 1}" for i, n in enumerate(self.names)}
         for i, n in enumerate(extra_hosts):
             self.addrs[n] = f"{self.subnet}.{100 + i}"
@@ -82,6 +82,11 @@ class Hosts:
         script = 'hostname "$0" && exec "$@"'
         return ["ip", "netns", "exec", self.namespaces[host], "unshare", "--uts", "sh", "-c",
                 script, host, *[str(a) for a in argv]]
+
+    def etc(self, host):
+        """The directory `ip netns exec` binds over /etc on `host`, file by
+        file (its hosts, and whatever a test puts there)."""
+        return f"/etc/netns/{self.namespaces[host]}"
 
     def free_port(self, host):
         """A port free on `host` a moment ago (bound to port 0 there)."""

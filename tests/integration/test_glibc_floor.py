@@ -13,7 +13,7 @@ import subprocess
 import urllib.request
 
 import pytest
-from conftest import BIN, finish, free_port, wait_until
+from conftest import BIN, finish, free_port, succeeded, wait_until
 
 pytestmark = pytest.mark.skipif(bool(os.environ.get("DDPLAUNCH_SANITIZE")),
                                 reason="a sanitizer build has no glibc floor")
@@ -119,11 +119,7 @@ def two_nodes(jobs, starts, token="a-job-token-of-our-own"):
 
 def test_a_two_node_job_with_a_token_uses_libcrypto_1_1(jobs, bullseye):
     inside = lambda n, args, env: start(jobs, bullseye, *args, env=env)
-    results = two_nodes(jobs, [inside, inside])
-    out = ""
-    for rc, stdout, stderr in results:
-        assert rc == 0, stderr
-        out += stdout
+    out = succeeded(two_nodes(jobs, [inside, inside]))
     for rank in range(4):
         assert f"read v{rank}" in out, out
     assert out.count("libcrypto.so.1.1") == 4, out

@@ -8,7 +8,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import BIN, SOURCE_DIR, _needs_torch
+from conftest import BIN, SOURCE_DIR, needs_torch
 
 pytestmark = pytest.mark.skipif(bool(os.environ.get("DDPLAUNCH_SANITIZE")),
                                 reason="a sanitizer build makes no wheel")
@@ -37,8 +37,8 @@ def files_under(path):
     return {os.path.join(top, name) for top, _, names in os.walk(path) for name in names}
 
 
+@needs_torch
 def test_the_wheel_installs_runs_pytorch_and_uninstalls_cleanly(jobs, tmp_path):
-    _needs_torch()
     r = subprocess.run(["cmake", "--build", BUILD, "--target", "wheel"], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr

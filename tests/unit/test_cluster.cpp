@@ -32,8 +32,9 @@ EnvMap srun_second_node() {
           {"SLURMD_NODENAME", "gpu-08"}};
 }
 
-Config configure_args(const std::vector<std::string>& args, const EnvMap& env) {
-  return configure(parse_command_line(args), env);
+Config configure_args(const std::vector<std::string>& args, const EnvMap& env,
+                      const ClusterFiles& files = {}) {
+  return configure(parse_command_line(args), env, files);
 }
 
 TEST(Slurm, AnSrunStepGivesTheWholeJob) {
@@ -302,6 +303,72 @@ TEST(Precedence, TorchrunVariablesWinOverTheScheduler) {
   EXPECT_EQ(c.master_addr, "login1");
   EXPECT_EQ(c.source_of("master_addr"), "PET_MASTER_ADDR");
   EXPECT_EQ(c.node_rank, 1);
+}
+
+// Kubeflow Trainer's MPI runtime: each node's pod has the hostfile at
+// /etc/mpi/hostfile, and its own name as its host name.
+ClusterFiles trainer_hostfile(const std::string& hostname, const std::string& text) {
+  return {k_mpi_hostfile, text, hostname};
+}
+
+const EnvMap k_pod = {{"KUBERNETES_SERVICE_HOST", "10.96.0.1"}};
+
+TEST(MpiHostfile, TrainersHostfileGivesTheShapeThisNodesRankAndNodeZero) {
+  const std::string text =
+      "# made by the MPI plugin\n"
+      "job-node-0-0.job slots=4\n"
+      "job-node-0-1.job slots=4\n\n"
+      "job-node-0-2.job slots=2 max_slots=2\n";
+  const Config c = configure_args({"train.py"}, k_pod, trainer_hostfile("job-node-0-2", text));
+  EXPECT_EQ(c.nnodes, 3);
+  EXPECT_EQ(c.node_rank, 2);
+  EXPECT_EQ(c.nproc_per_node, 2);
+  EXPECT_EQ(c.master_addr, "job-node-0-0.job");
+  EXPECT_EQ(c.source_of("node_rank"), "/etc/mpi/hostfile");
+  // MPICH's spelling, and a host named by its full name.
+  const Config m =
+      configure_args({"./app"}, k_pod, trainer_hostfile("b.job", "a.job:2\nb.job:2\n"));
+  EXPECT_EQ(m.node_rank, 1);
+  EXPECT_EQ(m.nproc_per_node, 2);
+}
+
+TEST(MpiHostfile, FlagsAndTorchrunsVariablesWinAndOutsideAPodItIsNotRead) {
+  const std::string text = "a slots=2\nb slots=2\n";
+  EnvMap pet = k_pod;
+  pet["PET_NNODES"] = "1";
+  EXPECT_EQ(configure_args({"x"}, pet, trainer_hostfile("b", text)).nnodes, 1);
+  EXPECT_EQ(configure_args({"--nproc-per-node", "3", "x"}, k_pod, trainer_hostfile("b", text))
+                .nproc_per_node,
+            3);
+  // A hostfile on a workstation, outside any pod, shapes nothing.
+  EXPECT_EQ(configure_args({"x"}, {}, trainer_hostfile("b", text)).nnodes, 1);
+  // Unless OMPI_MCA_orte_default_hostfile names it.
+  EXPECT_EQ(configure_args({"x"}, {{"OMPI_MCA_orte_default_hostfile", "/etc/mpi/hostfile"}},
+                           trainer_hostfile("b", text))
+                .nnodes,
+            2);
+}
+
+TEST(MpiHostfile, AHostItDoesNotListOrALineItCannotReadIsAUsageError) {
+  auto error = [](const ClusterFiles& files) {
+    try {
+      configure_args({"x"}, k_pod, files);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(trainer_hostfile("c", "a\nb\n")),
+            "this host (c) is not in /etc/mpi/hostfile: run ddplaunch on the hosts it lists, or "
+            "give --nnodes and --node-rank");
+  EXPECT_EQ(error(trainer_hostfile("a", "a slots=x\n")),
+            "/etc/mpi/hostfile: line 1 has a slot count that is not a positive number: fix it, or "
+            "give --nnodes and --node-rank");
+  EXPECT_EQ(error(trainer_hostfile("a", "# nothing\n")),
+            "/etc/mpi/hostfile lists no host: fix it, or give --nnodes and --node-rank");
+  // --nnodes given: said, and the job goes on with the command line's shape.
+  EXPECT_NO_THROW(configure(parse_command_line({"--nnodes", "1", "x"}), k_pod,
+                            trainer_hostfile("c", "a\nb\n")));
 }
 
 }  // namespace

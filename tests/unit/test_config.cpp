@@ -336,8 +336,9 @@ TEST(Config, TensorFlowRolesImplyTheStyleAndLeaveAWorker) {
 
 TEST(Config, DetectorsReportTheVariableOfEachValue) {
   auto found = detect_all({{"PET_NNODES", "3"}, {"PET_STANDALONE", "0"}, {"UNRELATED", "x"}});
-  ASSERT_EQ(found.size(), 4u);  // PET_*, Slurm, Open MPI, Kubernetes/Azure
-  EXPECT_TRUE(found[1].values.empty() && found[2].values.empty() && found[3].values.empty());
+  ASSERT_EQ(found.size(), 5u);  // PET_*, Slurm, Open MPI, the MPI hostfile, Kubernetes/Azure
+  EXPECT_TRUE(found[1].values.empty() && found[2].values.empty() && found[3].values.empty() &&
+              found[4].values.empty());
   EXPECT_EQ(found[0].values.at("nnodes").value, "3");
   EXPECT_EQ(found[0].values.at("nnodes").source, "PET_NNODES");
   EXPECT_EQ(found[0].values.size(), 2u);
