@@ -26,6 +26,7 @@ import json
 import os
 import resource
 import subprocess
+import sys
 import tempfile
 import threading
 
@@ -85,6 +86,8 @@ def one(build, nnodes, nproc, preflight=True):
         # node 0's fds once every node has joined: sim_nodes says so on stderr.
         fds, probes = None, "?"
         for line in sim.stderr:
+            if line.startswith("progress: "):  # SIM_PROGRESS=1: each second, as it comes
+                print(line, end="", file=sys.stderr, flush=True)
             if line.startswith("probes: "):
                 probes = line.split(": ")[1].strip()
             if line.startswith("joined"):

@@ -37,10 +37,15 @@ using namespace store_server;
 void StoreServer::Impl::update_events(int fd) {
   Conn& c = conns.at(fd);
   c.reading = !c.closing && c.out.size() < options.out_high_water && c.in.size() < input_limit(c);
+  const uint32_t events = EPOLLRDHUP | (c.reading ? EPOLLIN : 0u) | (c.out.empty() ? 0u : EPOLLOUT);
+  if (events == c.events) {
+    return;  // most flushes send everything and leave it reading: no system call
+  }
   epoll_event ev = {};
-  ev.events = EPOLLRDHUP | (c.reading ? EPOLLIN : 0u) | (c.out.empty() ? 0u : EPOLLOUT);
+  ev.events = events;
   ev.data.fd = fd;
   epoll_ctl(epoll.get(), EPOLL_CTL_MOD, fd, &ev);
+  c.events = events;
 }
 
 void StoreServer::Impl::deliver(std::vector<KvCore::Out> out) {
@@ -222,7 +227,8 @@ void StoreServer::Impl::on_readable(int fd) {
   while (c.reading) {
     // Never more than the connection may hold (before AUTH: a handshake's).
     const size_t room = input_limit(c) > c.in.size() ? input_limit(c) - c.in.size() : 1;
-    ssize_t n = ::recv(fd, buf.data(), std::min(buf.size(), room), 0);
+    const size_t asked = std::min(buf.size(), room);
+    ssize_t n = ::recv(fd, buf.data(), asked, 0);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
       // The client went away: what it sent before still counts (a SET just
       // before exiting); any parked request goes with it.
@@ -237,7 +243,9 @@ void StoreServer::Impl::on_readable(int fd) {
     }
     c.in.append(buf.data(), static_cast<size_t>(n));
     c.last_input = Steady::now();
-    if (c.in.size() >= input_limit(c)) {
+    // A short read emptied the socket: no recv() just to hear EAGAIN (epoll
+    // is level-triggered, and says so again when more comes).
+    if (c.in.size() >= input_limit(c) || static_cast<size_t>(n) < asked) {
       break;
     }
   }

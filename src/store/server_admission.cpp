@@ -92,6 +92,7 @@ void StoreServer::Impl::accept_all() {
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.fd = fd;
     epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev);
+    c.events = ev.events;
   }
 }
 
