@@ -37,7 +37,7 @@ struct Conn {
   bool authed = false;   // HELLO done, and AUTH where the store has a token
   bool closing = false;  // close once `out` is flushed
   bool reading = true;
-  uint32_t events = 0;   // what epoll watches for it (update_events changes it only when it differs)
+  uint32_t events = 0;  // what epoll watches for it (update_events changes it only when it differs)
   bool evicted = false;  // replaced by a newer handshake (a flood), not refused
   bool reset = false;    // the client reset it: it left (gave up waiting), not refused
   bool worker = false;   // authenticated with the workers' credential: scoped
