@@ -36,7 +36,8 @@ void StatusCollector::collect(int64_t n, int nnodes) {
   }
   m_store.wait(keys, m_timeout, [this, n, keys, asked](bool) {
     m_store.multi_get(keys, [this, n, keys, asked](std::vector<std::optional<std::string>> got) {
-      m_last = encode_status_document(merge_status(n, asked, decode_answers(got), std::nullopt));
+      m_last = encode_status_document(
+          merge_status(n, asked, decode_answers(std::move(got)), std::nullopt));
       m_last_at = m_clock.now();
       m_in_flight = false;
       for (const auto& key : keys) {

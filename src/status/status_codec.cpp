@@ -1,11 +1,15 @@
 #include "status/status_codec.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <type_traits>
+#include <variant>
 
 #include "config/integer.hpp"
 #include "config/options.hpp"
 #include "output/json_fields.hpp"
+#include "output/json_writer.hpp"
 
 namespace ddplaunch {
 
@@ -14,183 +18,550 @@ namespace {
 using json = nlohmann::json;
 using namespace json_fields;
 
-}  // namespace
+// --- writing: the fields in nlohmann's order (by name), straight to text ------------
 
-// --- nlohmann's hooks: each field's JSON name, written once ----------------------
-
-void to_json(json& j, const LostNodeStatus& l) {
-  j = {{"node_rank", l.node_rank},
-       {"host", l.host},
-       {"addr", l.addr},
-       {"round", l.round},
-       {"time", l.time}};
+void write_lost(JsonWriter& w, const LostNodeStatus& l) {
+  w.begin_object();
+  w.field("addr", l.addr);
+  w.field("host", l.host);
+  w.field("node_rank", l.node_rank);
+  w.field("round", l.round);
+  w.field("time", l.time);
+  w.end_object();
 }
 
-void from_json(const json& j, LostNodeStatus& l) {
-  expect_object(j, "a lost node");
-  read(j, "node_rank", l.node_rank);
-  read(j, "host", l.host);
-  read(j, "addr", l.addr);
-  read(j, "round", l.round);
-  read(j, "time", l.time);
-}
-
-void to_json(json& j, const JobStatus& s) {
-  j = {{"run_id", s.run_id},         {"round", s.round},
-       {"restarts", s.restarts},     {"max_restarts", s.max_restarts},
-       {"nnodes", s.nnodes},         {"nnodes_expected", s.nnodes_expected},
-       {"world_size", s.world_size}, {"start_time", s.start_time},
-       {"elapsed_s", s.elapsed_s},   {"lost_nodes", s.lost_nodes}};
-}
-
-void from_json(const json& j, JobStatus& s) {
-  expect_object(j, "the job");
-  read(j, "run_id", s.run_id);
-  read(j, "round", s.round);
-  read(j, "restarts", s.restarts);
-  read(j, "max_restarts", s.max_restarts);
-  read(j, "nnodes", s.nnodes);
-  read(j, "nnodes_expected", s.nnodes_expected);
-  read(j, "world_size", s.world_size);
-  read(j, "start_time", s.start_time);
-  read(j, "elapsed_s", s.elapsed_s);
-  // At most 1,024 lost nodes are read: a forged answer cannot grow a screen.
-  if (const auto it = j.find("lost_nodes"); it != j.end() && it->is_array()) {
-    for (size_t i = 0; i < it->size() && i < 1024; ++i) {
-      s.lost_nodes.push_back((*it)[i].get<LostNodeStatus>());
-    }
+void write_job(JsonWriter& w, const JobStatus& s) {
+  w.begin_object();
+  w.field("elapsed_s", s.elapsed_s);
+  w.key("lost_nodes");
+  w.begin_array();
+  for (const LostNodeStatus& l : s.lost_nodes) {
+    write_lost(w, l);
   }
+  w.end_array();
+  w.field("max_restarts", s.max_restarts);
+  w.field("nnodes", s.nnodes);
+  w.field("nnodes_expected", s.nnodes_expected);
+  w.field("restarts", s.restarts);
+  w.field("round", s.round);
+  w.field("run_id", s.run_id);
+  w.field("start_time", s.start_time);
+  w.field("world_size", s.world_size);
+  w.end_object();
 }
 
-void to_json(json& j, const RankStatus& r) {
-  j = {{"rank", r.rank},
-       {"local_rank", r.local_rank},
-       {"pid", r.pid},
-       {"state", r.state},
-       {"run_s", r.run_s},
-       {"progress_events", r.progress_events},
-       {"since_progress_s", r.since_progress_s ? json(*r.since_progress_s) : json(nullptr)},
-       {"last_line", r.last_line},
-       {"cpu_s", r.cpu_s},
-       {"cpu_percent", r.cpu_percent},
-       {"rss_kib", r.rss_kib},
-       {"processes", r.processes}};
+void write_rank(JsonWriter& w, const RankStatus& r) {
+  w.begin_object();
+  w.field("cpu_percent", r.cpu_percent);
+  w.field("cpu_s", r.cpu_s);
+  if (r.exit) {
+    w.field("exit", *r.exit);
+  }
+  if (r.gpu_memory_bytes) {
+    w.field("gpu_memory_bytes", *r.gpu_memory_bytes);
+  }
+  w.field("last_line", r.last_line);
+  w.field("local_rank", r.local_rank);
   if (r.node_rank >= 0) {
-    j["node_rank"] = r.node_rank;
+    w.field("node_rank", r.node_rank);
   }
-  write(j, "exit", r.exit);
-  write(j, "gpu_memory_bytes", r.gpu_memory_bytes);
+  w.field("pid", r.pid);
+  w.field("processes", r.processes);
+  w.field("progress_events", r.progress_events);
+  w.field("rank", r.rank);
+  w.field("rss_kib", r.rss_kib);
+  w.field("run_s", r.run_s);
+  w.field("since_progress_s", r.since_progress_s);
+  w.field("state", r.state);
+  w.end_object();
 }
 
-void from_json(const json& j, RankStatus& r) {
-  expect_object(j, "a rank");
-  read(j, "rank", r.rank);
-  read(j, "local_rank", r.local_rank);
-  read(j, "node_rank", r.node_rank);
-  read(j, "pid", r.pid);
-  read(j, "state", r.state);
-  read(j, "run_s", r.run_s);
-  read(j, "progress_events", r.progress_events);
-  read(j, "since_progress_s", r.since_progress_s);
-  read(j, "last_line", r.last_line);
-  read(j, "cpu_s", r.cpu_s);
-  read(j, "cpu_percent", r.cpu_percent);
-  read(j, "rss_kib", r.rss_kib);
-  read(j, "processes", r.processes);
-  read(j, "exit", r.exit);
-  read(j, "gpu_memory_bytes", r.gpu_memory_bytes);
+void write_ranks(JsonWriter& w, const std::vector<RankStatus>& ranks) {
+  w.begin_array();
+  for (const RankStatus& r : ranks) {
+    write_rank(w, r);
+  }
+  w.end_array();
 }
 
-// A node's own fields (its ranks and the job travel beside them).
-void node_fields(json& j, const NodeStatus& n) {
-  j["node_rank"] = n.node_rank;
-  j["host"] = n.host;
-  j["addr"] = n.addr;
-  j["state"] = n.state;
-  j["round"] = n.round;
-  if (n.agent_pid) {
-    j["agent_pid"] = *n.agent_pid;
-    j["agent_cpu_s"] = n.agent_cpu_s;
-    j["agent_rss_kib"] = n.agent_rss_kib;
-    j["round_start_time"] = n.round_start_time;
-    j["local_ranks"] = n.local_ranks;
+// A node: its own fields, and with `whole` its job and ranks too (a
+// document lists its nodes without them).
+void write_node(JsonWriter& w, const NodeStatus& n, bool whole) {
+  const bool agent = n.agent_pid.has_value();
+  w.begin_object();
+  w.field("addr", n.addr);
+  if (agent) {
+    w.field("agent_cpu_s", n.agent_cpu_s);
+    w.field("agent_pid", *n.agent_pid);
+    w.field("agent_rss_kib", n.agent_rss_kib);
+  }
+  w.field("host", n.host);
+  if (whole && n.job) {
+    w.key("job");
+    write_job(w, *n.job);
+  }
+  if (agent) {
+    w.field("local_ranks", n.local_ranks);
+  }
+  w.field("node_rank", n.node_rank);
+  if (whole) {
+    w.key("ranks");
+    write_ranks(w, n.ranks);
+  }
+  w.field("round", n.round);
+  if (agent) {
+    w.field("round_start_time", n.round_start_time);
+  }
+  w.field("state", n.state);
+  w.end_object();
+}
+
+// --- reading: nlohmann's SAX events straight into the records ----------------------
+
+// The member a key names (monostate: none this codec knows, skipped).
+using Slot =
+    std::variant<std::monostate, int*, int64_t*, long long*, double*, std::string*,
+                 std::optional<double>*, std::optional<long long>*, std::optional<std::string>*,
+                 std::optional<unsigned long long>*, std::optional<JobStatus>*,
+                 std::vector<RankStatus>*, std::vector<LostNodeStatus>*, std::vector<NodeStatus>*,
+                 std::vector<int>*>;
+using Record = std::variant<LostNodeStatus*, JobStatus*, RankStatus*, NodeStatus*, StatusDocument*>;
+
+Slot slot_of(LostNodeStatus& l, std::string_view k) {
+  if (k == "node_rank")
+    return &l.node_rank;
+  if (k == "host")
+    return &l.host;
+  if (k == "addr")
+    return &l.addr;
+  if (k == "round")
+    return &l.round;
+  if (k == "time")
+    return &l.time;
+  return {};
+}
+
+Slot slot_of(JobStatus& s, std::string_view k) {
+  if (k == "run_id")
+    return &s.run_id;
+  if (k == "round")
+    return &s.round;
+  if (k == "restarts")
+    return &s.restarts;
+  if (k == "max_restarts")
+    return &s.max_restarts;
+  if (k == "nnodes")
+    return &s.nnodes;
+  if (k == "nnodes_expected")
+    return &s.nnodes_expected;
+  if (k == "world_size")
+    return &s.world_size;
+  if (k == "start_time")
+    return &s.start_time;
+  if (k == "elapsed_s")
+    return &s.elapsed_s;
+  if (k == "lost_nodes")
+    return &s.lost_nodes;
+  return {};
+}
+
+Slot slot_of(RankStatus& r, std::string_view k) {
+  if (k == "rank")
+    return &r.rank;
+  if (k == "local_rank")
+    return &r.local_rank;
+  if (k == "node_rank")
+    return &r.node_rank;
+  if (k == "pid")
+    return &r.pid;
+  if (k == "state")
+    return &r.state;
+  if (k == "run_s")
+    return &r.run_s;
+  if (k == "progress_events")
+    return &r.progress_events;
+  if (k == "since_progress_s")
+    return &r.since_progress_s;
+  if (k == "last_line")
+    return &r.last_line;
+  if (k == "cpu_s")
+    return &r.cpu_s;
+  if (k == "cpu_percent")
+    return &r.cpu_percent;
+  if (k == "rss_kib")
+    return &r.rss_kib;
+  if (k == "processes")
+    return &r.processes;
+  if (k == "exit")
+    return &r.exit;
+  if (k == "gpu_memory_bytes")
+    return &r.gpu_memory_bytes;
+  return {};
+}
+
+Slot slot_of(NodeStatus& n, std::string_view k) {
+  if (k == "node_rank")
+    return &n.node_rank;
+  if (k == "host")
+    return &n.host;
+  if (k == "addr")
+    return &n.addr;
+  if (k == "state")
+    return &n.state;
+  if (k == "agent_pid")
+    return &n.agent_pid;
+  if (k == "agent_cpu_s")
+    return &n.agent_cpu_s;
+  if (k == "agent_rss_kib")
+    return &n.agent_rss_kib;
+  if (k == "round")
+    return &n.round;
+  if (k == "round_start_time")
+    return &n.round_start_time;
+  if (k == "local_ranks")
+    return &n.local_ranks;
+  if (k == "job")
+    return &n.job;
+  if (k == "ranks")
+    return &n.ranks;
+  return {};
+}
+
+Slot slot_of(StatusDocument& d, std::string_view k) {
+  if (k == "request")
+    return &d.request;
+  if (k == "job")
+    return &d.job;
+  if (k == "nodes")
+    return &d.nodes;
+  if (k == "ranks")
+    return &d.ranks;
+  if (k == "missing")
+    return &d.missing;
+  return {};
+}
+
+bool is_list(const Slot& slot) {
+  return std::holds_alternative<std::vector<RankStatus>*>(slot) ||
+         std::holds_alternative<std::vector<NodeStatus>*>(slot) ||
+         std::holds_alternative<std::vector<LostNodeStatus>*>(slot) ||
+         std::holds_alternative<std::vector<int>*>(slot);
+}
+
+// A scalar as the parser gave it.
+struct Scalar {
+  enum Kind { null, boolean, integer, unsigned_integer, floating, string } kind;
+  long long i = 0;
+  unsigned long long u = 0;
+  double d = 0;
+  std::string* s = nullptr;
+};
+
+template <class T>
+bool set_integer(T& field, const Scalar& v) {
+  using limits = std::numeric_limits<T>;
+  if (v.kind == Scalar::integer && v.i >= static_cast<long long>(limits::min()) &&
+      static_cast<unsigned long long>(std::max(v.i, 0LL)) <=
+          static_cast<unsigned long long>(limits::max())) {
+    field = static_cast<T>(v.i);
+    return true;
+  }
+  if (v.kind == Scalar::unsigned_integer && v.u <= static_cast<unsigned long long>(limits::max())) {
+    field = static_cast<T>(v.u);
+    return true;
+  }
+  return false;
+}
+
+bool set_number(double& field, const Scalar& v) {
+  switch (v.kind) {
+    case Scalar::integer:
+      field = static_cast<double>(v.i);
+      return true;
+    case Scalar::unsigned_integer:
+      field = static_cast<double>(v.u);
+      return true;
+    case Scalar::floating:
+      field = v.d;
+      return true;
+    default:
+      return false;
   }
 }
 
-void to_json(json& j, const NodeStatus& n) {
-  j = json::object();
-  node_fields(j, n);
-  if (n.job) {
-    j["job"] = *n.job;
+bool set_scalar(int& f, const Scalar& v) {
+  return set_integer(f, v);
+}
+bool set_scalar(int64_t& f, const Scalar& v) {
+  return set_integer(f, v);
+}
+bool set_scalar(long long& f, const Scalar& v) {
+  return set_integer(f, v);
+}
+bool set_scalar(unsigned long long& f, const Scalar& v) {
+  return set_integer(f, v);
+}
+bool set_scalar(double& f, const Scalar& v) {
+  return set_number(f, v);
+}
+bool set_scalar(std::string& f, const Scalar& v) {
+  if (v.kind != Scalar::string) {
+    return false;
   }
-  j["ranks"] = n.ranks;
+  f = std::move(*v.s);
+  return true;
+}
+template <class T>
+bool set_scalar(std::optional<T>& f, const Scalar& v) {
+  T value{};
+  if (!set_scalar(value, v)) {
+    return false;
+  }
+  f = std::move(value);
+  return true;
+}
+template <class T>
+bool set_scalar(T&, const Scalar&) {
+  return false;  // a record or a list, given a scalar
 }
 
-void from_json(const json& j, NodeStatus& n) {
-  expect_object(j, "a node");
-  read(j, "node_rank", n.node_rank);
-  read(j, "host", n.host);
-  read(j, "addr", n.addr);
-  read(j, "state", n.state);
-  read(j, "agent_pid", n.agent_pid);
-  read(j, "agent_cpu_s", n.agent_cpu_s);
-  read(j, "agent_rss_kib", n.agent_rss_kib);
-  read(j, "round", n.round);
-  read(j, "round_start_time", n.round_start_time);
-  read(j, "local_ranks", n.local_ranks);
-  if (const auto it = j.find("job"); it != j.end() && !it->is_null()) {
-    n.job = it->get<JobStatus>();
+// nlohmann's SAX handler: the events of one record's text, put straight
+// into it. Any value of the wrong type stops the parse (the record does
+// not decode); members it does not know are skipped, however deep.
+class RecordReader {
+ public:
+  using json = nlohmann::json;
+
+  explicit RecordReader(Record root) : m_root(root) {}
+
+  bool null() { return scalar({Scalar::null}); }
+  bool boolean(bool) { return scalar({Scalar::boolean}); }
+  bool number_integer(json::number_integer_t v) { return scalar({Scalar::integer, v}); }
+  bool number_unsigned(json::number_unsigned_t v) {
+    return scalar({Scalar::unsigned_integer, 0, v});
   }
-  if (const auto it = j.find("ranks"); it != j.end() && !it->is_null()) {
-    if (!it->is_array()) {
-      throw json::type_error::create(302, "ranks is not an array", nullptr);
+  bool number_float(json::number_float_t v, const json::string_t&) {
+    return scalar({Scalar::floating, 0, 0, v});
+  }
+  bool string(json::string_t& v) { return scalar({Scalar::string, 0, 0, 0, &v}); }
+  bool binary(json::binary_t&) { return false; }
+
+  bool key(json::string_t& k) {
+    Frame& f = m_stack.back();
+    if (f.kind == Frame::in_record) {
+      f.slot = std::visit([&](auto* r) { return slot_of(*r, k); }, f.target);
     }
-    n.ranks = it->get<std::vector<RankStatus>>();
+    return true;
   }
+
+  bool start_object(std::size_t) {
+    if (m_stack.empty()) {
+      m_stack.push_back({Frame::in_record, m_root});
+      return true;
+    }
+    Frame& f = m_stack.back();
+    if (f.kind == Frame::skipping) {
+      ++f.depth;
+      return true;
+    }
+    if (f.kind == Frame::in_record) {
+      if (std::holds_alternative<std::monostate>(f.slot)) {
+        m_stack.push_back({Frame::skipping});
+      } else if (auto* job = std::get_if<std::optional<JobStatus>*>(&f.slot)) {
+        m_stack.push_back({Frame::in_record, &(*job)->emplace()});
+      } else {
+        return false;
+      }
+      return true;
+    }
+    // An element of a list of records.
+    if (auto* ranks = std::get_if<std::vector<RankStatus>*>(&f.slot)) {
+      m_stack.push_back({Frame::in_record, &(*ranks)->emplace_back()});
+    } else if (auto* nodes = std::get_if<std::vector<NodeStatus>*>(&f.slot)) {
+      m_stack.push_back({Frame::in_record, &(*nodes)->emplace_back()});
+    } else if (auto* lost = std::get_if<std::vector<LostNodeStatus>*>(&f.slot)) {
+      // At most 1,024 lost nodes are read: a forged answer cannot grow a screen.
+      if ((*lost)->size() < 1024) {
+        m_stack.push_back({Frame::in_record, &(*lost)->emplace_back()});
+      } else {
+        m_stack.push_back({Frame::skipping});
+      }
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  bool start_array(std::size_t) {
+    if (m_stack.empty()) {
+      return false;  // a record is an object
+    }
+    Frame& f = m_stack.back();
+    if (f.kind == Frame::skipping) {
+      ++f.depth;
+      return true;
+    }
+    if (f.kind == Frame::in_list) {
+      return false;  // no list this codec reads holds lists
+    }
+    if (std::holds_alternative<std::monostate>(f.slot)) {
+      m_stack.push_back({Frame::skipping});
+      return true;
+    }
+    if (!is_list(f.slot)) {
+      return false;
+    }
+    m_stack.push_back({Frame::in_list, {}, f.slot});
+    return true;
+  }
+
+  bool end_object() { return end(); }
+  bool end_array() { return end(); }
+
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+    return false;
+  }
+
+ private:
+  struct Frame {
+    enum Kind { in_record, in_list, skipping } kind;
+    Record target{};
+    Slot slot{};    // record: the member its last key named; array: the list
+    int depth = 0;  // skip: how deep inside the skipped value
+  };
+
+  bool scalar(const Scalar& v) {
+    if (m_stack.empty()) {
+      return false;  // a record is an object
+    }
+    Frame& f = m_stack.back();
+    switch (f.kind) {
+      case Frame::skipping:
+        return true;
+      case Frame::in_record:
+        if (v.kind == Scalar::null) {
+          return true;  // as absent
+        }
+        return std::visit(
+            [&](auto p) {
+              if constexpr (std::is_same_v<decltype(p), std::monostate>) {
+                return true;
+              } else {
+                return set_scalar(*p, v);
+              }
+            },
+            f.slot);
+      case Frame::in_list:
+        if (auto* list = std::get_if<std::vector<int>*>(&f.slot)) {
+          int n = 0;
+          if (!set_integer(n, v)) {
+            return false;
+          }
+          (*list)->push_back(n);
+          return true;
+        }
+        return false;  // a list of records holds records
+    }
+    return false;
+  }
+
+  bool end() {
+    Frame& f = m_stack.back();
+    if (f.kind == Frame::skipping && f.depth > 0) {
+      --f.depth;
+    } else {
+      m_stack.pop_back();
+    }
+    return true;
+  }
+
+  Record m_root;
+  std::vector<Frame> m_stack;
+};
+
+template <class T>
+std::optional<T> read_record(std::string_view text) {
+  T record;
+  RecordReader reader(&record);
+  try {
+    if (!nlohmann::json::sax_parse(text, &reader)) {
+      return std::nullopt;
+    }
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+  return record;
 }
+
+}  // namespace
 
 // --- the codec ----------------------------------------------------------------------
 
 std::string encode_node_status(const NodeStatus& node) {
-  return json_text(json(node));
+  std::string text;
+  text.reserve(512 + 320 * node.ranks.size());
+  JsonWriter w(text);
+  write_node(w, node, true);
+  return text;
 }
 
 std::optional<NodeStatus> decode_node_status(std::string_view text) {
-  return decode_record<NodeStatus>(text);
+  return read_record<NodeStatus>(text);
+}
+
+void encode_status_document(const StatusDocument& doc,
+                            const std::function<void(std::string_view)>& sink) {
+  constexpr size_t k_piece = 1 << 20;
+  std::string text;
+  text.reserve(k_piece + 64 * 1024);
+  JsonWriter w(text);
+  const auto flush = [&](size_t at_least) {
+    if (text.size() >= at_least) {
+      sink(text);
+      text.clear();  // the writer's place is its own, not the text's
+    }
+  };
+  w.begin_object();
+  w.key("job");
+  if (doc.job) {
+    write_job(w, *doc.job);
+  } else {
+    w.null();
+  }
+  w.key("missing");
+  w.begin_array();
+  for (int r : doc.missing) {
+    w.value(r);
+    flush(k_piece);
+  }
+  w.end_array();
+  w.key("nodes");
+  w.begin_array();
+  for (const NodeStatus& n : doc.nodes) {
+    write_node(w, n, false);
+    flush(k_piece);
+  }
+  w.end_array();
+  w.key("ranks");
+  w.begin_array();
+  for (const RankStatus& r : doc.ranks) {
+    write_rank(w, r);
+    flush(k_piece);
+  }
+  w.end_array();
+  w.field("request", doc.request);
+  w.end_object();
+  flush(1);
 }
 
 std::string encode_status_document(const StatusDocument& doc) {
-  json nodes = json::array();
-  for (const NodeStatus& n : doc.nodes) {
-    json node = json::object();
-    node_fields(node, n);
-    nodes.push_back(std::move(node));
-  }
-  return json_text({{"request", doc.request},
-                    {"job", doc.job ? json(*doc.job) : json(nullptr)},
-                    {"nodes", std::move(nodes)},
-                    {"ranks", doc.ranks},
-                    {"missing", doc.missing}});
+  std::string text;
+  encode_status_document(doc, [&text](std::string_view piece) { text += piece; });
+  return text;
 }
 
 std::optional<StatusDocument> decode_status_document(std::string_view text) {
-  const json j = json::parse(text, nullptr, false);
-  if (!j.is_object()) {
-    return std::nullopt;
-  }
-  try {
-    StatusDocument doc;
-    read(j, "request", doc.request);
-    if (const auto it = j.find("job"); it != j.end() && !it->is_null()) {
-      doc.job = it->get<JobStatus>();
-    }
-    read(j, "nodes", doc.nodes);
-    read(j, "ranks", doc.ranks);
-    read(j, "missing", doc.missing);
-    return doc;
-  } catch (const json::exception&) {
-    return std::nullopt;
-  }
+  return read_record<StatusDocument>(text);
 }
 
 std::string encode_status_request(const StatusRequest& request) {
@@ -235,11 +606,12 @@ std::optional<int> answered_nnodes(std::string_view answer) {
 }
 
 std::vector<std::optional<NodeStatus>> decode_answers(
-    const std::vector<std::optional<std::string>>& answers) {
+    std::vector<std::optional<std::string>> answers) {
   std::vector<std::optional<NodeStatus>> out;
   out.reserve(answers.size());
-  for (const auto& a : answers) {
+  for (auto& a : answers) {
     out.push_back(a ? decode_node_status(*a) : std::nullopt);
+    a.reset();  // its memory serves the next records
   }
   return out;
 }
@@ -249,6 +621,11 @@ StatusDocument merge_status(int64_t n, const std::vector<int>& asked,
                             const std::optional<std::set<int>>& only) {
   StatusDocument doc;
   doc.request = n;
+  size_t ranks = 0;
+  for (const auto& answer : answers) {
+    ranks += answer ? answer->ranks.size() : 0;
+  }
+  doc.ranks.reserve(ranks);
   for (size_t k = 0; k < asked.size() && k < answers.size(); ++k) {
     const int r = asked[k];
     std::optional<NodeStatus>& answer = answers[k];

@@ -7,6 +7,7 @@
 // out. Pure.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,10 @@ std::string encode_node_status(const NodeStatus& node);
 std::optional<NodeStatus> decode_node_status(std::string_view text);
 
 std::string encode_status_document(const StatusDocument& doc);
+// The same text handed to `sink` in pieces of about 1 MiB as it is written
+// (131,072 ranks are about 45 MB of it).
+void encode_status_document(const StatusDocument& doc,
+                            const std::function<void(std::string_view)>& sink);
 std::optional<StatusDocument> decode_status_document(std::string_view text);
 
 // A request's text: {"ranks": "0-3", "nodes": "1", "timeout_s": 5}; "{}" asks
@@ -32,9 +37,9 @@ std::optional<StatusRequest> decode_status_request(std::string_view text);
 std::optional<int> answered_nnodes(std::string_view answer);
 
 // The answers read from the store, decoded (nullopt: none came, or one
-// that is not a node's answer).
+// that is not a node's answer); each text is freed once it is read.
 std::vector<std::optional<NodeStatus>> decode_answers(
-    const std::vector<std::optional<std::string>>& answers);
+    std::vector<std::optional<std::string>> answers);
 
 // The document of request `n`: the answers of the nodes `asked` (nullopt:
 // none), node 0's giving the job; a node outside `only` (when given)

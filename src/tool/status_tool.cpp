@@ -259,19 +259,30 @@ int run_status_command(const StatusCommand& cmd, const EnvMap& env) {
     }
   }
   const bool tty = ::isatty(STDOUT_FILENO) == 1;
+  const std::string clear = cmd.watch_s && tty ? "\x1b[H\x1b[2J" : "";
   for (;;) {
     std::string text;
     bool all_answered = true;
     try {
-      const Answers a = ask(*store, cmd, cmd.stacks ? k_stacks_keys : k_status_keys);
+      Answers a = ask(*store, cmd, cmd.stacks ? k_stacks_keys : k_status_keys);
       if (cmd.stacks) {
         const StacksDocument doc = merge_stacks(a.n, a.asked, a.answers, a.only);
         text = cmd.json ? encode_stacks_document(doc) + "\n" : format_stacks(doc);
         all_answered = doc.missing.empty();
       } else {
-        const StatusDocument doc = merge_status(a.n, a.asked, decode_answers(a.answers), a.only);
-        text = cmd.json ? encode_status_document(doc) + "\n" : format_status(doc, terminal_width());
+        const StatusDocument doc =
+            merge_status(a.n, a.asked, decode_answers(std::move(a.answers)), a.only);
         all_answered = doc.missing.empty();
+        if (cmd.json) {
+          // Written as it is made: a big job's document is tens of MB.
+          std::fputs(clear.c_str(), stdout);
+          encode_status_document(doc, [](std::string_view piece) {
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+          });
+          text = "\n";
+        } else {
+          text = clear + format_status(doc, terminal_width());
+        }
       }
     } catch (const StoreRejected& e) {
       // Its requests are the job's own keys: the store refuses them only to
@@ -286,7 +297,7 @@ int run_status_command(const StatusCommand& cmd, const EnvMap& env) {
       throw LaunchError(k_exit_no_job, fmt::format("{}: the job's store at {}:{} failed: {}", name,
                                                    job->host, job->port, e.what()));
     }
-    std::fputs(cmd.watch_s && tty ? ("\x1b[H\x1b[2J" + text).c_str() : text.c_str(), stdout);
+    std::fputs(cmd.stacks ? (clear + text).c_str() : text.c_str(), stdout);
     std::fflush(stdout);
     if (!cmd.watch_s) {
       return all_answered ? k_exit_ok : k_exit_some_missing;

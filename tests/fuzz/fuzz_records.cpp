@@ -1,5 +1,6 @@
 // libFuzzer: every record an agent reads from the store (join, plan,
-// verdict, outcomes) and a worker's error file. A peer or a stray program
+// verdict, outcomes), a node's answer to `ddplaunch status` and a status
+// document, and a worker's error file. A peer or a stray program
 // may have written anything: only RecordError (or nullopt for an error file
 // in another format) may come out; anything else is a bug.
 #include <cstddef>
@@ -7,6 +8,7 @@
 #include <string_view>
 
 #include "rendezvous/records.hpp"
+#include "status/status_codec.hpp"
 
 using namespace ddplaunch;
 
@@ -42,5 +44,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)encode_error_file(*e, 1);  // what is written back must encode
     }
   });
+  // What decodes encodes as text that decodes, and settles after one
+  // pass (invalid UTF-8 made U+FFFD, a huge number's infinity null).
+  const auto settles = [](auto decode, auto encode, std::string_view t) {
+    if (const auto first = decode(t)) {
+      const auto second = decode(encode(*first));
+      if (!second) {
+        __builtin_trap();
+      }
+      const std::string text = encode(*second);
+      const auto third = decode(text);
+      if (!third || encode(*third) != text) {
+        __builtin_trap();
+      }
+    }
+  };
+  settles(decode_node_status, encode_node_status, in);
+  settles(decode_status_document, encode_status_document, in);
   return 0;
 }

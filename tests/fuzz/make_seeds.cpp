@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "rendezvous/records.hpp"
+#include "status/status_codec.hpp"
 #include "store/protocol.hpp"
 
 using namespace ddplaunch;
@@ -134,6 +135,23 @@ int main(int argc, char** argv) {
   error.traceback = "Traceback\n";
   error.timestamp = "17";
   put(records, "error_file", encode_error_file(error, 1));
+  NodeStatus node;
+  node.node_rank = 1;
+  node.host = "gpu-2";
+  node.state = "running";
+  node.agent_pid = 99;
+  node.job = JobStatus{"j", 1, 0, 3, 2, "1:4", 8, 1.7e9, 2.5, {{3, "h", "10.0.0.3", 0, 1.5}}};
+  RankStatus rank;
+  rank.rank = 4;
+  rank.state = "failed";
+  rank.last_line = "loss \xe6\x97\xa5";
+  rank.exit = "exited with code 1";
+  rank.gpu_memory_bytes = 1ULL << 33;
+  node.ranks = {rank, rank};
+  node.ranks[1].since_progress_s = 0.25;
+  put(records, "status_answer", encode_node_status(node));
+  put(records, "status_document",
+      encode_status_document(merge_status(1, {0, 1}, {std::nullopt, node}, std::nullopt)));
   // What users type.
   const fs::path argv_dir = root / "fuzz_argv";
   put(argv_dir, "torchrun",

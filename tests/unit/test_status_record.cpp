@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <random>
 
+#include "output/json_writer.hpp"
 #include "status/metrics_text.hpp"
 #include "status/status_codec.hpp"
 #include "status/status_screen.hpp"
@@ -100,6 +102,179 @@ TEST(StatusCodec, AnyBytesInALastLineStillEncode) {
   const auto back = decode_node_status(text);
   ASSERT_TRUE(back);
   EXPECT_EQ(back->ranks.at(0).last_line.substr(0, 4), "bad ");
+}
+
+// The writer's strings are nlohmann's with error_handler_t::replace, byte
+// for byte, whatever bytes they hold: control characters escaped, invalid
+// UTF-8 (truncated, overlong, surrogates, past U+10FFFF) one U+FFFD per
+// broken sequence.
+TEST(JsonWriter, StringsAreNlohmannsReplacedTextByteForByte) {
+  const auto nlohmanns = [](const std::string& s) {
+    return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  const auto ours = [](const std::string& s) {
+    std::string out;
+    JsonWriter(out).value(s);
+    return out;
+  };
+  for (const std::string& s :
+       {std::string(), std::string("plain"), std::string("q\"b\\s/\b\f\n\r\t\x01\x1f\x7f"),
+        std::string("\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), std::string("\xc0\xaf \xe0\x80\x80"),
+        std::string("\xed\xa0\x80 \xf4\x90\x80\x80 \xf5"), std::string("cut \xe2\x82"),
+        std::string("\xe2\x82 mid"), std::string("\x80\xbf\xfe\xff"), std::string(1, '\0')}) {
+    EXPECT_EQ(ours(s), nlohmanns(s)) << nlohmanns(s);
+  }
+  std::mt19937 random(7);
+  for (int i = 0; i < 20000; ++i) {
+    std::string s(random() % 12, '\0');
+    for (char& c : s) {
+      // Mostly the bytes UTF-8 is made of, so that sequences form and break.
+      const unsigned pick = random() % 8;
+      c = static_cast<char>(pick < 3   ? 0x80 + random() % 64
+                            : pick < 5 ? 0xc0 + random() % 64
+                            : pick < 6 ? random() % 32
+                                       : random() % 256);
+    }
+    ASSERT_EQ(ours(s), nlohmanns(s)) << nlohmanns(s);
+  }
+}
+
+TEST(JsonWriter, NumbersReadBackAsTheyWereAndTheShapeIsJson) {
+  std::string out;
+  JsonWriter w(out);
+  w.begin_object();
+  w.field("i", -3);
+  w.field("big", 18446744073709551615ULL);
+  w.field("ll", -9223372036854775807LL);
+  w.key("doubles");
+  w.begin_array();
+  for (const double d : {0.0, -0.0, 3.0, 0.1, 1e-7, 123456789.125, 1e300, 2.5e16}) {
+    w.value(d);
+  }
+  w.value(std::numeric_limits<double>::infinity());
+  w.end_array();
+  w.field("none", std::optional<double>());
+  w.field("yes", true);
+  w.key("empty");
+  w.begin_object();
+  w.end_object();
+  w.end_object();
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["i"], -3);
+  EXPECT_EQ(j["big"].get<unsigned long long>(), 18446744073709551615ULL);
+  EXPECT_EQ(j["ll"].get<long long>(), -9223372036854775807LL);
+  const std::vector<double> back(j["doubles"].begin(), j["doubles"].end() - 1);
+  EXPECT_EQ(back, (std::vector<double>{0.0, -0.0, 3.0, 0.1, 1e-7, 123456789.125, 1e300, 2.5e16}))
+      << out;
+  EXPECT_TRUE(j["doubles"][2].is_number_float()) << "3.0 stays a float for the reader: " << out;
+  EXPECT_TRUE(j["doubles"][8].is_null()) << "infinity is null, as nlohmann writes it";
+  EXPECT_TRUE(j["none"].is_null());
+  EXPECT_EQ(j["yes"], true);
+  EXPECT_EQ(j["empty"], nlohmann::json::object());
+}
+
+// The codec reads what it wrote, for records of every shape and any bytes
+// in their strings, and its text is the JSON nlohmann reads: every field
+// under the name docs/STATUS.md gives it.
+TEST(StatusCodec, ManyRecordsOfEveryShapeRoundTrip) {
+  std::mt19937 random(11);
+  const auto text = [&] {
+    std::string s(random() % 20, '\0');
+    for (char& c : s) {
+      c = static_cast<char>(random() % 256);
+    }
+    return s;
+  };
+  for (int i = 0; i < 200; ++i) {
+    NodeStatus n = a_node(static_cast<int>(random() % 100), {});
+    n.host = text();
+    if (random() % 3 == 0) {
+      n.agent_pid.reset();
+      n.agent_cpu_s = 0;
+      n.agent_rss_kib = 0;
+      n.round_start_time = 0;
+      n.local_ranks = 0;
+    }
+    if (random() % 2) {
+      n.job = a_job(static_cast<int>(random() % 50));
+      n.job->run_id = text();
+      n.job->elapsed_s = static_cast<double>(random()) / 7.0;
+      for (auto k = static_cast<unsigned>(random() % 3); k > 0; --k) {
+        n.job->lost_nodes.push_back({static_cast<int>(k), text(), text(), 2, 1.0 / k});
+      }
+    }
+    for (auto k = static_cast<unsigned>(random() % 4); k > 0; --k) {
+      RankStatus r = a_rank(static_cast<int>(random()));
+      r.last_line = text();
+      r.run_s = static_cast<double>(random()) / 3.0;
+      if (random() % 2) {
+        r.since_progress_s.reset();
+        r.exit = text();
+      }
+      if (random() % 2) {
+        r.gpu_memory_bytes = (1ULL << 63) + random();
+      }
+      n.ranks.push_back(r);
+    }
+    const std::string encoded = encode_node_status(n);
+    const auto j = nlohmann::json::parse(encoded);
+    EXPECT_EQ(j.contains("agent_pid"), n.agent_pid.has_value());
+    EXPECT_EQ(j.contains("job"), n.job.has_value());
+    EXPECT_EQ(j["ranks"].size(), n.ranks.size());
+    auto back = decode_node_status(encoded);
+    ASSERT_TRUE(back) << encoded;
+    // Strings come back as valid UTF-8: compare with what nlohmann makes of them.
+    EXPECT_EQ(encode_node_status(*back), encoded);
+    if (nlohmann::json(n.host).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) ==
+        nlohmann::json(n.host).dump(-1, ' ', false, nlohmann::json::error_handler_t::ignore)) {
+      EXPECT_EQ(back->host, n.host);
+    }
+  }
+  StatusDocument doc =
+      merge_status(9, {0, 1, 2, 3}, {a_node(0, {0, 1}), std::nullopt, a_node(2, {4}), std::nullopt},
+                   std::nullopt);
+  doc.job = a_job(4);
+  const std::string encoded = encode_status_document(doc);
+  const auto j = nlohmann::json::parse(encoded);
+  EXPECT_EQ(j["missing"], nlohmann::json::parse("[1,3]"));
+  EXPECT_EQ(j["ranks"][2]["node_rank"], 2);
+  EXPECT_FALSE(j["nodes"][0].contains("ranks")) << "a document's nodes hand their ranks over";
+  EXPECT_EQ(decode_status_document(encoded), doc);
+  // A big job's document comes in pieces that make the same text.
+  for (int r = 0; r < 20000; ++r) {
+    doc.ranks.push_back(a_rank(r));
+  }
+  std::string pieces;
+  int count = 0;
+  encode_status_document(doc, [&](std::string_view piece) {
+    pieces += piece;
+    ++count;
+  });
+  EXPECT_GT(count, 2);
+  EXPECT_EQ(pieces, encode_status_document(doc));
+  EXPECT_EQ(decode_status_document(pieces), doc);
+}
+
+// A forged answer of any shape reads as nothing or as what it says, never
+// as a crash: members nobody knows are skipped however deep, and a value
+// of the wrong type anywhere leaves the whole answer out.
+TEST(StatusCodec, UnknownMembersAreSkippedAndWrongTypesRefused) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const auto n = decode_node_status(R"({"extra":{"a":[1,{"b":[]}],"c":"d"},"node_rank":3,"more":)" +
+                                    deep + R"(,"ranks":[{"rank":5,"future":[[{}]]}]})");
+  ASSERT_TRUE(n);
+  EXPECT_EQ(n->node_rank, 3);
+  ASSERT_EQ(n->ranks.size(), 1u);
+  EXPECT_EQ(n->ranks[0].rank, 5);
+  for (const char* forged :
+       {R"({"node_rank":1.5})", R"({"node_rank":4294967296})", R"({"ranks":[{"pid":true}]})",
+        R"({"ranks":[{"rank":1,"exit":3}]})", R"({"ranks":{"rank":1}})", R"({"ranks":[[1]]})",
+        R"({"job":[1]})", R"({"ranks":[null]})", R"({"host":"a"} x)", R"("node")", "[]", "",
+        R"({"ranks":[{"gpu_memory_bytes":-1}]})", R"({"host":"a")"}) {
+    EXPECT_FALSE(decode_node_status(forged)) << forged;
+  }
+  EXPECT_FALSE(decode_status_document(R"({"missing":["a"]})"));
+  EXPECT_EQ(decode_node_status(R"({"agent_pid":null,"host":null})"), NodeStatus());
 }
 
 TEST(StatusMerge, TheDocumentListsWhoAnsweredWhoDidNotAndTheJobFromNodeZero) {
