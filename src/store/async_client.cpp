@@ -449,8 +449,20 @@ void AsyncClient::enqueue(uint32_t id, std::string frame, Duration wait, Callbac
   m_queued_total += m_out.size() - before;
   m_pending.emplace(id, Pending{std::move(callback), wait, std::nullopt});
   m_unsent.emplace_back(m_queued_total, id);
-  if (m_state == State::k_ready && was_empty) {
+  if (m_state == State::k_ready && was_empty && !m_corked) {
     flush(Clock::now());
+  }
+}
+
+void AsyncClient::batch(const std::function<void()>& make) {
+  const bool outer = !m_corked;
+  m_corked = true;
+  make();
+  if (outer) {
+    m_corked = false;
+    if (m_state == State::k_ready && !m_out.empty()) {
+      flush(Clock::now());
+    }
   }
 }
 

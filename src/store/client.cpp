@@ -130,13 +130,15 @@ size_t StoreClient::remove(const std::vector<std::string>& keys) {
   size_t answered = 0;
   size_t existed = 0;
   bool done = keys.empty();
-  for (const auto& key : keys) {
-    m_impl->conn->request(protocol::request::remove(m_impl->key(key)), Duration(0),
-                          [&answered, &existed, &done, &keys](const protocol::Reply& r) {
-                            existed += protocol::read_flag(r) ? 1 : 0;
-                            done = ++answered == keys.size();
-                          });
-  }
+  m_impl->conn->batch([&] {
+    for (const auto& key : keys) {
+      m_impl->conn->request(protocol::request::remove(m_impl->key(key)), Duration(0),
+                            [&answered, &existed, &done, &keys](const protocol::Reply& r) {
+                              existed += protocol::read_flag(r) ? 1 : 0;
+                              done = ++answered == keys.size();
+                            });
+    }
+  });
   m_impl->run_until(done);
   return existed;
 }

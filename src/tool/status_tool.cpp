@@ -174,13 +174,16 @@ namespace {
 struct Answers {
   int64_t n = 0;
   std::vector<int> asked;
-  std::vector<std::optional<std::string>> answers;
-  std::optional<std::set<int>> only;  // --nodes
+  std::vector<std::optional<std::string>> answers;  // stacks: the texts
+  std::vector<std::optional<NodeStatus>> statuses;  // status: decoded as they came
+  std::optional<std::set<int>> only;                // --nodes
 };
 
 // Asks once: node 0 first (it knows the job's size), then every other node
 // asked, until the deadline. The keys are removed after. A stacks answer
-// may be near the store's largest value: those are read one at a time.
+// may be near the store's largest value: those are read one at a time. A
+// status answer is decoded as soon as it is read, while the nodes after it
+// are still answering, and its text is let go.
 Answers ask(StoreClient& store, const StatusCommand& cmd, const RequestKeys& kind) {
   const auto deadline =
       std::chrono::steady_clock::now() + Ms(static_cast<long long>(cmd.timeout_s * 1000));
@@ -204,7 +207,14 @@ Answers ask(StoreClient& store, const StatusCommand& cmd, const RequestKeys& kin
   }
   // A forged answer is read for what it can give; at most 1,000,000 nodes.
   const int nnodes = std::clamp(node0 ? answered_nnodes(*node0).value_or(1) : 1, 1, 1'000'000);
-  a.answers = {node0};
+  const auto keep = [&a, &cmd](std::optional<std::string> answer) {
+    if (cmd.stacks) {
+      a.answers.push_back(std::move(answer));
+    } else {
+      a.statuses.push_back(answer ? decode_node_status(*answer) : std::nullopt);
+    }
+  };
+  keep(node0);
   std::vector<std::string> keys = {first};
   for (int r = 0; r < nnodes; ++r) {
     if (r == 0 || !a.only || a.only->contains(r)) {
@@ -221,7 +231,7 @@ Answers ask(StoreClient& store, const StatusCommand& cmd, const RequestKeys& kin
                                         keys.begin() + static_cast<std::ptrdiff_t>(end));
     store.wait(part, left());
     for (auto& v : store.multi_get(part)) {
-      a.answers.push_back(std::move(v));
+      keep(std::move(v));
     }
   }
   keys.push_back(kind.request(a.n));
@@ -270,8 +280,7 @@ int run_status_command(const StatusCommand& cmd, const EnvMap& env) {
         text = cmd.json ? encode_stacks_document(doc) + "\n" : format_stacks(doc);
         all_answered = doc.missing.empty();
       } else {
-        const StatusDocument doc =
-            merge_status(a.n, a.asked, decode_answers(std::move(a.answers)), a.only);
+        const StatusDocument doc = merge_status(a.n, a.asked, std::move(a.statuses), a.only);
         all_answered = doc.missing.empty();
         if (cmd.json) {
           // Written as it is made: a big job's document is tens of MB.
