@@ -127,27 +127,29 @@ std::optional<Refusal> RendezvousPlanner::add(const JoinRecord& r) {
     }
     return refusal;
   }
-  const Refusal one_too_many{"more agents joined than --nnodes " + nnodes_text(m_expected) + ": " +
-                                 describe_node(r) +
-                                 " is not part of the job (is it started twice?)",
-                             false};
+  const auto one_too_many = [&] {
+    return Refusal{"more agents joined than --nnodes " + nnodes_text(m_expected) + ": " +
+                       describe_node(r) + " is not part of the job (is it started twice?)",
+                   false};
+  };
   if (m_planned) {
     if (!elastic()) {
-      return one_too_many;
+      return one_too_many();
     }
     m_waiting.push_back(r);  // the next round may take it
     return std::nullopt;
   }
-  for (const auto& other : m_joined) {
-    if (r.node_rank >= 0 && other.node_rank == r.node_rank) {
-      return Refusal{"node rank " + std::to_string(r.node_rank) + " is claimed twice: by " +
-                         describe_node(other) + " and by " + describe_node(r) +
-                         "; give each node its own --node-rank, or use auto",
-                     true};
-    }
+  if (const auto it = m_claimed.find(r.node_rank); r.node_rank >= 0 && it != m_claimed.end()) {
+    return Refusal{"node rank " + std::to_string(r.node_rank) + " is claimed twice: by " +
+                       describe_node(m_joined[it->second]) + " and by " + describe_node(r) +
+                       "; give each node its own --node-rank, or use auto",
+                   true};
   }
   if (complete()) {
-    return one_too_many;
+    return one_too_many();
+  }
+  if (r.node_rank >= 0) {
+    m_claimed.emplace(r.node_rank, m_joined.size());
   }
   m_joined.push_back(r);
   return std::nullopt;

@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "topology/topology.hpp"
@@ -142,6 +143,9 @@ class RendezvousPlanner {
 
   JoinRecord m_expected;
   std::vector<JoinRecord> m_joined;  // before plan()
+  // The node ranks given by hand among them: where in m_joined (a lookup
+  // per join, not a pass over every node that joined before).
+  std::unordered_map<int, size_t> m_claimed;
   bool m_planned = false;
   std::vector<JoinRecord> m_members;  // the current round's, by node rank
   std::vector<JoinRecord> m_waiting;  // joined since, in arrival order
