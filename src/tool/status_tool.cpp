@@ -23,6 +23,7 @@
 #include "status/stacks_codec.hpp"
 #include "status/status_codec.hpp"
 #include "status/status_screen.hpp"
+#include "store/protocol.hpp"
 
 namespace ddplaunch {
 
@@ -32,6 +33,10 @@ using Ms = std::chrono::milliseconds;
 constexpr int k_exit_some_missing = 1;
 constexpr int k_exit_no_job = 3;
 constexpr size_t k_keys_at_once = 1024;
+// A stacks answer may be near the store's largest value: as many are read
+// at once as one MULTI_GET reply holds at that size (15).
+constexpr size_t k_stacks_at_once = protocol::k_max_reply / (protocol::k_max_value + 1024);
+static_assert(k_stacks_at_once >= 1);
 
 struct JobAddress {
   std::string host;
@@ -180,10 +185,9 @@ struct Answers {
 };
 
 // Asks once: node 0 first (it knows the job's size), then every other node
-// asked, until the deadline. The keys are removed after. A stacks answer
-// may be near the store's largest value: those are read one at a time. A
-// status answer is decoded as soon as it is read, while the nodes after it
-// are still answering, and its text is let go.
+// asked, until the deadline. The keys are removed after. A status answer is
+// decoded as soon as it is read, while the nodes after it are still
+// answering, and its text is let go.
 Answers ask(StoreClient& store, const StatusCommand& cmd, const RequestKeys& kind) {
   const auto deadline =
       std::chrono::steady_clock::now() + Ms(static_cast<long long>(cmd.timeout_s * 1000));
@@ -224,7 +228,7 @@ Answers ask(StoreClient& store, const StatusCommand& cmd, const RequestKeys& kin
       keys.push_back(kind.answer(a.n, r));
     }
   }
-  const size_t at_once = cmd.stacks ? 1 : k_keys_at_once;
+  const size_t at_once = cmd.stacks ? k_stacks_at_once : k_keys_at_once;
   for (size_t i = 1; i < keys.size(); i += at_once) {
     const auto end = std::min(keys.size(), i + at_once);
     const std::vector<std::string> part(keys.begin() + static_cast<std::ptrdiff_t>(i),
