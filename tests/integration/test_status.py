@@ -239,3 +239,26 @@ def test_a_node_an_elastic_job_lost_shows_as_lost(jobs):
     screen = status(jobs, "--master-port", port).stdout
     assert re.search(r"^\s+2 .* lost .* in round 0$", screen, re.M), screen
     stop([p for p in procs if p is not victim])
+
+
+def test_whatever_bytes_a_rank_last_wrote_the_json_document_parses(jobs):
+    """A worker's last line may hold any bytes (invalid UTF-8, control
+    characters, quotes, backslashes): `ddplaunch status --json` is still a
+    document any JSON reader takes, the bytes that are not UTF-8 each shown
+    as U+FFFD and the rest as written. The job's own output keeps the
+    bytes as the worker wrote them."""
+    port = free_port()
+    script = r"""printf 'bad \377\376 "q" \\ \001 end\n'; exec sleep 600"""
+    procs = [jobs.start(["--nnodes", 2, "--nproc-per-node", 1, "--master-port", port,
+                         "--", "sh", "-c", script], errors="surrogateescape") for _ in range(2)]
+
+    def last_line():
+        doc = status_json(jobs, port)
+        lines = [r["last_line"] for r in doc["ranks"] if r["last_line"]]
+        return lines if len(lines) == 2 else None
+    for line in wait_until(last_line, timeout=60, interval=0.2):
+        assert line.startswith("bad \ufffd\ufffd \"q\" \\ ") and line.endswith("end"), repr(line)
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    out = "".join(stdout for _, stdout, _ in finish(procs))
+    assert 'bad \udcff\udcfe "q" \\ \x01 end' in out, repr(out)
