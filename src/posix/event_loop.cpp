@@ -45,14 +45,19 @@ void EventLoop::remove(int fd) {
 }
 
 uint64_t EventLoop::attach(Owner& owner) {
+  m_slots.emplace(&owner, m_owners.size());
   m_owners.push_back(&owner);
   return static_cast<uint64_t>(m_owners.size()) * k_owner_span;
 }
 
 void EventLoop::detach(Owner& owner) {
-  // Its slot stays empty, never reused: an event of its still waiting in a
+  // Its slots stay empty, never reused: an event of its still waiting in a
   // batch being handed out finds no owner, not the next one attached.
-  std::replace(m_owners.begin(), m_owners.end(), &owner, static_cast<Owner*>(nullptr));
+  const auto [first, last] = m_slots.equal_range(&owner);
+  for (auto it = first; it != last; ++it) {
+    m_owners[it->second] = nullptr;
+  }
+  m_slots.erase(first, last);
 }
 
 EventLoop::Owner* EventLoop::owner_of(uint64_t tag) const {
