@@ -45,6 +45,28 @@ int utf8_sequence(std::string_view s, size_t i) {
   return length;
 }
 
+// The letter after the backslash of a character JSON escapes by one (0: none).
+char short_escape(unsigned char c) {
+  switch (c) {
+    case '"':
+      return '"';
+    case '\\':
+      return '\\';
+    case '\b':
+      return 'b';
+    case '\f':
+      return 'f';
+    case '\n':
+      return 'n';
+    case '\r':
+      return 'r';
+    case '\t':
+      return 't';
+    default:
+      return 0;
+  }
+}
+
 }  // namespace
 
 void JsonWriter::key(std::string_view name) {
@@ -87,15 +109,15 @@ void JsonWriter::null() {
 }
 
 void JsonWriter::integer(long long v) {
-  comma();
-  const fmt::format_int text(v);
-  m_out.append(text.data(), text.size());
-  m_comma = true;
+  digits(fmt::format_int(v));
 }
 
 void JsonWriter::unsigned_integer(unsigned long long v) {
+  digits(fmt::format_int(v));
+}
+
+void JsonWriter::digits(const fmt::format_int& text) {
   comma();
-  const fmt::format_int text(v);
   m_out.append(text.data(), text.size());
   m_comma = true;
 }
@@ -118,32 +140,12 @@ void JsonWriter::string(std::string_view s) {
     m_out.append(s.data() + plain, i - plain);
     if (n == 1) {
       m_out.push_back('\\');
-      switch (c) {
-        case '"':
-          m_out.push_back('"');
-          break;
-        case '\\':
-          m_out.push_back('\\');
-          break;
-        case '\b':
-          m_out.push_back('b');
-          break;
-        case '\f':
-          m_out.push_back('f');
-          break;
-        case '\n':
-          m_out.push_back('n');
-          break;
-        case '\r':
-          m_out.push_back('r');
-          break;
-        case '\t':
-          m_out.push_back('t');
-          break;
-        default:
-          m_out += "u00";
-          m_out.push_back(k_hex[c >> 4]);
-          m_out.push_back(k_hex[c & 0xF]);
+      if (const char e = short_escape(c); e != 0) {
+        m_out.push_back(e);
+      } else {
+        m_out += "u00";
+        m_out.push_back(k_hex[c >> 4]);
+        m_out.push_back(k_hex[c & 0xF]);
       }
       ++i;
     } else {

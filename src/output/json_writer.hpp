@@ -9,6 +9,8 @@
 // writer's. Pure.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <concepts>
 #include <optional>
 #include <string>
@@ -75,6 +77,7 @@ class JsonWriter {
   }
   void integer(long long v);
   void unsigned_integer(unsigned long long v);
+  void digits(const fmt::format_int& text);
   void string(std::string_view s);
 
   std::string& m_out;
