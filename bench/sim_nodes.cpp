@@ -457,33 +457,60 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "joined\n");  // scale.py counts node 0's fds now
   std::fflush(stderr);
 
-  // SIM_STATUS=DDPLAUNCH: each simulated node answers `ddplaunch status` as
-  // an agent does (a StatusResponder, with a record of NPROC ranks), and
+  // SIM_STATUS=DDPLAUNCH: the simulated nodes answer `ddplaunch status` as
+  // agents do (StatusResponders, each node's record of NPROC ranks), and
   // `DDPLAUNCH status --json` runs 5 times against the job while they do.
+  // Where the job has more than SIM_TREE_FANOUT + 1 nodes, the answers
+  // travel the tree of agents (rendezvous/status_relay.hpp): node 0's
+  // children answer on its store, each for its subtree, whose records it
+  // makes in memory (the links below node 0's children are not simulated);
+  // SIM_STATUS_TREE=0: every node answers on node 0's store, as agents
+  // before the tree did.
   std::string status_result;
   if (const char* exe = std::getenv("SIM_STATUS"); exe != nullptr) {
+    const char* fanout_text = std::getenv("SIM_TREE_FANOUT");
+    const int fanout = fanout_text != nullptr ? std::atoi(fanout_text) : 8;
+    const char* tree_text = std::getenv("SIM_STATUS_TREE");
+    const bool tree = (tree_text == nullptr || std::string(tree_text) != "0") && fanout >= 2 &&
+                      nnodes > fanout + 1;
+    const auto record = [nproc](int node) {
+      const int rank0 = node * nproc;
+      std::string ranks;
+      for (int r = 0; r < nproc; ++r) {
+        ranks += (r ? "," : "") + std::string("{\"rank\":") + std::to_string(rank0 + r) +
+                 ",\"local_rank\":" + std::to_string(r) +
+                 ",\"pid\":4242,\"state\":\"running\",\"run_s\":12.5,"
+                 "\"progress_events\":1234,\"since_progress_s\":0.2,"
+                 "\"last_line\":\"epoch 3 step 1200 loss 0.1234\",\"cpu_s\":11.9,"
+                 "\"cpu_percent\":95.2,\"rss_kib\":2345678,\"processes\":3}";
+      }
+      return "{\"node_rank\":" + std::to_string(node) +
+             ",\"host\":\"sim\",\"addr\":\"127.0.0.1\",\"state\":\"running\","
+             "\"ranks\":[" +
+             ranks + "]}";
+    };
     std::vector<std::unique_ptr<StatusResponder>> responders;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      const int rank0 = static_cast<int>(i + 1) * nproc;
+    const std::vector<int> answering = tree ? tree_place(0, nnodes, fanout).children : [&] {
+      std::vector<int> all;
+      for (int node = 1; node < nnodes; ++node) {
+        all.push_back(node);
+      }
+      return all;
+    }();
+    for (const int node : answering) {
+      const int subtree = tree ? tree_place(node, nnodes, fanout).subtree : 1;
       responders.push_back(std::make_unique<StatusResponder>(
-          *nodes[i]->store, k_status_keys,
-          [i, nproc, rank0](const std::string&, const StatusResponder::Reply& reply) {
-            std::string ranks;
-            for (int r = 0; r < nproc; ++r) {
-              ranks += (r ? "," : "") + std::string("{\"rank\":") + std::to_string(rank0 + r) +
-                       ",\"local_rank\":" + std::to_string(r) +
-                       ",\"pid\":4242,\"state\":\"running\",\"run_s\":12.5,"
-                       "\"progress_events\":1234,\"since_progress_s\":0.2,"
-                       "\"last_line\":\"epoch 3 step 1200 loss 0.1234\",\"cpu_s\":11.9,"
-                       "\"cpu_percent\":95.2,\"rss_kib\":2345678,\"processes\":3}";
+          *nodes[static_cast<size_t>(node - 1)]->store, k_status_keys,
+          [node, subtree, record](const std::string&, const StatusResponder::Reply& reply) {
+            std::string all;
+            for (int r = node; r < node + subtree; ++r) {
+              all += record(r);
+              all += '\n';
             }
-            reply("{\"node_rank\":" + std::to_string(i + 1) +
-                  ",\"host\":\"sim\",\"addr\":\"127.0.0.1\",\"state\":\"running\","
-                  "\"ranks\":[" +
-                  ranks + "]}");
+            reply(subtree == 1 ? record(node) : all);
           }));
-      responders.back()->start(static_cast<int>(i) + 1);
-      sync(i);
+      responders.back()->start(node);
+      sync(static_cast<size_t>(node - 1));
     }
     std::vector<double> took;
     const std::string addr = nodes[0]->config.master_addr;

@@ -38,9 +38,12 @@ std::string AgentTree::addr_key(int node) const {
 }
 
 void AgentTree::begin(const std::string& nspace, int node_rank, int nnodes, int fanout) {
-  if (nspace == m_nspace) {
+  // The round's tree is begun when its nodes meet (StatusTree); its fences
+  // begin it again under their namespace, and find it begun.
+  if (nspace == m_nspace || (m_begun && tree_place(node_rank, nnodes, fanout) == m_place)) {
     return;
   }
+  m_begun = true;
   m_old_on_loop = std::move(m_up_on_loop);  // the one before goes first
   m_old = std::move(m_up);
   if (!m_published.empty()) {

@@ -1,16 +1,16 @@
 // AgentTree: this agent's links in the tree of agents (topology/tree.hpp),
 // which the PMIx fences across every node of a round travel (TreeFence).
-// An interior node keeps a store of its own for its children: a
-// StoreServer with the job's token, so that its links are authenticated,
-// sealed and bounded exactly as the job's store's connections are, bound to
-// every address as the network preflight's listener is; it holds one
-// connection to it and one to its parent's, both on the loop. Node 0's
+// Each round's tree is begun when its nodes meet, where the round has more
+// than fan-out + 1 nodes (StatusTree: `ddplaunch status` travels it), and
+// by the round's first fence otherwise. An interior node keeps a store of its own for its children:
+// a StoreServer with the job's token, so that its links are authenticated, sealed and bounded
+// exactly as the job's store's connections are, bound to every address as the network preflight's
+// listener is; it holds one connection to it and one to its parent's, both on the loop. Node 0's
 // children use the job's store, and node 0 its own connection to it. An
 // interior node publishes its store's address in the job's store at
 // tree/<nspace>/addr/<node rank> when it begins a round; a child reads its
-// parent's there (one parked GET). Nothing is made until a fence needs it:
-// a job whose ranks never fence across nodes, or of at most fan-out + 1
-// nodes, starts no server and opens no connection. Not thread-safe: the
+// parent's there (one parked GET). A job of at most fan-out + 1 nodes
+// starts no server and opens no connection. Not thread-safe: the
 // loop's thread owns it.
 #pragma once
 
@@ -77,6 +77,7 @@ class AgentTree : public TreeLinks {
   std::unique_ptr<AsyncClient> m_old;
   std::string m_published;      // this node's address key in the job's store
   bool m_parent_asked = false;  // a GET of the parent's address is parked
+  bool m_begun = false;
   Lost m_lost;
 };
 

@@ -260,23 +260,18 @@ void health_event(EventLog* events, const HealthCheckResult& result, std::string
 }
 
 // The MPI room: the PMIx server's store connection and its links in the
-// tree of agents, its queue of upcalls (read into the round's MpiRanks) and
-// its relay, each on the loop.
+// tree of agents (the node's), its queue of upcalls (read into the round's
+// MpiRanks) and its relay, each on the loop.
 struct MpiRoom {
   MpiRanks ranks;
   posix::Watch queue;
   std::optional<posix::Watch> relay;
-  std::optional<AgentTree> tree;
   PmixServer& pmix;
-  MpiRoom(PmixServer& server, NodeStore& store, const Config& config, const StoreAddress& address,
-          const NodeIdentity& self, posix::EventLoop& loop)
+  MpiRoom(PmixServer& server, NodeStore& store, posix::EventLoop& loop)
       : ranks(server),
         queue(loop, server.event_fd(), [this] { ranks.take_events(); }),
         pmix(server) {
-    if (store.client) {
-      tree.emplace(config, address.token, self.addr, *store.client, loop);
-    }
-    pmix.attach_store(store.client.get(), tree ? &*tree : nullptr);
+    pmix.attach_store(store.client.get(), store.tree.get());
     if (pmix.relay_fd() >= 0) {
       relay.emplace(loop, pmix.relay_fd(), [&server] { server.pump_relay(); });
     }
@@ -329,7 +324,8 @@ void hook_agent(const Config& config, const EnvMap& env, Agent& agent, Driver& d
   agent.set_gpu_release_wait(gpu_release_wait(env, driver));
   if (store.link) {
     store.link->set_listener(agent);
-    store.answer_requests(rooms.status, rooms.stacks);
+    store.answer_requests(rooms.status, rooms.stacks,
+                          [&agent](RoundObserver& o) { agent.observe(o); });
   }
 }
 
@@ -388,7 +384,7 @@ int run_node(LaunchProcess& p, const StoreAddress& address, NodeIdentity self, P
   NodeStore store(config, address, clock, self, p.driver.loop());
   std::optional<MpiRoom> mpi;
   if (pmix != nullptr) {
-    mpi.emplace(*pmix, store, config, address, self, p.driver.loop());
+    mpi.emplace(*pmix, store, p.driver.loop());
   }
   Agent agent(config, p.worker_env, self, spawner, clock, store.link.get(), p.console,
               mpi ? &mpi->ranks : nullptr);
@@ -408,9 +404,6 @@ int run_node(LaunchProcess& p, const StoreAddress& address, NodeIdentity self, P
   retire_spawn_thread();
   if (pmix != nullptr) {
     pmix->attach_store(nullptr);
-  }
-  if (mpi) {
-    mpi->tree.reset();  // its links before the job's store
   }
   store.close();
   return report(config, p.env, agent, p.console, health);

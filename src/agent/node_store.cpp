@@ -56,6 +56,7 @@ NodeStore::NodeStore(const Config& config, const StoreAddress& address, Clock& c
   link = make_store_link(config, address, *client, clock, server.get());
   link->set_probe(probe.get());
   link_timer = std::make_unique<posix::TimedOwner<StoreLink>>(loop, *link);
+  tree = std::make_unique<AgentTree>(config, address.token, self.addr, *client, loop);
 }
 
 void NodeStore::answer_locally(int port, const std::string& token, StatusRoom& status_room,
@@ -63,28 +64,27 @@ void NodeStore::answer_locally(int port, const std::string& token, StatusRoom& s
   client = std::make_unique<AsyncClient>("127.0.0.1", port, std::chrono::seconds(10),
                                          std::chrono::seconds(30), std::chrono::steady_clock::now(),
                                          token);
-  answer_requests(status_room, stacks_room);
+  answer_requests(status_room, stacks_room, [](RoundObserver&) {});
   status->start(0);
   stacks->start(0);
   client_on_loop = std::make_unique<ClientOnLoop>(loop, *client);
 }
 
-void NodeStore::answer_requests(StatusRoom& status_room, StacksRoom& stacks_room) {
-  status = std::make_unique<StatusResponder>(
-      *client, k_status_keys,
-      [&status_room](const std::string& request, const StatusResponder::Reply& reply) {
-        reply(status_room.answer_text(request));
-      });
+void NodeStore::answer_requests(StatusRoom& status_room, StacksRoom& stacks_room,
+                                const std::function<void(RoundObserver&)>& observe) {
+  status = std::make_unique<StatusTree>(tree.get(), *client, status_room);
+  observe(*status);
   stacks = std::make_unique<StatusResponder>(
       *client, k_stacks_keys,
       [&stacks_room](const std::string& request, StatusResponder::Reply reply) {
         stacks_room.answer(request, std::move(reply));
       });
-  status_room.answer_through(status.get());
   stacks_room.answer_through(stacks.get());
 }
 
 void NodeStore::close() {
+  status.reset();
+  tree.reset();  // its links before the job's store
   link_timer.reset();
   link.reset();
   client_on_loop.reset();

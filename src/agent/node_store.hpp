@@ -1,7 +1,8 @@
 // NodeStore: this agent's side of the job's store. In a job of several
 // nodes, node 0 hosts the store and every agent holds one connection to it,
-// its link, its network preflight's probe and its `ddplaunch status`
-// responder (node 0 also the live page's collector). A one-node job makes a
+// its link, its network preflight's probe, its links in the tree of agents
+// and its `ddplaunch status` responder (node 0 also the live page's
+// collector). A one-node job makes a
 // connection to its workers' own store only once something uses that store
 // (answer_locally()).
 #pragma once
@@ -9,9 +10,11 @@
 #include <memory>
 #include <string>
 
+#include "agent/agent_tree.hpp"
 #include "agent/reach_probe.hpp"
 #include "agent/stacks_room.hpp"
 #include "agent/status_room.hpp"
+#include "agent/status_tree.hpp"
 #include "config/config.hpp"
 #include "node/identity.hpp"
 #include "posix/event_loop.hpp"
@@ -31,9 +34,10 @@ struct NodeStore {
   std::unique_ptr<ReachProbe> probe;
   std::unique_ptr<StoreLink> link;
   std::unique_ptr<posix::TimedOwner<StoreLink>> link_timer;  // the link's timers on the loop
-  std::unique_ptr<StatusResponder> status;                   // `ddplaunch status`'s requests
-  std::unique_ptr<StatusResponder> stacks;                   // `ddplaunch stacks`'
-  std::unique_ptr<StatusCollector> collector;                // --metrics-port's page, on node 0
+  std::unique_ptr<AgentTree> tree;             // this node's links in the tree of agents
+  std::unique_ptr<StatusTree> status;          // `ddplaunch status`'s requests
+  std::unique_ptr<StatusResponder> stacks;     // `ddplaunch stacks`'
+  std::unique_ptr<StatusCollector> collector;  // --metrics-port's page, on node 0
 
   // Nothing for a one-node job. Each part registers itself on `loop`.
   NodeStore(const Config& config, const StoreAddress& address, Clock& clock, NodeIdentity& self,
@@ -46,8 +50,10 @@ struct NodeStore {
   void answer_locally(int port, const std::string& token, StatusRoom& status_room,
                       StacksRoom& stacks_room, posix::EventLoop& loop);
   // `ddplaunch status` and `ddplaunch stacks` answered by their rooms
-  // through the connection (`client`), from the agent's first round on.
-  void answer_requests(StatusRoom& status_room, StacksRoom& stacks_room);
+  // through the connection (`client`), from the agent's first round on
+  // (StatusTree observes the rounds: `observe` is given it).
+  void answer_requests(StatusRoom& status_room, StacksRoom& stacks_room,
+                       const std::function<void(RoundObserver&)>& observe);
   // The connection first, so that node 0's store sees it close, not a
   // reset; node 0's store goes away only now.
   void close();

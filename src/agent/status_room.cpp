@@ -18,12 +18,6 @@ StatusRoom::StatusRoom(const RoundView& view, const Config& config, const NodeId
                        const Clock& clock)
     : m_view(view), m_config(config), m_self(self), m_clock(clock) {}
 
-void StatusRoom::on_round_start() {
-  if (m_responder != nullptr) {
-    m_responder->start(m_view.round().node_rank);
-  }
-}
-
 void StatusRoom::on_verdict(const JobVerdict& verdict) {
   if (verdict.lost < 0 || m_lost_nodes.size() >= k_lost_nodes) {
     return;
@@ -98,6 +92,10 @@ JobStatus StatusRoom::job_status(const RoundView::Round& round, double wall) con
   job.restarts = round.restarts;
   job.max_restarts = m_config.max_restarts;
   job.nnodes = round.nnodes;
+  if (round.topology != nullptr && round.topology->tree_fanout >= 2 &&
+      round.nnodes > round.topology->tree_fanout + 1) {
+    job.tree_fanout = round.topology->tree_fanout;
+  }
   job.nnodes_expected =
       m_config.elastic() ? m_config.nnodes_range() : std::to_string(m_config.nnodes);
   job.world_size = round.world_size;

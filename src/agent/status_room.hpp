@@ -2,9 +2,8 @@
 // /status.json (docs/STATUS.md): the node, its ranks as the RoundView shows
 // them now (with their process trees' CPU and memory read from /proc, and
 // GPU memory where NVML can say), and on node 0 the job, with the nodes it
-// lost (it observes the verdicts). It answers the store's status requests
-// through its StatusResponder once the node's rank is known. Built on
-// request only. Not thread-safe: the agent's thread.
+// lost (it observes the verdicts). The store's requests reach it through
+// StatusTree. Built on request only. Not thread-safe: the agent's thread.
 #pragma once
 
 #include <functional>
@@ -17,7 +16,6 @@
 #include "node/identity.hpp"
 #include "node/process_usage.hpp"
 #include "posix/clock.hpp"
-#include "rendezvous/status_responder.hpp"
 #include "status/status_record.hpp"
 
 namespace ddplaunch {
@@ -34,9 +32,6 @@ class StatusRoom : public RoundObserver {
   StatusRoom(const RoundView& view, const Config& config, const NodeIdentity& self,
              const Clock& clock);
   void set_gpu_memory(GpuMemory read) { m_gpu_memory = std::move(read); }
-  // The store's requests come through `responder` (null: a job without a
-  // store), started once the node's rank is known.
-  void answer_through(StatusResponder* responder) { m_responder = responder; }
 
   // This node's answer (nullopt when the request's node filter leaves it
   // out; node 0 always answers: it alone knows the job's size).
@@ -45,7 +40,6 @@ class StatusRoom : public RoundObserver {
   std::string answer_text(const std::string& request) const;
 
   // RoundObserver
-  void on_round_start() override;
   void on_verdict(const JobVerdict& verdict) override;
 
  private:
@@ -58,7 +52,6 @@ class StatusRoom : public RoundObserver {
   const NodeIdentity& m_self;
   const Clock& m_clock;
   GpuMemory m_gpu_memory;
-  StatusResponder* m_responder = nullptr;
   std::vector<LostNodeStatus> m_lost_nodes;
 };
 

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "log.hpp"
+#include "store/value_parts.hpp"
 
 namespace ddplaunch {
 
@@ -25,6 +26,11 @@ void StatusResponder::start(int node_rank) {
   }
 }
 
+void StatusResponder::stop() {
+  m_started = false;
+  m_alive = std::make_shared<bool>(true);  // what is in flight is dropped
+}
+
 // The counter is the last request made: it is answered if it is still
 // there (a command waits for it: the responder started after it was made),
 // and the next one is awaited.
@@ -32,13 +38,20 @@ void StatusResponder::resync() {
   if (m_store.failed()) {
     return;
   }
-  m_store.add(m_keys.seq(), 0, [this](int64_t last) {
+  std::weak_ptr<bool> alive = m_alive;
+  m_store.add(m_keys.seq(), 0, [this, alive](int64_t last) {
+    if (alive.expired()) {
+      return;
+    }
     if (last <= 0) {
       await(last + 1);
       return;
     }
     m_store.get(m_keys.request(last), StoreConnection::Duration(1),
-                [this, last](std::optional<std::string> request) {
+                [this, alive, last](std::optional<std::string> request) {
+                  if (alive.expired()) {
+                    return;
+                  }
                   if (request) {
                     answer(last, *request);
                   }
@@ -54,7 +67,7 @@ void StatusResponder::answer(int64_t n, const std::string& request) {
       return;
     }
     ++m_answered;
-    m_store.set(m_keys.answer(n, m_node_rank), record, [] {});
+    value_parts::put(m_store, m_keys.answer(n, m_node_rank), record);
     log::debug("{} answered", m_keys.request(n));
   });
 }
@@ -64,7 +77,11 @@ void StatusResponder::await(int64_t n) {
     return;
   }
   const auto wait = std::chrono::duration_cast<StoreConnection::Duration>(k_repark);
-  m_store.get(m_keys.request(n), wait, [this, n](std::optional<std::string> request) {
+  std::weak_ptr<bool> alive = m_alive;
+  m_store.get(m_keys.request(n), wait, [this, alive, n](std::optional<std::string> request) {
+    if (alive.expired()) {
+      return;
+    }
     if (!request) {
       resync();  // none came in a while: one may have been made and taken back
       return;

@@ -6,7 +6,8 @@
 // each gives its answer (one JSON record, built by the `answer` function on
 // the agent's thread, at once or later) under <prefix>/<n>/<node rank>, and
 // parks the GET of request n+1 at once. A request whose node filter leaves
-// this node out gets no answer.
+// this node out gets no answer. An answer over the store's largest value
+// goes in parts (store/value_parts.hpp).
 // Not thread-safe: the agent's loop drives the connection.
 #pragma once
 
@@ -53,6 +54,8 @@ class StatusResponder {
   // counter, answers the last request if it is still there (made before
   // this start), and parks the GET of the next one.
   void start(int node_rank);
+  // Answers nothing more until started again: what it awaits is dropped.
+  void stop();
   int answered() const { return m_answered; }
 
  private:

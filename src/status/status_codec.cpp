@@ -44,6 +44,7 @@ void write_job(JsonWriter& w, const JobStatus& s) {
   w.field("round", s.round);
   w.field("run_id", s.run_id);
   w.field("start_time", s.start_time);
+  w.field("tree_fanout", s.tree_fanout);
   w.field("world_size", s.world_size);
   w.end_object();
 }

@@ -41,6 +41,13 @@ std::optional<int> answered_nnodes(std::string_view answer);
 std::vector<std::optional<NodeStatus>> decode_answers(
     std::vector<std::optional<std::string>> answers);
 
+// A subtree's answer through the tree of agents (its nodes' records, one
+// per line): each record of a node in [first, end) goes to
+// answers[index[node]] (index: by node rank, -1 where not asked); a record
+// of another node, or a second one of a node, is dropped.
+void place_subtree_answer(std::string_view text, int first, int end, const std::vector<int>& index,
+                          std::vector<std::optional<NodeStatus>>& answers);
+
 // The document of request `n`: the answers of the nodes `asked` (nullopt:
 // none), node 0's giving the job; a node outside `only` (when given)
 // answered for the job's size only and is not shown.

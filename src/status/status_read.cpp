@@ -60,6 +60,8 @@ Slot slot_of(JobStatus& s, std::string_view k) {
     return &s.elapsed_s;
   if (k == "lost_nodes")
     return &s.lost_nodes;
+  if (k == "tree_fanout")
+    return &s.tree_fanout;
   return {};
 }
 
@@ -409,6 +411,27 @@ std::vector<std::optional<NodeStatus>> decode_answers(
     a.reset();  // its memory serves the next records
   }
   return out;
+}
+
+void place_subtree_answer(std::string_view text, int first, int end, const std::vector<int>& index,
+                          std::vector<std::optional<NodeStatus>>& answers) {
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    const std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    if (line.empty()) {
+      continue;
+    }
+    std::optional<NodeStatus> node = decode_node_status(line);
+    if (!node || node->node_rank < first || node->node_rank >= end ||
+        static_cast<size_t>(node->node_rank) >= index.size()) {
+      continue;
+    }
+    const int at = index[static_cast<size_t>(node->node_rank)];
+    if (at >= 0 && static_cast<size_t>(at) < answers.size() && !answers[static_cast<size_t>(at)]) {
+      answers[static_cast<size_t>(at)] = std::move(node);
+    }
+  }
 }
 
 }  // namespace ddplaunch

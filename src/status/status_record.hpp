@@ -36,6 +36,9 @@ struct JobStatus {
   double start_time = 0;  // wall time node 0's agent started
   double elapsed_s = 0;
   std::vector<LostNodeStatus> lost_nodes;
+  // The tree of agents' fan-out where the answers travel through it (more
+  // than fan-out + 1 nodes); 0: every node answers on node 0's store.
+  int tree_fanout = 0;
 
   bool operator==(const JobStatus&) const = default;
 };

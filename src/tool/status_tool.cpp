@@ -24,6 +24,8 @@
 #include "status/status_codec.hpp"
 #include "status/status_screen.hpp"
 #include "store/protocol.hpp"
+#include "store/value_parts.hpp"
+#include "topology/tree.hpp"
 
 namespace ddplaunch {
 
@@ -184,10 +186,42 @@ struct Answers {
   std::optional<std::set<int>> only;                // --nodes
 };
 
-// Asks once: node 0 first (it knows the job's size), then every other node
-// asked, until the deadline. The keys are removed after. A status answer is
-// decoded as soon as it is read, while the nodes after it are still
-// answering, and its text is let go.
+// The answers of node 0's children in the tree of agents (`keys` after
+// node 0's), each its subtree's records: each node's goes to its place among
+// the nodes asked. Returns the keys of the parts read.
+template <typename Left>
+std::vector<std::string> read_subtrees(StoreClient& store, Answers& a,
+                                       const std::vector<std::string>& keys, int nnodes, int fanout,
+                                       const Left& left) {
+  std::vector<int> index(static_cast<size_t>(nnodes), -1);
+  for (size_t k = 1; k < a.asked.size(); ++k) {
+    index[static_cast<size_t>(a.asked[k])] = static_cast<int>(k);
+  }
+  a.statuses.resize(a.asked.size());
+  const std::vector<int> children = tree_place(0, nnodes, fanout).children;
+  store.wait(std::vector<std::string>(keys.begin() + 1, keys.end()), left());
+  std::vector<std::string> parts;
+  const auto read = [&store](const std::vector<std::string>& some) {
+    return store.multi_get(some);
+  };
+  for (size_t i = 0; i < children.size(); ++i) {
+    const std::string& key = keys[i + 1];
+    // One at a time: each may be near the store's largest value.
+    std::optional<std::string> text =
+        value_parts::assemble(key, std::move(store.multi_get({key})[0]), read, parts);
+    if (text) {
+      const int c = children[i];
+      place_subtree_answer(*text, c, c + tree_place(c, nnodes, fanout).subtree, index, a.statuses);
+    }
+  }
+  return parts;
+}
+
+// Asks once: node 0 first (it knows the job's size and whether the answers
+// travel the tree of agents), then every other node asked (or node 0's
+// children in the tree, for their subtrees), until the deadline. The keys are removed after. A
+// status answer is decoded as soon as it is read, while the nodes after it are still answering, and
+// its text is let go.
 Answers ask(StoreClient& store, const StatusCommand& cmd, const RequestKeys& kind) {
   const auto deadline =
       std::chrono::steady_clock::now() + Ms(static_cast<long long>(cmd.timeout_s * 1000));
@@ -228,8 +262,21 @@ Answers ask(StoreClient& store, const StatusCommand& cmd, const RequestKeys& kin
       keys.push_back(kind.answer(a.n, r));
     }
   }
+  const int fanout = !cmd.stacks && !a.statuses.empty() && a.statuses[0] && a.statuses[0]->job
+                         ? a.statuses[0]->job->tree_fanout
+                         : 0;
+  const bool through_tree = fanout >= 2 && nnodes > fanout + 1;
+  if (through_tree) {
+    // Through the tree of agents: node 0's children answer for their subtrees.
+    keys.resize(1);
+    for (const int c : tree_place(0, nnodes, fanout).children) {
+      keys.push_back(kind.answer(a.n, c));
+    }
+    std::vector<std::string> parts = read_subtrees(store, a, keys, nnodes, fanout, left);
+    keys.insert(keys.end(), parts.begin(), parts.end());
+  }
   const size_t at_once = cmd.stacks ? k_stacks_at_once : k_keys_at_once;
-  for (size_t i = 1; i < keys.size(); i += at_once) {
+  for (size_t i = 1; !through_tree && i < keys.size(); i += at_once) {
     const auto end = std::min(keys.size(), i + at_once);
     const std::vector<std::string> part(keys.begin() + static_cast<std::ptrdiff_t>(i),
                                         keys.begin() + static_cast<std::ptrdiff_t>(end));

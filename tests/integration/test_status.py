@@ -98,6 +98,37 @@ def test_a_stopped_rank_shows_its_growing_progress_age_and_a_silent_node_is_name
     stop(procs)
 
 
+def test_seven_nodes_of_fanout_two_answer_through_the_tree_and_a_silent_subtree_is_named(jobs):
+    """Seven nodes of fan-out 2 on loopback: nodes 1 and 4 each gather their
+    two children's answers and answer for three nodes on node 0's store.
+    Every node and rank is shown, the filters hold at the leaves, and with
+    node 4's agent stopped the command names nodes 4, 5 and 6 (which answer
+    through it) within its --timeout and shows the others."""
+    port = free_port()
+    procs = [jobs.start(["--nnodes", 7, "--master-port", port, "--tree-fanout", 2,
+                         "--", "sh", "-c", STEPS]) for _ in range(7)]
+    doc = running(jobs, port, ranks=7)
+    assert doc["job"]["tree_fanout"] == 2 and doc["missing"] == [], doc["job"]
+    assert sorted(n["node_rank"] for n in doc["nodes"]) == list(range(7))
+    assert sorted(r["rank"] for r in doc["ranks"]) == list(range(7))
+    assert all(r["node_rank"] == r["rank"] for r in doc["ranks"]), doc["ranks"]
+    only = status_json(jobs, port, "--nodes", "3,5", "--ranks", "5-6")
+    assert [n["node_rank"] for n in only["nodes"]] == [3, 5] and only["missing"] == [], only
+    assert [r["rank"] for r in only["ranks"]] == [5], only["ranks"]
+    node4 = next(n for n in doc["nodes"] if n["node_rank"] == 4)
+    os.kill(node4["agent_pid"], signal.SIGSTOP)
+    try:
+        r = status(jobs, "--json", "--master-port", port, "--timeout", 2)
+        assert r.returncode == 1, r.stderr
+        silent = json.loads(r.stdout)
+        assert silent["missing"] == [4, 5, 6], silent["missing"]
+        assert sorted(n["node_rank"] for n in silent["nodes"]) == [0, 1, 2, 3]
+    finally:
+        os.kill(node4["agent_pid"], signal.SIGCONT)
+    assert running(jobs, port, ranks=7)["missing"] == []
+    stop(procs)
+
+
 def test_status_as_typed_in_a_workers_shell_finds_its_own_job(jobs, tmp_path):
     """`ddplaunch status` with nothing else, in a worker's environment (an
     interactive job's shell, or the program itself)."""

@@ -17,9 +17,13 @@
 #include "fake_store.hpp"
 #include "node/process_usage.hpp"
 #include "output/status_page.hpp"
+#include "rendezvous/status_relay.hpp"
 #include "rendezvous/status_responder.hpp"
 #include "status/stacks_codec.hpp"
+#include "status/status_codec.hpp"
 #include "status/status_screen.hpp"
+#include "store/value_parts.hpp"
+#include "topology/tree.hpp"
 
 namespace ddplaunch {
 namespace {
@@ -127,6 +131,159 @@ TEST(StatusResponder, AReplyMayComeLaterWhileTheNextRequestIsAwaited) {
   pending[0]("{\"late\":1}");  // dropped, not a use of the freed responder
   drain({&node});
   EXPECT_FALSE(k_status_keys.seq() == k_stacks_keys.seq());
+}
+
+// Seven nodes of fan-out 2 over in-memory stores, as StatusTree runs them:
+// node 0's children (1 and 4) answer on the job's store, nodes 2, 3, 5 and 6
+// on their parent's; nodes 1 and 4 hand each request on and answer with
+// their subtree's records. The command reads two answers for six nodes, and
+// no store below node 0 keeps a request's keys.
+TEST(StatusRelay, EachChildOfNodeZeroAnswersForItsSubtreeAndNothingIsLeftBelow) {
+  FakeClock clock;
+  FakeStore job(clock);
+  std::map<int, std::unique_ptr<FakeStore>> own;  // interior nodes' stores
+  own[1] = std::make_unique<FakeStore>(clock);
+  own[4] = std::make_unique<FakeStore>(clock);
+  std::vector<std::unique_ptr<FakeConnection>> conns;
+  std::vector<std::unique_ptr<StatusResponder>> responders;
+  const RequestKeys round = tree_status_keys("round1");
+  std::map<int, FakeConnection*> down;
+  for (int node : {1, 4}) {
+    conns.push_back(std::make_unique<FakeConnection>(*own[node]));
+    down[node] = conns.back().get();
+  }
+  for (int node = 1; node < 7; ++node) {
+    const TreePlace place = tree_place(node, 7, 2);
+    FakeStore& parent = place.parent == 0 ? job : *own[place.parent];
+    conns.push_back(std::make_unique<FakeConnection>(parent));
+    FakeConnection* relay = place.children.empty() ? nullptr : down[node];
+    responders.push_back(std::make_unique<StatusResponder>(
+        *conns.back(), place.parent == 0 ? k_status_keys : round,
+        [node, relay, round, place](const std::string& request, StatusResponder::Reply reply) {
+          const std::string mine = "{\"node_rank\":" + std::to_string(node) + "}";
+          if (relay == nullptr) {
+            reply(mine);
+            return;
+          }
+          relay_status(
+              *relay, round, request, place.children, std::chrono::seconds(5),
+              [reply, mine](const std::string& theirs) { reply(join_answers(mine, {theirs})); });
+        }));
+    responders.back()->start(node);
+  }
+  FakeConnection asker(job);
+  const auto drain_all = [&] {
+    for (bool any = true; any;) {
+      any = false;
+      for (auto& c : conns) {
+        while (c->deliver_one()) {
+          any = true;
+        }
+      }
+      while (asker.deliver_one()) {
+        any = true;
+      }
+    }
+  };
+  drain_all();
+  for (int n = 1; n <= 2; ++n) {
+    asker.add(k_status_keys.seq(), 1,
+              [&asker](int64_t seq) { asker.set(k_status_keys.request(seq), "{}", [] {}); });
+    drain_all();
+    std::vector<int> index = {-1, 1, 2, 3, 4, 5, 6};
+    std::vector<std::optional<NodeStatus>> answers(7);
+    for (int child : {1, 4}) {
+      std::optional<std::string> got;
+      asker.get(k_status_keys.answer(n, child), FakeConnection::Duration(1),
+                [&got](std::optional<std::string> v) { got = std::move(v); });
+      drain_all();
+      ASSERT_TRUE(got) << "request " << n << ", node " << child;
+      place_subtree_answer(*got, child, child + 3, index, answers);
+    }
+    for (int node = 1; node < 7; ++node) {
+      ASSERT_TRUE(answers[static_cast<size_t>(node)]) << "request " << n << ", node " << node;
+      EXPECT_EQ(answers[static_cast<size_t>(node)]->node_rank, node);
+    }
+    for (int node : {1, 4}) {
+      EXPECT_FALSE(own[node]->value(round.request(n))) << "node " << node;
+      EXPECT_FALSE(own[node]->value(round.answer(n, node + 1))) << "node " << node;
+    }
+  }
+  EXPECT_EQ(job.value(k_status_keys.answer(1, 2)), std::nullopt)
+      << "nodes below node 0's children never answer on the job's store";
+}
+
+// A child that never answers costs its parent its time to gather, no more:
+// the others' answers go up, and the late one finds the request gone.
+TEST(StatusRelay, AChildThatDoesNotAnswerIsLeftOutWhenTheTimeToGatherIsUp) {
+  FakeClock clock;
+  FakeStore store(clock);
+  FakeConnection down(store);
+  FakeConnection child(store);
+  const RequestKeys keys = tree_status_keys("round3");
+  StatusResponder responder(child, keys, [](const std::string&, StatusResponder::Reply reply) {
+    reply("{\"node_rank\":5}");
+  });
+  responder.start(5);
+  std::optional<std::string> joined;
+  relay_status(down, keys, "{}", {5, 6}, std::chrono::milliseconds(300),
+               [&joined](std::string all) { joined = std::move(all); });
+  for (int i = 0; i < 50; ++i) {
+    down.deliver_one();
+    child.deliver_one();
+  }
+  EXPECT_FALSE(joined) << "node 6 still has time";
+  for (const int ms : {301, 2}) {  // the WAIT's time, then the GET of what is not there
+    clock.t += std::chrono::milliseconds(ms);
+    store.route(store.core.expire(clock.t));
+    for (int i = 0; i < 50; ++i) {
+      down.deliver_one();
+      child.deliver_one();
+    }
+  }
+  ASSERT_TRUE(joined);
+  EXPECT_EQ(*joined, "{\"node_rank\":5}");
+  EXPECT_FALSE(store.value(keys.request(1)));
+}
+
+TEST(StatusRelay, EachLevelGathersForLessTimeThanTheOneAboveIt) {
+  EXPECT_GT(gather_time(30, 1, 4), gather_time(30, 2, 4));
+  EXPECT_GT(gather_time(30, 2, 4), gather_time(30, 3, 4));
+  EXPECT_LE(gather_time(30, 1, 4), std::chrono::seconds(30));
+  EXPECT_GE(gather_time(0.2, 3, 4), std::chrono::milliseconds(100)) << "half the time at least";
+}
+
+// An answer over the store's largest value goes in parts and comes back
+// whole; a head that is not a count reads as nothing.
+TEST(ValueParts, AValueOverTheLargestOneGoesInPartsAndComesBackWhole) {
+  FakeClock clock;
+  FakeStore store(clock);
+  FakeConnection conn(store);
+  std::string big(3 * protocol::k_max_value + 17, 'x');
+  big[protocol::k_max_value] = 'y';
+  value_parts::put(conn, "a", big);
+  value_parts::put(conn, "b", "small");
+  value_parts::put(conn, "c", std::string(1, value_parts::k_head) + "starts like a head");
+  conn.set("d", std::string(1, value_parts::k_head) + "99999", [] {});
+  std::vector<std::optional<std::string>> got;
+  std::vector<std::string> parts;
+  value_parts::get_all(conn, {"a", "b", "c", "d", "e"}, [&](auto values, auto read) {
+    got = std::move(values);
+    parts = std::move(read);
+  });
+  while (conn.deliver_one()) {
+  }
+  clock.t += std::chrono::milliseconds(2);  // "e" is not there
+  store.route(store.core.expire(clock.t));
+  while (conn.deliver_one()) {
+  }
+  ASSERT_EQ(got.size(), 5u);
+  EXPECT_EQ(got[0], big);
+  EXPECT_EQ(got[1], "small");
+  EXPECT_EQ(got[2], std::string(1, value_parts::k_head) + "starts like a head");
+  EXPECT_FALSE(got[3]) << "a head naming more parts than may be";
+  EXPECT_FALSE(got[4]);
+  EXPECT_EQ(parts.size(), 4u + 1u) << "a's four parts and c's one";
 }
 
 TEST(ProcessUsage, AStatLineWithSpacesAndParenthesesInItsNameParses) {

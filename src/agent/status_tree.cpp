@@ -1,0 +1,81 @@
+#include "agent/status_tree.hpp"
+
+#include "log.hpp"
+#include "rendezvous/status_relay.hpp"
+#include "status/status_codec.hpp"
+
+namespace ddplaunch {
+
+StatusTree::StatusTree(AgentTree* tree, StoreConnection& job, StatusRoom& room)
+    : m_tree(tree),
+      m_room(room),
+      m_job(job, k_status_keys,
+            [this](const std::string& request, const StatusResponder::Reply& reply) {
+              answer(request, reply);
+            }) {}
+
+void StatusTree::on_joined(const Topology& topology, int node_rank, const RoundStart& round) {
+  const int nnodes = topology.nnodes();
+  const int fanout = topology.tree_fanout;
+  m_through_tree = m_tree != nullptr && fanout >= 2 && nnodes > fanout + 1;
+  m_parents.reset();
+  *m_round += 1;
+  if (!m_through_tree) {
+    m_job.start(node_rank);
+    return;
+  }
+  const std::string name = "round" + std::to_string(round.round);
+  m_tree->begin(name, node_rank, nnodes, fanout);
+  m_round_keys = tree_status_keys(name);
+  m_height = tree_height(nnodes, fanout);
+  const TreePlace& place = m_tree->place();
+  if (place.parent <= 0) {
+    m_job.start(node_rank);
+    return;
+  }
+  m_job.stop();
+  std::weak_ptr<int> this_round = m_round;
+  const int now = *m_round;
+  m_tree->up([this, this_round, now, node_rank](StoreConnection* up, const std::string& why) {
+    if (this_round.expired() || *this_round.lock() != now) {
+      return;
+    }
+    if (up == nullptr) {
+      log::warn("status: node {} answers no status request this round: {}", node_rank, why);
+      return;
+    }
+    m_parents = std::make_unique<StatusResponder>(
+        *up, m_round_keys, [this](const std::string& request, const StatusResponder::Reply& reply) {
+          answer(request, reply);
+        });
+    m_parents->start(node_rank);
+  });
+}
+
+void StatusTree::answer(const std::string& request, const StatusResponder::Reply& reply) {
+  std::string own = m_room.answer_text(request);
+  if (!m_through_tree) {
+    reply(own);
+    return;
+  }
+  // Through the tree every node answers, if only with an empty line: its
+  // parent, or the command, waits for each child.
+  if (own.empty()) {
+    own = "\n";
+  }
+  const TreePlace& place = m_tree->place();
+  StoreConnection* down = place.parent >= 0 ? m_tree->down() : nullptr;
+  if (down == nullptr) {
+    reply(own);  // node 0 (the command reads its children), or a leaf
+    return;
+  }
+  const auto asked = decode_status_request(request);
+  const double timeout_s = asked ? asked->timeout_s : StatusRequest().timeout_s;
+  relay_status(*down, m_round_keys, request, place.children,
+               gather_time(timeout_s, place.depth, m_height),
+               [reply, own = std::move(own)](const std::string& theirs) {
+                 reply(join_answers(own, {theirs}));
+               });
+}
+
+}  // namespace ddplaunch

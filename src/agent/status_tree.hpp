@@ -1,0 +1,45 @@
+// StatusTree: this node's side of `ddplaunch status` (docs/STATUS.md) in
+// every round: in a job of at most --tree-fanout + 1 nodes every node answers
+// on the job's store (StatusResponder); in a larger one, node 0 and its
+// children do, and every other node answers on its parent's store in the
+// tree of agents (AgentTree), an interior node with its subtree's answers
+// gathered (rendezvous/status_relay.hpp). It begins each round's tree when
+// the nodes have met. Not thread-safe: the agent's loop drives it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "agent/agent_tree.hpp"
+#include "agent/round_view.hpp"
+#include "agent/status_room.hpp"
+#include "rendezvous/status_responder.hpp"
+#include "store/connection.hpp"
+
+namespace ddplaunch {
+
+class StatusTree : public RoundObserver {
+ public:
+  // `tree`: null where the job has no tree (a one-node job's own store).
+  // All must outlive it.
+  StatusTree(AgentTree* tree, StoreConnection& job, StatusRoom& room);
+  // Answers on the job's store as node `node_rank` (a one-node job).
+  void start(int node_rank) { m_job.start(node_rank); }
+
+  // RoundObserver
+  void on_joined(const Topology& topology, int node_rank, const RoundStart& round) override;
+
+ private:
+  void answer(const std::string& request, const StatusResponder::Reply& reply);
+
+  AgentTree* m_tree;
+  StatusRoom& m_room;
+  StatusResponder m_job;                       // on the job's store
+  std::unique_ptr<StatusResponder> m_parents;  // on its parent's, this round
+  RequestKeys m_round_keys{""};
+  bool m_through_tree = false;  // this round's answers travel the tree
+  int m_height = 0;
+  std::shared_ptr<int> m_round = std::make_shared<int>(0);  // for the parent's link, once had
+};
+
+}  // namespace ddplaunch
