@@ -38,12 +38,22 @@ std::string AgentTree::addr_key(int node) const {
 }
 
 void AgentTree::begin(const std::string& nspace, int node_rank, int nnodes, int fanout) {
-  // The round's tree is begun when its nodes meet (StatusTree); its fences
-  // begin it again under their namespace, and find it begun.
-  if (nspace == m_nspace || (m_begun && tree_place(node_rank, nnodes, fanout) == m_place)) {
+  // The round's fences find it begun when its nodes met.
+  if (m_rounds_begun && tree_place(node_rank, nnodes, fanout) == m_place) {
     return;
   }
-  m_begun = true;
+  start(nspace, node_rank, nnodes, fanout);
+}
+
+void AgentTree::begin_round(const std::string& round, int node_rank, int nnodes, int fanout) {
+  m_rounds_begun = true;
+  start(round, node_rank, nnodes, fanout);
+}
+
+void AgentTree::start(const std::string& nspace, int node_rank, int nnodes, int fanout) {
+  if (nspace == m_nspace) {
+    return;
+  }
   m_old_on_loop = std::move(m_up_on_loop);  // the one before goes first
   m_old = std::move(m_up);
   if (!m_published.empty()) {

@@ -1,13 +1,12 @@
 // AgentTree: this agent's links in the tree of agents (topology/tree.hpp),
 // which the PMIx fences across every node of a round travel (TreeFence).
-// Each round's tree is begun when its nodes meet, where the round has more
-// than fan-out + 1 nodes (StatusTree: `ddplaunch status` travels it), and
-// by the round's first fence otherwise. An interior node keeps a store of its own for its children:
-// a StoreServer with the job's token, so that its links are authenticated, sealed and bounded
-// exactly as the job's store's connections are, bound to every address as the network preflight's
-// listener is; it holds one connection to it and one to its parent's, both on the loop. Node 0's
-// children use the job's store, and node 0 its own connection to it. An
-// interior node publishes its store's address in the job's store at
+// Each round's tree is begun when its nodes meet (StatusTree: `ddplaunch
+// status` travels it past fan-out + 1 nodes); a fence finds it begun. An interior node keeps a
+// store of its own for its children: a StoreServer with the job's token, so that its links are
+// authenticated, sealed and bounded exactly as the job's store's connections are, bound to every
+// address as the network preflight's listener is; it holds one connection to it and one to its
+// parent's, both on the loop. Node 0's children use the job's store, and node 0 its own connection
+// to it. An interior node publishes its store's address in the job's store at
 // tree/<nspace>/addr/<node rank> when it begins a round; a child reads its
 // parent's there (one parked GET). A job of at most fan-out + 1 nodes
 // starts no server and opens no connection. Not thread-safe: the
@@ -39,7 +38,11 @@ class AgentTree : public TreeLinks {
   AgentTree(const AgentTree&) = delete;
   AgentTree& operator=(const AgentTree&) = delete;
 
+  // A fence's: nothing where begin_round() began the round already.
   void begin(const std::string& nspace, int node_rank, int nnodes, int fanout) override;
+  // The round named `round` (its nodes have met), for its fences and its
+  // status requests alike.
+  void begin_round(const std::string& round, int node_rank, int nnodes, int fanout);
   const TreePlace& place() const override { return m_place; }
   StoreConnection* down() override;
   void up(Ready ready) override;
@@ -49,6 +52,7 @@ class AgentTree : public TreeLinks {
   int port() const { return m_server ? m_server->port() : 0; }
 
  private:
+  void start(const std::string& nspace, int node_rank, int nnodes, int fanout);
   std::string addr_key(int node) const;
   void open_store();
   void parent_found(const std::string& endpoint);
@@ -77,7 +81,7 @@ class AgentTree : public TreeLinks {
   std::unique_ptr<AsyncClient> m_old;
   std::string m_published;      // this node's address key in the job's store
   bool m_parent_asked = false;  // a GET of the parent's address is parked
-  bool m_begun = false;
+  bool m_rounds_begun = false;  // begin_round() begins each round
   Lost m_lost;
 };
 

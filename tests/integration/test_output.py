@@ -3,6 +3,7 @@ import collections
 import os
 import re
 import select
+import shutil
 
 import pytest
 
@@ -79,7 +80,10 @@ def test_tee_without_log_dir_makes_one(jobs):
     assert r.stdout == "[rank 0]: o\n"
     m = re.search(r"writing worker logs under (\S+)", r.stderr)
     assert m, r.stderr
-    assert open(os.path.join(m.group(1), "0", "stdout.log")).read() == "o\n"
+    try:
+        assert open(os.path.join(m.group(1), "0", "stdout.log")).read() == "o\n"
+    finally:
+        shutil.rmtree(m.group(1), ignore_errors=True)  # the job's logs: the user's to keep
 
 
 def test_ranks_filter_limits_the_console_but_not_the_files(jobs, tmp_path):
