@@ -184,6 +184,9 @@ void AgentTree::lost(const std::string& why) {
   if (m_lost) {
     m_lost(why);
   }
+  for (const Lost& also : m_also_lost) {
+    also(why);
+  }
 }
 
 }  // namespace ddplaunch

@@ -47,6 +47,8 @@ class AgentTree : public TreeLinks {
   StoreConnection* down() override;
   void up(Ready ready) override;
   void on_lost(Lost lost) override { m_lost = std::move(lost); }
+  // Told too when a link fails (TreeRoom), after the fences.
+  void also_on_lost(Lost lost) { m_also_lost.push_back(std::move(lost)); }
 
   // The port of this node's own store for its children (0: none yet).
   int port() const { return m_server ? m_server->port() : 0; }
@@ -83,6 +85,7 @@ class AgentTree : public TreeLinks {
   bool m_parent_asked = false;  // a GET of the parent's address is parked
   bool m_rounds_begun = false;  // begin_round() begins each round
   Lost m_lost;
+  std::vector<Lost> m_also_lost;
 };
 
 }  // namespace ddplaunch

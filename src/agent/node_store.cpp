@@ -72,6 +72,10 @@ void NodeStore::answer_locally(int port, const std::string& token, StatusRoom& s
 
 void NodeStore::answer_requests(StatusRoom& status_room, StacksRoom& stacks_room,
                                 const std::function<void(RoundObserver&)>& observe) {
+  if (tree && link) {
+    tree_room = std::make_unique<TreeRoom>(*tree, *link);
+    observe(*tree_room);
+  }
   status = std::make_unique<StatusTree>(tree.get(), *client, status_room);
   observe(*status);
   stacks = std::make_unique<StatusResponder>(
@@ -84,6 +88,7 @@ void NodeStore::answer_requests(StatusRoom& status_room, StacksRoom& stacks_room
 
 void NodeStore::close() {
   status.reset();
+  tree_room.reset();
   tree.reset();  // its links before the job's store
   link_timer.reset();
   link.reset();

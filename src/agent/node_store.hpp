@@ -15,6 +15,7 @@
 #include "agent/stacks_room.hpp"
 #include "agent/status_room.hpp"
 #include "agent/status_tree.hpp"
+#include "agent/tree_room.hpp"
 #include "config/config.hpp"
 #include "node/identity.hpp"
 #include "posix/event_loop.hpp"
@@ -35,6 +36,7 @@ struct NodeStore {
   std::unique_ptr<StoreLink> link;
   std::unique_ptr<posix::TimedOwner<StoreLink>> link_timer;  // the link's timers on the loop
   std::unique_ptr<AgentTree> tree;             // this node's links in the tree of agents
+  std::unique_ptr<TreeRoom> tree_room;         // the tree each round, the verdict down it
   std::unique_ptr<StatusTree> status;          // `ddplaunch status`'s requests
   std::unique_ptr<StatusResponder> stacks;     // `ddplaunch stacks`'
   std::unique_ptr<StatusCollector> collector;  // --metrics-port's page, on node 0
@@ -51,7 +53,8 @@ struct NodeStore {
                       StacksRoom& stacks_room, posix::EventLoop& loop);
   // `ddplaunch status` and `ddplaunch stacks` answered by their rooms
   // through the connection (`client`), from the agent's first round on
-  // (StatusTree observes the rounds: `observe` is given it).
+  // (TreeRoom and StatusTree observe the rounds, in that order: `observe`
+  // is given them).
   void answer_requests(StatusRoom& status_room, StacksRoom& stacks_room,
                        const std::function<void(RoundObserver&)>& observe);
   // The connection first, so that node 0's store sees it close, not a

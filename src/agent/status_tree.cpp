@@ -20,16 +20,11 @@ void StatusTree::on_joined(const Topology& topology, int node_rank, const RoundS
   m_through_tree = m_tree != nullptr && fanout >= 2 && nnodes > fanout + 1;
   m_parents.reset();
   *m_round += 1;
-  const std::string name =
-      "round" + std::to_string(round.round) + "." + std::to_string(round.restarts);
-  if (m_tree != nullptr) {
-    m_tree->begin_round(name, node_rank, nnodes, fanout);
-  }
   if (!m_through_tree) {
     m_job.start(node_rank);
     return;
   }
-  m_round_keys = tree_status_keys(name);
+  m_round_keys = tree_status_keys(tree_round_name(round));
   m_height = tree_height(nnodes, fanout);
   const TreePlace& place = m_tree->place();
   if (place.parent <= 0) {

@@ -3,8 +3,9 @@
 // on the job's store (StatusResponder); in a larger one, node 0 and its
 // children do, and every other node answers on its parent's store in the
 // tree of agents (AgentTree), an interior node with its subtree's answers
-// gathered (rendezvous/status_relay.hpp). It begins each round's tree when
-// the nodes have met. Not thread-safe: the agent's loop drives it.
+// gathered (rendezvous/status_relay.hpp), in the round's tree as TreeRoom
+// began it (observed before this). Not thread-safe: the agent's loop
+// drives it.
 #pragma once
 
 #include <memory>
@@ -13,6 +14,7 @@
 #include "agent/agent_tree.hpp"
 #include "agent/round_view.hpp"
 #include "agent/status_room.hpp"
+#include "agent/tree_room.hpp"
 #include "rendezvous/status_responder.hpp"
 #include "store/connection.hpp"
 

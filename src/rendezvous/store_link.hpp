@@ -62,6 +62,19 @@ class StoreLink : public JobLink {
   void next_round(const std::vector<RankOutcome>& local, const RoundStart& next) override;
   bool admitted() const override { return !m_waiting; }
 
+  // --- the tree of agents (docs/PROTOCOL.md, "The verdict down the tree") -------
+  // The running round: its verdict's key is keys::stop(round()).
+  int round() const { return m_round.round; }
+  // Round `round`'s verdict as read elsewhere (this node's parent's store in
+  // the tree), taken as if read from the job's store.
+  void verdict_read(int round, const std::string& text);
+  // This node reads the running round's verdict elsewhere from now on: its
+  // GET of it on the job's store is taken back. watch_store() parks it
+  // there again (its link up the tree broke).
+  // `done` once the store has taken it back.
+  void watch_elsewhere(std::function<void()> done = [] {});
+  void watch_store();
+
   // The store answered this node's publish_stop() (whichever verdict won).
   bool stop_confirmed() const { return m_stop_confirmed; }
   // This node leaves mid-run without its ranks' outcomes (an internal error):

@@ -132,32 +132,53 @@ void StoreLink::confirm_arrival() {
 }
 
 // The round's verdict, whenever it comes; one of an earlier round (answered
-// after the next round began) is dropped.
+// after the next round began) is dropped, and so is the GET's answer when
+// this node took it back (watch_elsewhere()).
 void StoreLink::watch_verdict() {
   const int round = m_round.round;
   m_store.get(keys::stop(round), Ms(0), [this, round](std::optional<std::string> text) {
-    if (round != m_round.round || m_waiting) {
-      return;  // an earlier round's, or one this node is not part of
-    }
-    try {
-      JobVerdict verdict = decode_verdict(text.value_or(""));
-      if (verdict.regroup && m_phase == Phase::k_joining) {
-        // Published once every node of the round started it: this node is
-        // the newcomer, which has not read the plan that leaves it out yet.
-        return;
-      }
-      if (m_phase == Phase::k_joining) {
-        verdict_while_joining(verdict);
-        return;
-      }
-      deliver(verdict);
-    } catch (const RecordError& e) {
-      deliver(JobVerdict{
-          k_exit_node_lost,
-          "the store holds a malformed " + keys::stop(round) + " record: " + std::string(e.what()),
-          std::nullopt, -1});
+    if (text) {
+      verdict_read(round, *text);
     }
   });
+}
+
+void StoreLink::watch_elsewhere(std::function<void()> done) {
+  if (m_phase == Phase::k_running && !m_verdict_delivered && !m_store.failed()) {
+    m_store.unwatch(keys::stop(m_round.round), std::move(done));
+  } else {
+    done();
+  }
+}
+
+void StoreLink::watch_store() {
+  if (m_phase == Phase::k_running && !m_verdict_delivered && !m_store.failed()) {
+    watch_verdict();
+  }
+}
+
+void StoreLink::verdict_read(int round, const std::string& text) {
+  if (round != m_round.round || m_waiting) {
+    return;  // an earlier round's, or one this node is not part of
+  }
+  try {
+    JobVerdict verdict = decode_verdict(text);
+    if (verdict.regroup && m_phase == Phase::k_joining) {
+      // Published once every node of the round started it: this node is
+      // the newcomer, which has not read the plan that leaves it out yet.
+      return;
+    }
+    if (m_phase == Phase::k_joining) {
+      verdict_while_joining(verdict);
+      return;
+    }
+    deliver(verdict);
+  } catch (const RecordError& e) {
+    deliver(JobVerdict{
+        k_exit_node_lost,
+        "the store holds a malformed " + keys::stop(round) + " record: " + std::string(e.what()),
+        std::nullopt, -1});
+  }
 }
 
 // A verdict for the round this node is still joining. Success, a rank's

@@ -197,6 +197,7 @@ std::string worker_refusal(const protocol::Request& r) {
       return workers_key(r.key) ? "" : refusal("list keys under", r.key.empty() ? "\"\"" : r.key);
     case Op::k_num_keys:
     case Op::k_ping:
+    case Op::k_unwatch:  // its own parked requests only
     case Op::k_hello:
     case Op::k_auth:
       return "";

@@ -113,6 +113,11 @@ void StoreConnection::multi_get(const std::vector<std::string>& keys,
   }
 }
 
+void StoreConnection::unwatch(const std::string& key, std::function<void()> done) {
+  request(protocol::request::unwatch(key), Duration(0),
+          [done = std::move(done)](const Reply&) { done(); });
+}
+
 void StoreConnection::on_close(const std::string& key, const std::string& value) {
   request(protocol::request::on_close(key, value), Duration(0), [](const Reply&) {});
 }

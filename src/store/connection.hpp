@@ -82,6 +82,9 @@ class StoreConnection {
   // Any number of keys: one MULTI_GET per k_max_keys_per_request, put together in order.
   void multi_get(const std::vector<std::string>& keys,
                  std::function<void(std::vector<std::optional<std::string>>)> done);
+  // This connection's GETs and WAITs parked on `key` are answered as timed
+  // out (nullopt, false), now.
+  void unwatch(const std::string& key, std::function<void()> done);
   // When this connection closes, the store sets `key` to `value` if it is
   // absent then (one per connection: a later call replaces it).
   void on_close(const std::string& key, const std::string& value);

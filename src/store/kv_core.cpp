@@ -254,6 +254,23 @@ std::vector<KvCore::Out> KvCore::apply(Client client, protocol::Request r, TimeP
     case Op::k_keys:
       answer(keys_with_prefix(r));
       break;
+    case Op::k_unwatch: {
+      // Over this client's parked requests (a few), not the key's watchers
+      // (node 0's store has one per node on a round's verdict).
+      std::vector<uint64_t> taken;
+      for (const uint64_t seq : m_clients[client].parked) {
+        const Parked& p = m_parked.at(seq);
+        if (std::find(p.keys.begin(), p.keys.end(), r.key) != p.keys.end()) {
+          taken.push_back(seq);
+        }
+      }
+      for (const uint64_t seq : taken) {
+        out.push_back({client, reply::timeout(m_parked.at(seq).id)});
+        unpark(seq);
+      }
+      answer(reply::ok(r.id));
+      break;
+    }
     case Op::k_on_close: {
       ClientState& state = m_clients[client];
       if (r.key.empty()) {

@@ -188,6 +188,10 @@ std::string keys(std::string_view prefix) {
   return op(Op::k_keys).bytes(prefix).finish();
 }
 
+std::string unwatch(std::string_view key) {
+  return op(Op::k_unwatch).bytes(key).finish();
+}
+
 }  // namespace request
 
 namespace reply {
@@ -274,7 +278,7 @@ Request decode_request(std::string_view body) {
   Decoder d(body);
   Request r;
   const uint8_t op = d.u8();
-  if (op > static_cast<uint8_t>(Op::k_keys)) {
+  if (op > static_cast<uint8_t>(Op::k_unwatch)) {
     throw ProtocolError("unknown operation " + std::to_string(op));
   }
   r.op = static_cast<Op>(op);
@@ -332,6 +336,7 @@ Request decode_request(std::string_view body) {
       r.value = d.bytes(k_max_on_close);
       break;
     case Op::k_keys:
+    case Op::k_unwatch:
       r.key = d.bytes(k_max_key);
       break;
   }

@@ -19,7 +19,7 @@ namespace ddplaunch::protocol {
 inline constexpr uint32_t k_magic = 0x44444c31;  // "DDL1"
 // 2: HELLO carries a nonce; AUTH. 3: ON_CLOSE. 4: KEYS. 5: request ids, replies out of order.
 // 6: an authenticated session after AUTH (every frame sealed), BUSY, AUTH answered first.
-inline constexpr uint16_t k_version = 6;
+inline constexpr uint16_t k_version = 7;
 
 // Limits: a peer exceeding one gets an error reply and loses its connection.
 inline constexpr size_t k_max_key = 4096;               // bytes in a key
@@ -57,6 +57,9 @@ enum class Op : uint8_t {
   // the key is absent then (an empty key: no longer). One per connection.
   k_on_close = 12,  //                                   -> OK
   k_keys = 13,      // prefix                            -> OK u32 n, n keys (sorted)
+  // key: this connection's GETs and WAITs parked on key are answered
+  // TIMEOUT now (its reader reads that value elsewhere).
+  k_unwatch = 14,  //                                    -> OK
 };
 
 enum class Status : uint8_t {
@@ -130,6 +133,7 @@ std::string multi_get(const std::vector<std::string>& keys);
 std::string ping();
 std::string on_close(std::string_view key, std::string_view value);
 std::string keys(std::string_view prefix);
+std::string unwatch(std::string_view key);
 }  // namespace request
 
 // Writes `id` into a request frame made by request::* (not HELLO's).

@@ -1,11 +1,14 @@
 // libFuzzer: every record an agent reads from the store (join, plan,
-// verdict, outcomes), a node's answer to `ddplaunch status` and a status
-// document, and a worker's error file. A peer or a stray program
+// verdict, outcomes), a node's answer to `ddplaunch status` (its own, and a
+// subtree's through the tree of agents) and a status document, and a
+// worker's error file. A peer or a stray program
 // may have written anything: only RecordError (or nullopt for an error file
 // in another format) may come out; anything else is a bug.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
+#include <vector>
 
 #include "rendezvous/records.hpp"
 #include "status/status_codec.hpp"
@@ -63,5 +66,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   settles(
       decode_status_document, [](const StatusDocument& doc) { return encode_status_document(doc); },
       in);
+  // A subtree's answer through the tree of agents (nodes 2 to 5 of 8, nodes
+  // 3 and 5 asked): only asked nodes of the subtree are placed, each as
+  // itself.
+  std::vector<std::optional<NodeStatus>> answers(2);
+  place_subtree_answer(in, 2, 6, {-1, -1, -1, 0, -1, 1, -1, -1}, answers);
+  if ((answers[0] && answers[0]->node_rank != 3) || (answers[1] && answers[1]->node_rank != 5)) {
+    __builtin_trap();
+  }
   return 0;
 }

@@ -150,6 +150,14 @@ int main(int argc, char** argv) {
   node.ranks = {rank, rank};
   node.ranks[1].since_progress_s = 0.25;
   put(records, "status_answer", encode_node_status(node));
+  NodeStatus three = node;
+  three.node_rank = 3;
+  three.job.reset();
+  NodeStatus five = three;
+  five.node_rank = 5;
+  put(records, "status_subtree",
+      encode_node_status(three) + "\n\n" + encode_node_status(five) + "\n" +
+          encode_node_status(node));
   put(records, "status_document",
       encode_status_document(merge_status(1, {0, 1}, {std::nullopt, node}, std::nullopt)));
   // What users type.

@@ -15,7 +15,7 @@ import threading
 from conftest import free_port, wait_until, worker
 
 TOKEN = {"DDPLAUNCH_RDZV_TOKEN": "correct horse battery staple"}
-PROTOCOL_VERSION = 6  # the store protocol (docs/PROTOCOL.md)
+PROTOCOL_VERSION = 7  # the store protocol (docs/PROTOCOL.md)
 
 
 def node(jobs, rank, port, args, env=TOKEN, nnodes=2, master="127.0.0.1"):

@@ -103,6 +103,30 @@ def test_an_interior_nodes_loss_during_a_fence_ends_every_node_naming_it(jobs):
         assert "job failed: node 1 (" in err and "was lost" in err, err
 
 
+def test_a_leafs_failure_reaches_every_node_down_the_tree(jobs, tmp_path):
+    """Seven nodes of fan-out 2 (no MPI): once nodes 2, 3, 5 and 6 read the
+    round's verdict on their parents' stores (and took back their read of it
+    on node 0's), rank 6 fails. Node 0's store wakes nodes 0, 1 and 4; nodes
+    1 and 4 hand the verdict to their children; every node stops and the
+    job ends with rank 6's code, as in a job without the tree."""
+    go = tmp_path / "go"
+    program = f'[ "$GROUP_RANK" = 6 ] || exec sleep 600; while [ ! -e {go} ]; do sleep 0.05; done; exit 3'
+    p = jobs.start([*SEVEN, "--tree-fanout", 2, "--heartbeat-timeout", 300, "--log-level", "debug",
+                    "--", "sh", "-c", program])
+    reading = set()
+    while len(reading) < 4:
+        lines = read_until(p.stderr, re.compile(r"tree: node \d reads the verdict"))
+        assert lines, "the job ended first"
+        reading |= set(re.findall(r"tree: node (\d) reads the verdict of round 0 on its parent", lines[-1]))
+    assert reading == {"2", "3", "5", "6"}, reading
+    go.touch()
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 3, err
+    assert "job failed: rank 6 (node 6" in err, err
+    handed = set(re.findall(r"tree: node (\d) hands the verdict of round 0 to its 2 children", err))
+    assert handed == {"1", "4"}, err
+
+
 def _mpi4py():
     return subprocess.run([TORCH_PYTHON, "-c", "import mpi4py"], capture_output=True).returncode == 0
 
@@ -211,7 +235,7 @@ def _frame(body):
 
 def _hello():
     nonce = os.urandom(32)
-    return _frame(b"\x00" + struct.pack(">IH", 0x44444C31, 6) + struct.pack(">I", 32) + nonce)
+    return _frame(b"\x00" + struct.pack(">IH", 0x44444C31, 7) + struct.pack(">I", 32) + nonce)
 
 
 def _closed(sock):

@@ -16,7 +16,7 @@ import netns
 from conftest import BIN, free_port, wait_until, worker
 
 TOKEN = {"DDPLAUNCH_RDZV_TOKEN": "correct horse battery staple"}
-PROTOCOL_VERSION = 6  # the store protocol (docs/PROTOCOL.md)
+PROTOCOL_VERSION = 7  # the store protocol (docs/PROTOCOL.md)
 
 
 def node(jobs, rank, port, args, env=None, nnodes=2):

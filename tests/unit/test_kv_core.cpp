@@ -108,6 +108,26 @@ TEST(KvCore, AParkedGetIsAnsweredByTheWriteAfterTheWritersOwnReply) {
   EXPECT_EQ(kv.parked(1), 0u);
 }
 
+// UNWATCH takes back this client's parked GETs and WAITs on one key: each
+// is answered TIMEOUT now; another client's, and other keys', stay parked.
+TEST(KvCore, UnwatchAnswersOnlyThisClientsParkedRequestsOnTheKey) {
+  KvCore kv;
+  EXPECT_TRUE(kv.apply(1, get(1, "stop"), t0).empty());
+  EXPECT_TRUE(kv.apply(1, wait_for(2, {"stop"}), t0).empty());
+  EXPECT_TRUE(kv.apply(1, get(3, "other"), t0).empty());
+  EXPECT_TRUE(kv.apply(2, get(1, "stop"), t0).empty());
+  const auto timeout = [](int client, uint32_t id) -> Seen {
+    return {client, id, protocol::Status::k_timeout, ""};
+  };
+  EXPECT_EQ(seen(kv.apply(1, req(Op::k_unwatch, 4, "stop"), t0)),
+            (std::vector<Seen>{ok(1, 4), timeout(1, 1), timeout(1, 2)}));
+  EXPECT_EQ(kv.parked(1), 1u);
+  EXPECT_EQ(kv.parked(2), 1u);
+  EXPECT_EQ(seen(kv.apply(3, req(Op::k_set, 1, "stop", "v"), t0)),
+            (std::vector<Seen>{ok(3, 1), ok(2, 1, value_field("v"))}));
+  EXPECT_EQ(seen(kv.apply(1, req(Op::k_unwatch, 5, "nothing"), t0)), (std::vector<Seen>{ok(1, 5)}));
+}
+
 TEST(KvCore, AWaitNeedsEveryKeyAndTimesOut) {
   KvCore kv;
   EXPECT_TRUE(kv.apply(1, wait_for(1, {"a", "b"}, 500), t0).empty());
@@ -207,6 +227,9 @@ TEST(Protocol, EveryRequestDecodesAsItWasEncoded) {
   auto w = decode(protocol::request::wait({"a", "b"}, 250), 9);
   EXPECT_EQ(w.keys, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(w.timeout_ms, 250u);
+  auto unwatch = decode(protocol::request::unwatch("job/0/stop"), 3);
+  EXPECT_EQ(unwatch.op, Op::k_unwatch);
+  EXPECT_EQ(unwatch.key, "job/0/stop");
   auto add = decode(protocol::request::add("n", -3), 2);
   EXPECT_EQ(add.delta, -3);
   auto hello =
