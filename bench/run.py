@@ -314,25 +314,31 @@ def bench_multinode(args, ddp, worker):
             tt, ratio = "not run (memory: ~235 MiB per torchrun)", ""
         print(f"| {nodes} | {d:.2f} s (exit codes {sorted(set(map(str, dc)))}) | {tt} | {ratio} |")
 
-    print("\n### Failure propagation: 2 nodes x 2 workers, rank 3 (node 1) exits 7, others sleep 60 s\n")
+    print("\n### Failure propagation: the last rank exits 7 after 1 s, the others sleep 60 s\n")
     print("Measured from the failing worker's exit (the mtime of a file it creates just\n"
-          "before exiting) to each launcher's exit.\n")
-    print("| launcher | node 0 exited after | node 1 exited after | exit codes (node 0, node 1) |\n"
-          "|---|---|---|---|")
+          "before exiting) to each launcher's exit. 2 nodes x 2 workers (rank 3 on node 1),\n"
+          "and 16 nodes x 1 worker (rank 15 on node 15: past 9 nodes the verdict travels the\n"
+          "tree of agents, and node 15 is below node 0's children).\n")
+    print("| launcher | nodes x workers | node 0 exited after | the last node exited after | exit codes |\n"
+          "|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as marks:
-        prog = [worker, "@3:sleep=1", f"@3:ready={marks}", "@3:exit=7", "sleep=60"]
-        launches = [("ddplaunch", lambda: ddp_agents(ddp, 2, 2, prog), 60)]
+        def prog(rank):
+            return [worker, f"@{rank}:sleep=1", f"@{rank}:ready={marks}", f"@{rank}:exit=7",
+                    "sleep=60"]
+        launches = [("ddplaunch", 2, 2, lambda: ddp_agents(ddp, 2, 2, prog(3)), 60),
+                    ("ddplaunch", 16, 1, lambda: ddp_agents(ddp, 16, 1, prog(15)), 60)]
         if not args.quick:
-            launches.append(("torchrun (static)", lambda: torch_agents(2, 2, prog), 150))
-        for name, make, timeout in launches:
-            mark = os.path.join(marks, "ready.3")
+            launches.append(("torchrun (static)", 2, 2, lambda: torch_agents(2, 2, prog(3)), 150))
+        for name, nodes, nproc, make, timeout in launches:
+            mark = os.path.join(marks, f"ready.{nodes * nproc - 1}")
             if os.path.exists(mark):
                 os.unlink(mark)
             _, codes, ends = run_agents(make(), timeout=timeout)
             failed_at = os.stat(mark).st_mtime if os.path.exists(mark) else float("nan")
             after = [f"{end - failed_at:.3f} s" if code != "timeout" else f"still running at {timeout} s"
                      for code, end in zip(codes, ends)]
-            print(f"| {name} | {after[0]} | {after[1]} | {codes} |")
+            last = max(after, key=lambda a: float(a.split()[0]) if a[0].isdigit() else 1e9)
+            print(f"| {name} | {nodes} x {nproc} | {after[0]} | {last} | {sorted(set(map(str, codes)))} |")
 
 
 def main():
