@@ -20,9 +20,8 @@ python3-dbg are installed; median of 3). With --simulated NODES..., only
 `ddplaunch status` of simulated jobs of that many nodes x 8 ranks, and node
 0's peak memory (VmHWM) once every node joined and after the requests;
 past 9 nodes the answers travel the tree of agents as agents send them
-(node 0's children answer for their subtrees), or with --star, as agents
-before the tree carried status did (for the side by side with --build of
-such a tree)."""
+(node 0's children answer for their subtrees; --build DIR runs DIR's own
+bench/sim_nodes, which plays that build's agents)."""
 import argparse
 import os
 import statistics
@@ -74,7 +73,7 @@ def ranks_64(exe, nnodes):
             f"{(status - floor) * 1000:+.1f} ms |")
 
 
-def simulated(build, exe, nnodes=256, nproc=8, star=False):
+def simulated(build, exe, nnodes=256, nproc=8):
     port = free_port()
     addr = "127.0.3.7"
     node0 = subprocess.Popen([exe, "--nnodes", str(nnodes), "--node-rank", "0", "--nproc-per-node",
@@ -85,8 +84,7 @@ def simulated(build, exe, nnodes=256, nproc=8, star=False):
     sim = subprocess.Popen([os.path.join(build, "bench", "sim_nodes"), str(port), str(nnodes),
                             str(nproc), "sleep", "600"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True,
-                           env={**os.environ, "SIM_STORE_ADDR": addr, "SIM_STATUS": exe,
-                                **({"SIM_STATUS_TREE": "0"} if star else {})},
+                           env={**os.environ, "SIM_STORE_ADDR": addr, "SIM_STATUS": exe},
                            preexec_fn=raise_fds)
     # Node 0's peak memory once every node has joined, and after the
     # status requests.
@@ -215,16 +213,13 @@ def main():
     ap.add_argument("--only", choices=["stacks"], help="only the stacks table")
     ap.add_argument("--simulated", type=int, nargs="+", metavar="NODES",
                     help="only `ddplaunch status` of simulated jobs of these many nodes x 8 ranks")
-    ap.add_argument("--star", action="store_true",
-                    help="the simulated nodes answer on node 0's store, not through the tree of "
-                         "agents: as agents of a build before the tree carried status (--build)")
     args = ap.parse_args()
     exe = os.path.abspath(os.path.join(args.build, "ddplaunch"))
     if args.simulated:
         print("| job | `ddplaunch status --json` | floor | ratio, overhead |")
         print("|---|---|---|---|")
         for nnodes in args.simulated:
-            print(simulated(args.build, exe, nnodes, star=args.star), flush=True)
+            print(simulated(args.build, exe, nnodes), flush=True)
         return
     if args.only != "stacks":
         status_tables(args, exe)
