@@ -57,6 +57,7 @@ NodeStore::NodeStore(const Config& config, const StoreAddress& address, Clock& c
   link->set_probe(probe.get());
   link_timer = std::make_unique<posix::TimedOwner<StoreLink>>(loop, *link);
   tree = std::make_unique<AgentTree>(config, address.token, self.addr, *client, loop);
+  beat = millis(config.heartbeat_interval_s);
 }
 
 void NodeStore::answer_locally(int port, const std::string& token, StatusRoom& status_room,
@@ -73,7 +74,7 @@ void NodeStore::answer_locally(int port, const std::string& token, StatusRoom& s
 void NodeStore::answer_requests(StatusRoom& status_room, StacksRoom& stacks_room,
                                 const std::function<void(RoundObserver&)>& observe) {
   if (tree && link) {
-    tree_room = std::make_unique<TreeRoom>(*tree, *link);
+    tree_room = std::make_unique<TreeRoom>(*tree, *link, beat);
     observe(*tree_room);
   }
   status = std::make_unique<StatusTree>(tree.get(), *client, status_room);

@@ -40,6 +40,7 @@ struct NodeStore {
   std::unique_ptr<StatusTree> status;          // `ddplaunch status`'s requests
   std::unique_ptr<StatusResponder> stacks;     // `ddplaunch stacks`'
   std::unique_ptr<StatusCollector> collector;  // --metrics-port's page, on node 0
+  StoreConnection::Duration beat{1000};        // --heartbeat-interval
 
   // Nothing for a one-node job. Each part registers itself on `loop`.
   NodeStore(const Config& config, const StoreAddress& address, Clock& clock, NodeIdentity& self,

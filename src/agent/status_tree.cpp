@@ -12,13 +12,31 @@ StatusTree::StatusTree(AgentTree* tree, StoreConnection& job, StatusRoom& room)
       m_job(job, k_status_keys,
             [this](const std::string& request, const StatusResponder::Reply& reply) {
               answer(request, reply);
-            }) {}
+            }) {
+  if (m_tree != nullptr) {
+    m_tree->also_on_lost([this](const std::string& why) { answer_on_job_store(why); });
+  }
+}
+
+// A node whose link to its parent broke (or never came) answers on node 0's
+// store, for its subtree, until the next round: the command reads the
+// answers there of the nodes its children's answers left out.
+void StatusTree::answer_on_job_store(const std::string& why) {
+  if (!m_through_tree || m_tree->place().parent <= 0 || m_on_job_store) {
+    return;
+  }
+  m_on_job_store = true;
+  m_parents.reset();
+  m_job.start(m_tree->place().node);
+  log::info("status: node {} answers on node 0's store this round: {}", m_tree->place().node, why);
+}
 
 void StatusTree::on_joined(const Topology& topology, int node_rank, const RoundStart& round) {
   const int nnodes = topology.nnodes();
   const int fanout = topology.tree_fanout;
   m_through_tree = m_tree != nullptr && fanout >= 2 && nnodes > fanout + 1;
   m_parents.reset();
+  m_on_job_store = false;
   *m_round += 1;
   if (!m_through_tree) {
     m_job.start(node_rank);
@@ -39,7 +57,7 @@ void StatusTree::on_joined(const Topology& topology, int node_rank, const RoundS
       return;
     }
     if (up == nullptr) {
-      log::warn("status: node {} answers no status request this round: {}", node_rank, why);
+      answer_on_job_store(why);
       return;
     }
     m_parents = std::make_unique<StatusResponder>(

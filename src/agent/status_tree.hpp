@@ -4,8 +4,9 @@
 // children do, and every other node answers on its parent's store in the
 // tree of agents (AgentTree), an interior node with its subtree's answers
 // gathered (rendezvous/status_relay.hpp), in the round's tree as TreeRoom
-// began it (observed before this). Not thread-safe: the agent's loop
-// drives it.
+// began it (observed before this). A node whose link to its parent breaks
+// answers on the job's store again, for its subtree, until the next round. Not thread-safe: the
+// agent's loop drives it.
 #pragma once
 
 #include <memory>
@@ -33,6 +34,7 @@ class StatusTree : public RoundObserver {
 
  private:
   void answer(const std::string& request, const StatusResponder::Reply& reply);
+  void answer_on_job_store(const std::string& why);
 
   AgentTree* m_tree;
   StatusRoom& m_room;
@@ -40,6 +42,7 @@ class StatusTree : public RoundObserver {
   std::unique_ptr<StatusResponder> m_parents;  // on its parent's, this round
   RequestKeys m_round_keys{""};
   bool m_through_tree = false;  // this round's answers travel the tree
+  bool m_on_job_store = false;  // its link to its parent broke this round
   int m_height = 0;
   std::shared_ptr<int> m_round = std::make_shared<int>(0);  // for the parent's link, once had
 };

@@ -10,7 +10,8 @@ std::string tree_round_name(const RoundStart& round) {
   return "round" + std::to_string(round.round) + "." + std::to_string(round.restarts);
 }
 
-TreeRoom::TreeRoom(AgentTree& tree, StoreLink& link) : m_tree(tree), m_link(link) {
+TreeRoom::TreeRoom(AgentTree& tree, StoreLink& link, StoreConnection::Duration beat)
+    : m_tree(tree), m_link(link), m_beat(std::max(beat, StoreConnection::Duration(1))) {
   m_tree.also_on_lost([this](const std::string&) {
     if (m_through_tree && m_tree.place().parent > 0) {
       m_link.watch_store();  // node 0's store has the verdict too
@@ -28,25 +29,31 @@ void TreeRoom::on_joined(const Topology& topology, int node_rank, const RoundSta
   if (!m_through_tree || m_tree.place().parent <= 0) {
     return;  // node 0 and its children read the verdict on the job's store
   }
-  std::weak_ptr<int> alive = m_generation;
-  const auto current = [alive, generation] {
-    const auto g = alive.lock();
-    return g && *g == generation;
-  };
-  m_tree.up([this, current, r = round.round](StoreConnection* up, const std::string&) {
-    if (!current() || up == nullptr) {
+  m_tree.up([this, generation, r = round.round](StoreConnection* up, const std::string&) {
+    if (generation != *m_generation || up == nullptr) {
       return;  // no parent's store: the job's, as in a small job
     }
-    up->get(keys::stop(r), StoreConnection::Duration(0),
-            [this, current, r](std::optional<std::string> text) {
-              if (current() && text) {
-                m_link.verdict_read(r, *text);
-              }
-            });
+    watch_parent(*up, r, generation);
     m_link.watch_elsewhere();
     log::debug("tree: node {} reads the verdict of round {} on its parent's store",
                m_tree.place().node, r);
   });
+}
+
+void TreeRoom::watch_parent(StoreConnection& up, int round, int generation) {
+  std::weak_ptr<int> alive = m_generation;
+  up.get(keys::stop(round), m_beat,
+         [this, &up, alive, round, generation](std::optional<std::string> text) {
+           const auto g = alive.lock();
+           if (!g || *g != generation) {
+             return;  // a round before (its link is closed at the next round's start)
+           }
+           if (text) {
+             m_link.verdict_read(round, *text);
+           } else {
+             watch_parent(up, round, generation);
+           }
+         });
 }
 
 void TreeRoom::on_verdict(const JobVerdict& verdict) {

@@ -1,9 +1,11 @@
 #include "rendezvous/status_collector.hpp"
 
+#include <memory>
 #include <numeric>
 #include <utility>
 #include <vector>
 
+#include "config/integer.hpp"
 #include "rendezvous/status_responder.hpp"
 #include "status/status_codec.hpp"
 #include "store/value_parts.hpp"
@@ -25,69 +27,99 @@ void StatusCollector::refresh() {
   }
   m_in_flight = true;
   const int nnodes = std::max(1, m_nnodes());
-  m_store.add(k_status_keys.seq(), 1, [this, nnodes](int64_t n) {
-    m_store.set(k_status_keys.request(n), "{}", [this, n, nnodes] { collect(n, nnodes); });
-  });
+  // The request says how long this waits: the tree's interior nodes gather
+  // for less.
+  StatusRequest request;
+  request.timeout_s = std::chrono::duration<double>(m_timeout).count();
+  m_store.add(
+      k_status_keys.seq(), 1, [this, nnodes, text = encode_status_request(request)](int64_t n) {
+        m_store.set(k_status_keys.request(n), text, [this, n, nnodes] { collect(n, nnodes); });
+      });
 }
 
 // Node 0's answer first: it says whether the others' travel the tree of
-// agents (node 0's children answering for their subtrees) or come from
-// every node.
+// agents or come from every node.
 void StatusCollector::collect(int64_t n, int nnodes) {
   const std::string first = k_status_keys.answer(n, 0);
   m_store.wait({first}, m_timeout, [this, n, nnodes, first](bool) {
     m_store.get(first, Duration(1), [this, n, nnodes](std::optional<std::string> node0) {
       std::optional<NodeStatus> status = node0 ? decode_node_status(*node0) : std::nullopt;
       const int fanout = status && status->job ? status->job->tree_fanout : 0;
+      if (fanout >= 2 && nnodes > fanout + 1) {
+        collect_through_tree(n, nnodes, fanout, std::move(status));
+        return;
+      }
       std::vector<int> asked;
       std::vector<std::string> keys;
-      const bool through_tree = fanout >= 2 && nnodes > fanout + 1;
       for (int r = 0; r < nnodes; ++r) {
         asked.push_back(r);
+        keys.push_back(k_status_keys.answer(n, r));
       }
-      keys.push_back(k_status_keys.answer(n, 0));
-      for (const int c : through_tree ? tree_place(0, nnodes, fanout).children : asked) {
-        if (c > 0) {
-          keys.push_back(k_status_keys.answer(n, c));
-        }
-      }
-      m_store.wait(keys, m_timeout, [this, n, nnodes, fanout, through_tree, keys, asked](bool) {
-        value_parts::get_all(
-            m_store, keys,
-            [this, n, nnodes, fanout, through_tree, keys, asked](
-                std::vector<std::optional<std::string>> got, std::vector<std::string> parts) {
-              std::vector<std::optional<NodeStatus>> answers;
-              if (through_tree) {
-                std::vector<int> index(static_cast<size_t>(nnodes));
-                std::iota(index.begin(), index.end(), 0);
-                answers.resize(static_cast<size_t>(nnodes));
-                answers[0] = got[0] ? decode_node_status(*got[0]) : std::nullopt;
-                const std::vector<int> children = tree_place(0, nnodes, fanout).children;
-                for (size_t i = 0; i < children.size(); ++i) {
-                  const int c = children[i];
-                  if (got[i + 1]) {
-                    place_subtree_answer(*got[i + 1], c, c + tree_place(c, nnodes, fanout).subtree,
-                                         index, answers);
-                  }
-                }
-              } else {
-                answers = decode_answers(std::move(got));
-              }
-              m_last =
-                  encode_status_document(merge_status(n, asked, std::move(answers), std::nullopt));
-              m_last_at = m_clock.now();
-              m_in_flight = false;
-              for (const auto& key : keys) {
-                m_store.erase(key, [] {});
-              }
-              for (const auto& key : parts) {
-                m_store.erase(key, [] {});
-              }
-              m_store.erase(k_status_keys.request(n), [] {});
+      m_store.wait(keys, m_timeout, [this, n, keys, asked](bool) {
+        m_store.multi_get(
+            keys, [this, n, keys, asked](std::vector<std::optional<std::string>> got) {
+              done(n, merge_status(n, asked, decode_answers(std::move(got)), std::nullopt), keys);
             });
       });
     });
   });
+}
+
+// Node 0's children answer for their subtrees; a node whose link to its
+// parent broke answers on node 0's store for its own: every answer under
+// status/<n>/ is read, each placed by the run of nodes it stands for.
+void StatusCollector::collect_through_tree(int64_t n, int nnodes, int fanout,
+                                           std::optional<NodeStatus> node0) {
+  std::vector<std::string> children;
+  for (const int c : tree_place(0, nnodes, fanout).children) {
+    children.push_back(k_status_keys.answer(n, c));
+  }
+  const std::string under = k_status_keys.request(n) + "/";
+  auto placed = std::make_shared<std::vector<std::optional<NodeStatus>>>(nnodes);
+  (*placed)[0] = std::move(node0);
+  m_store.wait(children, m_timeout, [this, n, nnodes, fanout, under, placed](bool) {
+    m_store.keys(under, [this, n, nnodes, fanout, under, placed](std::vector<std::string> present) {
+      std::vector<std::string> answers;
+      std::vector<int> first;
+      for (const std::string& key : present) {
+        const auto r = parse_integer_in(std::string_view(key).substr(under.size()), 1, nnodes - 1);
+        if (r) {
+          answers.push_back(key);
+          first.push_back(static_cast<int>(*r));
+        }
+      }
+      value_parts::get_all(
+          m_store, answers,
+          [this, n, nnodes, fanout, present, first, placed](
+              std::vector<std::optional<std::string>> got, std::vector<std::string>) {
+            std::vector<int> index(static_cast<size_t>(nnodes));
+            std::iota(index.begin(), index.end(), 0);
+            for (size_t i = 0; i < got.size(); ++i) {
+              if (got[i]) {
+                const int r = first[i];
+                place_subtree_answer(*got[i], r, r + tree_place(r, nnodes, fanout).subtree, index,
+                                     *placed);
+              }
+            }
+            std::vector<int> asked(static_cast<size_t>(nnodes));
+            std::iota(asked.begin(), asked.end(), 0);
+            std::vector<std::string> keys = present;
+            keys.push_back(k_status_keys.answer(n, 0));
+            done(n, merge_status(n, asked, std::move(*placed), std::nullopt), keys);
+          });
+    });
+  });
+}
+
+void StatusCollector::done(int64_t n, const StatusDocument& doc,
+                           const std::vector<std::string>& keys) {
+  m_last = encode_status_document(doc);
+  m_last_at = m_clock.now();
+  m_in_flight = false;
+  for (const auto& key : keys) {
+    m_store.erase(key, [] {});
+  }
+  m_store.erase(k_status_keys.request(n), [] {});
 }
 
 }  // namespace ddplaunch

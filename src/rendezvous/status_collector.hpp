@@ -9,9 +9,12 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "posix/clock.hpp"
+#include "status/status_record.hpp"
 #include "store/connection.hpp"
 
 namespace ddplaunch {
@@ -28,6 +31,8 @@ class StatusCollector {
 
  private:
   void collect(int64_t n, int nnodes);
+  void collect_through_tree(int64_t n, int nnodes, int fanout, std::optional<NodeStatus> node0);
+  void done(int64_t n, const StatusDocument& doc, const std::vector<std::string>& keys);
 
   StoreConnection& m_store;
   const Clock& m_clock;

@@ -113,6 +113,12 @@ void StoreConnection::multi_get(const std::vector<std::string>& keys,
   }
 }
 
+void StoreConnection::keys(const std::string& prefix,
+                           std::function<void(std::vector<std::string>)> done) {
+  request(protocol::request::keys(prefix), Duration(0),
+          [done = std::move(done)](const Reply& r) { done(protocol::read_keys(r)); });
+}
+
 void StoreConnection::unwatch(const std::string& key, std::function<void()> done) {
   request(protocol::request::unwatch(key), Duration(0),
           [done = std::move(done)](const Reply&) { done(); });

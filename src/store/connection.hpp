@@ -82,6 +82,8 @@ class StoreConnection {
   // Any number of keys: one MULTI_GET per k_max_keys_per_request, put together in order.
   void multi_get(const std::vector<std::string>& keys,
                  std::function<void(std::vector<std::optional<std::string>>)> done);
+  // KEYS: every key that starts with `prefix`, sorted.
+  void keys(const std::string& prefix, std::function<void(std::vector<std::string>)> done);
   // This connection's GETs and WAITs parked on `key` are answered as timed
   // out (nullopt, false), now.
   void unwatch(const std::string& key, std::function<void()> done);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "config/integer.hpp"
@@ -188,9 +189,11 @@ struct Answers {
 
 // The answers of node 0's children in the tree of agents (`keys` after
 // node 0's), each its subtree's records: each node's goes to its place among
-// the nodes asked. Returns the keys of the parts read.
+// the nodes asked; then the answers of nodes whose link to their parent
+// broke, which answer on node 0's store for their subtrees. Returns the
+// keys read besides `keys` (parts, those nodes' answers).
 template <typename Left>
-std::vector<std::string> read_subtrees(StoreClient& store, Answers& a,
+std::vector<std::string> read_subtrees(StoreClient& store, Answers& a, const RequestKeys& kind,
                                        const std::vector<std::string>& keys, int nnodes, int fanout,
                                        const Left& left) {
   std::vector<int> index(static_cast<size_t>(nnodes), -1);
@@ -212,6 +215,26 @@ std::vector<std::string> read_subtrees(StoreClient& store, Answers& a,
     if (text) {
       const int c = children[i];
       place_subtree_answer(*text, c, c + tree_place(c, nnodes, fanout).subtree, index, a.statuses);
+    }
+  }
+  const std::string under = kind.request(a.n) + "/";
+  store.set_prefix(under);
+  const std::vector<std::string> present = store.keys();
+  store.set_prefix("");
+  const std::set<int> top(children.begin(), children.end());
+  for (const std::string& name : present) {
+    const auto r = parse_integer_in(name, 1, nnodes - 1);  // not a part ("<r>/<i>")
+    if (!r || top.contains(static_cast<int>(*r))) {
+      continue;
+    }
+    const std::string key = under + name;
+    parts.push_back(key);
+    std::optional<std::string> text =
+        value_parts::assemble(key, std::move(store.multi_get({key})[0]), read, parts);
+    if (text) {
+      const int node = static_cast<int>(*r);
+      place_subtree_answer(*text, node, node + tree_place(node, nnodes, fanout).subtree, index,
+                           a.statuses);
     }
   }
   return parts;
@@ -272,7 +295,7 @@ Answers ask(StoreClient& store, const StatusCommand& cmd, const RequestKeys& kin
     for (const int c : tree_place(0, nnodes, fanout).children) {
       keys.push_back(kind.answer(a.n, c));
     }
-    std::vector<std::string> parts = read_subtrees(store, a, keys, nnodes, fanout, left);
+    std::vector<std::string> parts = read_subtrees(store, a, kind, keys, nnodes, fanout, left);
     keys.insert(keys.end(), parts.begin(), parts.end());
   }
   const size_t at_once = cmd.stacks ? k_stacks_at_once : k_keys_at_once;

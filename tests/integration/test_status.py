@@ -129,6 +129,32 @@ def test_seven_nodes_of_fanout_two_answer_through_the_tree_and_a_silent_subtree_
     stop(procs)
 
 
+def test_the_children_of_a_frozen_interior_node_answer_on_node_0s_store(jobs):
+    """Seven nodes of fan-out 2; node 0 waits 300 s for a heartbeat, the
+    others 3 s for a reply. Node 4's agent is frozen: nodes 5 and 6, its
+    children, find their link to it dead within their heartbeat timeout and
+    answer on node 0's store instead, so that only node 4 is missing while
+    the job goes on."""
+    port = free_port()
+    procs = [jobs.start(["--nnodes", 7, "--node-rank", n, "--master-port", port,
+                         "--tree-fanout", 2, "--heartbeat-timeout", 300 if n == 0 else 3,
+                         "--", "sh", "-c", STEPS]) for n in range(7)]
+    doc = running(jobs, port, ranks=7)
+    node4 = next(n for n in doc["nodes"] if n["node_rank"] == 4)
+    os.kill(node4["agent_pid"], signal.SIGSTOP)
+    try:
+        def only_node_4_missing():
+            r = status(jobs, "--json", "--master-port", port, "--timeout", 2)
+            d = json.loads(r.stdout) if r.returncode in (0, 1) else None
+            return d if d and d["missing"] == [4] else None
+        doc = wait_until(only_node_4_missing, timeout=60, interval=0.5)
+        assert doc, "nodes 5 and 6 never answered on node 0's store"
+        assert sorted(n["node_rank"] for n in doc["nodes"]) == [0, 1, 2, 3, 5, 6]
+    finally:
+        os.kill(node4["agent_pid"], signal.SIGKILL)
+    finish(procs)
+
+
 def test_status_as_typed_in_a_workers_shell_finds_its_own_job(jobs, tmp_path):
     """`ddplaunch status` with nothing else, in a worker's environment (an
     interactive job's shell, or the program itself)."""

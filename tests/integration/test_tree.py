@@ -127,6 +127,31 @@ def test_a_leafs_failure_reaches_every_node_down_the_tree(jobs, tmp_path):
     assert handed == {"1", "4"}, err
 
 
+def test_a_frozen_interior_node_is_lost_and_its_children_still_hear_the_verdict(jobs):
+    """Seven nodes of fan-out 2, a heartbeat timeout of 3 s: node 4's agent
+    (nodes 5 and 6 read the verdict on its store) is frozen with SIGSTOP.
+    Node 0 finds it lost when its heartbeats stop; nodes 5 and 6, whose
+    reads on node 4's store get no answer, fail their link within the
+    heartbeat timeout too and read the verdict on node 0's store: every
+    other node ends with exit 4 naming node 4; none waits for ever."""
+    port = free_port()
+    procs = [jobs.start(["--nnodes", 7, "--node-rank", n, "--master-port", port,
+                         "--tree-fanout", 2, "--heartbeat-timeout", 3, "--log-level", "debug",
+                         "--", "sleep", "600"]) for n in range(7)]
+    for n in (5, 6):
+        lines = read_until(procs[n].stderr, "reads the verdict of round 0 on its parent")
+        assert lines and "on its parent" in lines[-1], (n, lines)
+    procs[4].send_signal(signal.SIGSTOP)
+    try:
+        for n in (0, 1, 2, 3, 5, 6):
+            out, err = procs[n].communicate(timeout=60)
+            assert procs[n].returncode == 4, (n, err)
+            assert re.search(r"job failed: node 4 \(.*\) was lost", err), (n, err)
+    finally:
+        procs[4].send_signal(signal.SIGKILL)
+        procs[4].communicate()
+
+
 def _mpi4py():
     return subprocess.run([TORCH_PYTHON, "-c", "import mpi4py"], capture_output=True).returncode == 0
 

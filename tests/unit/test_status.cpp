@@ -17,6 +17,7 @@
 #include "fake_store.hpp"
 #include "node/process_usage.hpp"
 #include "output/status_page.hpp"
+#include "rendezvous/status_collector.hpp"
 #include "rendezvous/status_relay.hpp"
 #include "rendezvous/status_responder.hpp"
 #include "status/stacks_codec.hpp"
@@ -244,6 +245,54 @@ TEST(StatusRelay, AChildThatDoesNotAnswerIsLeftOutWhenTheTimeToGatherIsUp) {
   ASSERT_TRUE(joined);
   EXPECT_EQ(*joined, "{\"node_rank\":5}");
   EXPECT_FALSE(store.value(keys.request(1)));
+}
+
+// The live page's request in a tree of seven nodes of fan-out 2: node 1
+// answers for nodes 1 to 3; node 4 is silent, and its children 5 and 6,
+// whose link to it broke, answer on node 0's store each for itself. The
+// page shows six nodes, names node 4 alone, and nothing is left behind.
+TEST(StatusCollector, ReadsNodeZerosChildrenAndTheNodesThatLostTheirParent) {
+  FakeClock clock;
+  FakeStore store(clock);
+  FakeConnection conn(store);
+  FakeConnection nodes(store);
+  StatusCollector collector(conn, clock, [] { return 7; });
+  const auto drain = [&] {
+    for (bool any = true; any;) {
+      any = false;
+      while (conn.deliver_one() || nodes.deliver_one()) {
+        any = true;
+      }
+    }
+  };
+  collector.refresh();
+  drain();
+  const auto record = [](int node) { return "{\"node_rank\":" + std::to_string(node) + "}"; };
+  NodeStatus node0;
+  node0.node_rank = 0;
+  node0.job = JobStatus();
+  node0.job->nnodes = 7;
+  node0.job->tree_fanout = 2;
+  nodes.set(k_status_keys.answer(1, 0), encode_node_status(node0), [] {});
+  nodes.set(k_status_keys.answer(1, 1), join_answers(record(1), {record(2) + "\n" + record(3)}),
+            [] {});
+  nodes.set(k_status_keys.answer(1, 5), record(5), [] {});
+  nodes.set(k_status_keys.answer(1, 6), record(6), [] {});
+  drain();
+  EXPECT_TRUE(collector.in_flight()) << "node 4 has until the page's timeout";
+  clock.t += std::chrono::seconds(3);
+  store.route(store.core.expire(clock.t));
+  drain();
+  ASSERT_FALSE(collector.in_flight());
+  const auto doc = decode_status_document(collector.last());
+  ASSERT_TRUE(doc);
+  std::vector<int> shown;
+  for (const auto& n : doc->nodes) {
+    shown.push_back(n.node_rank);
+  }
+  EXPECT_EQ(shown, (std::vector<int>{0, 1, 2, 3, 5, 6}));
+  EXPECT_EQ(doc->missing, std::vector<int>{4});
+  EXPECT_EQ(store.core.keys(), 1u) << "status/seq only";
 }
 
 TEST(StatusRelay, EachLevelGathersForLessTimeThanTheOneAboveIt) {
