@@ -747,8 +747,9 @@ const OptionSpec k_options[] = {
    },
    [](const Config& c) { return std::to_string(c.rdzv_max_clients); }},
   {"tree_fanout", "--tree-fanout,--tree_fanout", k_nodes,
-   "Children of each node in the tree of agents that a PMIx fence among every node travels, "
-   "node 0 at its root (node 0's decides for the job)",
+   "Children of each node in the tree of agents that PMIx fences among every node, the "
+   "round's verdict and `ddplaunch status` travel past N + 1 nodes, node 0 at its root (node "
+   "0's decides for the job)",
    false, nullptr, nullptr,
    [](Config& c, const std::string& v, const std::string& f) {
      c.tree_fanout = parse_int_in(v, f, Config::k_min_tree_fanout, Config::k_max_tree_fanout, "a number from 2 to 64");
