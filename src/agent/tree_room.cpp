@@ -3,6 +3,7 @@
 #include "log.hpp"
 #include "rendezvous/keys.hpp"
 #include "rendezvous/records.hpp"
+#include "store/protocol.hpp"
 
 namespace ddplaunch {
 
@@ -34,9 +35,20 @@ void TreeRoom::on_joined(const Topology& topology, int node_rank, const RoundSta
       return;  // no parent's store: the job's, as in a small job
     }
     watch_parent(*up, r, generation);
-    m_link.watch_elsewhere();
-    log::debug("tree: node {} reads the verdict of round {} on its parent's store",
-               m_tree.place().node, r);
+    // Its read on node 0's store is taken back once the parent's store has
+    // answered (a link still connecting, or one a firewall drops, would
+    // leave the verdict unread until the link failed).
+    std::weak_ptr<int> alive = m_generation;
+    up->request(protocol::request::ping(), StoreConnection::Duration(0),
+                [this, alive, generation, r](const protocol::Reply&) {
+                  const auto g = alive.lock();
+                  if (!g || *g != generation) {
+                    return;
+                  }
+                  m_link.watch_elsewhere();
+                  log::debug("tree: node {} reads the verdict of round {} on its parent's store",
+                             m_tree.place().node, r);
+                });
   });
 }
 
