@@ -16,15 +16,26 @@
 namespace ddplaunch {
 
 // Refuses, before anything starts, a --summary-json path that cannot be
-// written (the summary would otherwise be lost at the very end).
+// written (the summary would otherwise be lost at the very end). Two nodes
+// on one host check one path at once before they know their node ranks:
+// the other's probe file, there for EXCL and gone for the second open, is
+// no reason to refuse, so that case tries again.
 void check_summary_path(const std::string& path) {
   if (path.empty()) {
     return;
   }
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  const bool created = fd >= 0;
-  if (!created && errno == EEXIST) {
+  int fd = -1;
+  bool created = false;
+  for (int tries = 0; tries < 100; ++tries) {
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    created = fd >= 0;
+    if (created || errno != EEXIST) {
+      break;
+    }
     fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd >= 0 || errno != ENOENT) {
+      break;
+    }
   }
   if (fd < 0) {
     throw UsageError("--summary-json " + path + ": cannot write it (" + std::strerror(errno) +
