@@ -348,6 +348,15 @@ void HostsLauncher::flush_in(size_t index) {
 }
 
 void HostsLauncher::on_exit(Started& s) {
+  // What it wrote just before it exited is in its pipes when its exit is
+  // seen: ssh's last line ("Connection to node1 closed by remote host.")
+  // explains a drop, so it is read first (a few reads: a process it left
+  // behind may still be writing).
+  const auto out = static_cast<StreamPump::Id>(2 * static_cast<size_t>(&s - m_started.data()));
+  for (const StreamPump::Id id : {out, static_cast<StreamPump::Id>(out + 1)}) {
+    for (int reads = 0; reads < 16 && m_pump.read(id); ++reads) {
+    }
+  }
   if (s.child.in()) {
     m_loop.remove(s.child.in().get());
     s.child.in().close();
