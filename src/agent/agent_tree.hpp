@@ -1,16 +1,17 @@
 // AgentTree: this agent's links in the tree of agents (topology/tree.hpp),
-// which the PMIx fences across every node of a round travel (TreeFence).
-// Each round's tree is begun when its nodes meet (StatusTree: `ddplaunch
-// status` travels it past fan-out + 1 nodes); a fence finds it begun. An interior node keeps a
-// store of its own for its children: a StoreServer with the job's token, so that its links are
-// authenticated, sealed and bounded exactly as the job's store's connections are, bound to every
-// address as the network preflight's listener is; it holds one connection to it and one to its
-// parent's, both on the loop. Node 0's children use the job's store, and node 0 its own connection
-// to it. An interior node publishes its store's address in the job's store at
-// tree/<nspace>/addr/<node rank> when it begins a round; a child reads its
-// parent's there (one parked GET). A job of at most fan-out + 1 nodes
-// starts no server and opens no connection. Not thread-safe: the
-// loop's thread owns it.
+// which the PMIx fences across every node of a round, its verdict and
+// `ddplaunch status` travel. Each round's tree is begun when its nodes meet
+// (TreeRoom); a fence finds it begun. An interior node keeps a store of its
+// own for its children: a StoreServer with the job's token, so that its
+// links are authenticated, sealed and bounded exactly as the job's store's
+// connections are, bound to every address as the network preflight's
+// listener is; it holds one connection to it and one to its parent's, both
+// on the loop. Node 0's children use the job's store, and node 0 its own
+// connection to it. An interior node publishes its store's address in the
+// job's store at tree/<round>/addr/<node rank> when it begins a round; a
+// child reads its parent's there (one parked GET). A job of at most
+// fan-out + 1 nodes starts no server and opens no connection. Not
+// thread-safe: the loop's thread owns it.
 #pragma once
 
 #include <memory>

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "status/status_codec.hpp"
+#include "topology/tree.hpp"
 
 namespace ddplaunch {
 
@@ -92,8 +93,8 @@ JobStatus StatusRoom::job_status(const RoundView::Round& round, double wall) con
   job.restarts = round.restarts;
   job.max_restarts = m_config.max_restarts;
   job.nnodes = round.nnodes;
-  if (round.topology != nullptr && round.topology->tree_fanout >= 2 &&
-      round.nnodes > round.topology->tree_fanout + 1) {
+  if (round.topology != nullptr &&
+      tree_has_interior_nodes(round.nnodes, round.topology->tree_fanout)) {
     job.tree_fanout = round.topology->tree_fanout;
   }
   job.nnodes_expected =

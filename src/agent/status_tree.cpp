@@ -3,6 +3,7 @@
 #include "log.hpp"
 #include "rendezvous/status_relay.hpp"
 #include "status/status_codec.hpp"
+#include "topology/tree.hpp"
 
 namespace ddplaunch {
 
@@ -34,7 +35,7 @@ void StatusTree::answer_on_job_store(const std::string& why) {
 void StatusTree::on_joined(const Topology& topology, int node_rank, const RoundStart& round) {
   const int nnodes = topology.nnodes();
   const int fanout = topology.tree_fanout;
-  m_through_tree = m_tree != nullptr && fanout >= 2 && nnodes > fanout + 1;
+  m_through_tree = m_tree != nullptr && tree_has_interior_nodes(nnodes, fanout);
   m_parents.reset();
   m_on_job_store = false;
   *m_round += 1;
@@ -77,7 +78,7 @@ void StatusTree::answer(const std::string& request, const StatusResponder::Reply
   // Through the tree every node answers, if only with an empty line: its
   // parent, or the command, waits for each child.
   if (own.empty()) {
-    own = "\n";
+    own.push_back('\n');
   }
   const TreePlace& place = m_tree->place();
   StoreConnection* down = place.parent >= 0 ? m_tree->down() : nullptr;

@@ -4,6 +4,7 @@
 #include "rendezvous/keys.hpp"
 #include "rendezvous/records.hpp"
 #include "store/protocol.hpp"
+#include "topology/tree.hpp"
 
 namespace ddplaunch {
 
@@ -24,7 +25,7 @@ void TreeRoom::on_joined(const Topology& topology, int node_rank, const RoundSta
   const int nnodes = topology.nnodes();
   const int fanout = topology.tree_fanout;
   m_tree.begin_round(tree_round_name(round), node_rank, nnodes, fanout);
-  m_through_tree = fanout >= 2 && nnodes > fanout + 1;
+  m_through_tree = tree_has_interior_nodes(nnodes, fanout);
   m_round = round.round;
   const int generation = ++*m_generation;
   if (!m_through_tree || m_tree.place().parent <= 0) {

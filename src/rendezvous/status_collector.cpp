@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "config/integer.hpp"
+#include "rendezvous/status_relay.hpp"
 #include "rendezvous/status_responder.hpp"
 #include "status/status_codec.hpp"
 #include "store/value_parts.hpp"
@@ -45,7 +45,7 @@ void StatusCollector::collect(int64_t n, int nnodes) {
     m_store.get(first, Duration(1), [this, n, nnodes](std::optional<std::string> node0) {
       std::optional<NodeStatus> status = node0 ? decode_node_status(*node0) : std::nullopt;
       const int fanout = status && status->job ? status->job->tree_fanout : 0;
-      if (fanout >= 2 && nnodes > fanout + 1) {
+      if (tree_has_interior_nodes(nnodes, fanout)) {
         collect_through_tree(n, nnodes, fanout, std::move(status));
         return;
       }
@@ -82,10 +82,9 @@ void StatusCollector::collect_through_tree(int64_t n, int nnodes, int fanout,
       std::vector<std::string> answers;
       std::vector<int> first;
       for (const std::string& key : present) {
-        const auto r = parse_integer_in(std::string_view(key).substr(under.size()), 1, nnodes - 1);
-        if (r) {
+        if (const auto node = subtree_answer_of(key, under, nnodes)) {
           answers.push_back(key);
-          first.push_back(static_cast<int>(*r));
+          first.push_back(*node);
         }
       }
       value_parts::get_all(
@@ -96,9 +95,7 @@ void StatusCollector::collect_through_tree(int64_t n, int nnodes, int fanout,
             std::iota(index.begin(), index.end(), 0);
             for (size_t i = 0; i < got.size(); ++i) {
               if (got[i]) {
-                const int r = first[i];
-                place_subtree_answer(*got[i], r, r + tree_place(r, nnodes, fanout).subtree, index,
-                                     *placed);
+                place_subtree(*got[i], first[i], nnodes, fanout, index, *placed);
               }
             }
             std::vector<int> asked(static_cast<size_t>(nnodes));

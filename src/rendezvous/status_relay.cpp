@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <memory>
 
+#include "config/integer.hpp"
+#include "status/status_codec.hpp"
 #include "store/value_parts.hpp"
+#include "topology/tree.hpp"
 
 namespace ddplaunch {
 
@@ -35,6 +38,19 @@ std::string join_answers(const std::string& own, const std::vector<std::string>&
     }
   }
   return all;
+}
+
+std::optional<int> subtree_answer_of(std::string_view key, std::string_view under, int nnodes) {
+  if (!key.starts_with(under)) {
+    return std::nullopt;
+  }
+  const auto node = parse_integer_in(key.substr(under.size()), 1, nnodes - 1);
+  return node ? std::optional(static_cast<int>(*node)) : std::nullopt;
+}
+
+void place_subtree(std::string_view text, int node, int nnodes, int fanout,
+                   const std::vector<int>& index, std::vector<std::optional<NodeStatus>>& answers) {
+  place_subtree_answer(text, node, node + tree_place(node, nnodes, fanout).subtree, index, answers);
 }
 
 void relay_status(StoreConnection& down, const RequestKeys& keys, const std::string& request,

@@ -12,10 +12,13 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rendezvous/status_responder.hpp"
+#include "status/status_record.hpp"
 #include "store/connection.hpp"
 
 namespace ddplaunch {
@@ -32,6 +35,17 @@ std::chrono::milliseconds gather_time(double timeout_s, int depth, int height);
 
 // A node's answer and its children's, one record per line ("": none).
 std::string join_answers(const std::string& own, const std::vector<std::string>& theirs);
+
+// Reading the answers through the tree (the command, node 0's live page):
+// each answer under `under` ("status/<n>/") but node 0's is a node's for
+// its subtree (a child of node 0's, or a node whose link to its parent
+// broke). The node whose answer `key` is (nullopt: node 0's, a part, or
+// another key).
+std::optional<int> subtree_answer_of(std::string_view key, std::string_view under, int nnodes);
+// Node `node`'s answer for its subtree, placed by node rank among `answers`
+// (place_subtree_answer()).
+void place_subtree(std::string_view text, int node, int nnodes, int fanout,
+                   const std::vector<int>& index, std::vector<std::optional<NodeStatus>>& answers);
 
 // Hands request `request` to `children` on `down` (this node's store for
 // them) and gives their answers, joined, once every child has answered or

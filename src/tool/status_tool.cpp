@@ -19,6 +19,7 @@
 #include "log.hpp"
 #include "posix/fd.hpp"
 #include "posix/secret_file.hpp"
+#include "rendezvous/status_relay.hpp"
 #include "rendezvous/status_responder.hpp"
 #include "rendezvous/store_host.hpp"
 #include "status/stacks_codec.hpp"
@@ -187,11 +188,11 @@ struct Answers {
   std::optional<std::set<int>> only;                // --nodes
 };
 
-// The answers of node 0's children in the tree of agents (`keys` after
-// node 0's), each its subtree's records: each node's goes to its place among
-// the nodes asked; then the answers of nodes whose link to their parent
-// broke, which answer on node 0's store for their subtrees. Returns the
-// keys read besides `keys` (parts, those nodes' answers).
+// Through the tree of agents: once node 0's children (`keys` after node
+// 0's) have answered or the time is up, every answer under the request's
+// key, each a node's for its subtree (theirs, and any of a node whose link
+// to its parent broke): each node's record goes to its place among the
+// nodes asked. Returns the keys read besides node 0's.
 template <typename Left>
 std::vector<std::string> read_subtrees(StoreClient& store, Answers& a, const RequestKeys& kind,
                                        const std::vector<std::string>& keys, int nnodes, int fanout,
@@ -201,40 +202,29 @@ std::vector<std::string> read_subtrees(StoreClient& store, Answers& a, const Req
     index[static_cast<size_t>(a.asked[k])] = static_cast<int>(k);
   }
   a.statuses.resize(a.asked.size());
-  const std::vector<int> children = tree_place(0, nnodes, fanout).children;
   store.wait(std::vector<std::string>(keys.begin() + 1, keys.end()), left());
-  std::vector<std::string> parts;
-  const auto read = [&store](const std::vector<std::string>& some) {
-    return store.multi_get(some);
-  };
-  for (size_t i = 0; i < children.size(); ++i) {
-    const std::string& key = keys[i + 1];
-    // One at a time: each may be near the store's largest value.
-    std::optional<std::string> text =
-        value_parts::assemble(key, std::move(store.multi_get({key})[0]), read, parts);
-    if (text) {
-      const int c = children[i];
-      place_subtree_answer(*text, c, c + tree_place(c, nnodes, fanout).subtree, index, a.statuses);
-    }
-  }
+  // Every answer there: node 0's children's, and any of a node whose link to
+  // its parent broke.
   const std::string under = kind.request(a.n) + "/";
   store.set_prefix(under);
   const std::vector<std::string> present = store.keys();
   store.set_prefix("");
-  const std::set<int> top(children.begin(), children.end());
+  std::vector<std::string> parts;
+  const auto read = [&store](const std::vector<std::string>& some) {
+    return store.multi_get(some);
+  };
   for (const std::string& name : present) {
-    const auto r = parse_integer_in(name, 1, nnodes - 1);  // not a part ("<r>/<i>")
-    if (!r || top.contains(static_cast<int>(*r))) {
+    const std::string key = under + name;
+    const std::optional<int> node = subtree_answer_of(key, under, nnodes);
+    if (!node) {
       continue;
     }
-    const std::string key = under + name;
     parts.push_back(key);
+    // One at a time: each may be near the store's largest value.
     std::optional<std::string> text =
         value_parts::assemble(key, std::move(store.multi_get({key})[0]), read, parts);
     if (text) {
-      const int node = static_cast<int>(*r);
-      place_subtree_answer(*text, node, node + tree_place(node, nnodes, fanout).subtree, index,
-                           a.statuses);
+      place_subtree(*text, *node, nnodes, fanout, index, a.statuses);
     }
   }
   return parts;
@@ -288,7 +278,7 @@ Answers ask(StoreClient& store, const StatusCommand& cmd, const RequestKeys& kin
   const int fanout = !cmd.stacks && !a.statuses.empty() && a.statuses[0] && a.statuses[0]->job
                          ? a.statuses[0]->job->tree_fanout
                          : 0;
-  const bool through_tree = fanout >= 2 && nnodes > fanout + 1;
+  const bool through_tree = tree_has_interior_nodes(nnodes, fanout);
   if (through_tree) {
     // Through the tree of agents: node 0's children answer for their subtrees.
     keys.resize(1);

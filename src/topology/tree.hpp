@@ -27,4 +27,11 @@ TreePlace tree_place(int node, int nnodes, int fanout);
 // Levels below the root of the deepest node (0 for one node).
 int tree_height(int nnodes, int fanout);
 
+// Whether a round of `nnodes` has nodes below node 0's children: then its
+// verdict and `ddplaunch status` travel the tree (a smaller one is node 0
+// and its children alone, the job's store serving them all).
+inline bool tree_has_interior_nodes(int nnodes, int fanout) {
+  return fanout >= 2 && nnodes > fanout + 1;
+}
+
 }  // namespace ddplaunch
