@@ -29,8 +29,12 @@
 // agents as agents send it (agent/tree_room.hpp): every node below node 0's
 // children takes back its read of it on node 0's store, and node 0's
 // children (real connections) hand it to their subtrees in memory: the
-// links below them are not simulated (SIM_VERDICT_TREE=0: every node reads
-// it on node 0's store). Prints one line of JSON when done:
+// links below them are not simulated. Their heartbeats go up the tree too:
+// each counts its start once on node 0's store and beats on its parent's,
+// in memory here (SIM_VERDICT_TREE=0: every node reads the verdict, and
+// beats, on node 0's store; SIM_BEAT_TREE=0: the verdict down the tree, the
+// heartbeats to node 0's store, as agents before heartbeats went up the
+// tree). Prints one line of JSON when done:
 //   {"joined_s": ..., "verdict_s": ..., "verdict_handled_s": ...,
 //    "verdict_code": ..., "finished_s": ...}
 // joined_s: from the first join to the last node's plan; verdict_s: from node
@@ -495,10 +499,14 @@ int main(int argc, char** argv) {
   // + 1 nodes: every node below node 0's children takes back its read of the
   // verdict on node 0's store, as it does once its parent's store is
   // reached, and node 0's children hand the verdict on in memory (the links
-  // below them are not simulated). SIM_VERDICT_TREE=0: every node reads it
-  // on node 0's store, as agents did before.
+  // below them are not simulated). Their heartbeats go to their parents,
+  // in memory here: each counts its start once on node 0's store.
+  // SIM_VERDICT_TREE=0: every node reads the verdict and beats on node 0's
+  // store, as agents did before.
   const int plan_fanout = nodes[0]->state.tree_fanout;
   const char* verdict_tree = std::getenv("SIM_VERDICT_TREE");
+  const char* beat_tree_text = std::getenv("SIM_BEAT_TREE");
+  const bool beat_tree = beat_tree_text == nullptr || std::string(beat_tree_text) != "0";
   if ((verdict_tree == nullptr || std::string(verdict_tree) != "0") && plan_fanout >= 2 &&
       nnodes > plan_fanout + 1) {
     size_t unwatched = 0, below = 0;
@@ -512,6 +520,9 @@ int main(int argc, char** argv) {
         n.is_below = true;
         below_of[static_cast<size_t>(child - 1)].push_back(static_cast<size_t>(node - 1));
         n.link->watch_elsewhere([&unwatched] { ++unwatched; });
+        if (beat_tree) {
+          n.link->beat_up_the_tree();  // and no beat_on(): its parent is in memory
+        }
         sync(static_cast<size_t>(node - 1));
         ++below;
       }
@@ -631,6 +642,26 @@ int main(int argc, char** argv) {
     fence_result = ", \"fence_s\": " + std::to_string(seconds(fence_start, Steady::now())) +
                    ", \"fence_height\": " + std::to_string(path.height()) +
                    ", \"fence_links\": " + std::to_string(path.links());
+  }
+
+  // SIM_HOLD_S=S: the job runs 1 + S seconds before the stop, every node
+  // beating as agents do; after the first second (each node's first beats
+  // of the round), "steady" and, S seconds later, "held" on stderr mark the
+  // span (bench/scale.py reads node 0's CPU at each).
+  if (const char* hold = std::getenv("SIM_HOLD_S"); hold != nullptr && std::atof(hold) > 0) {
+    const auto run_for = [&](double s) {
+      const auto until = Steady::now() + std::chrono::duration_cast<Steady::duration>(
+                                             std::chrono::duration<double>(s));
+      while (Steady::now() < until) {
+        turn([](size_t) {});
+      }
+    };
+    run_for(1);
+    std::fprintf(stderr, "steady\n");
+    std::fflush(stderr);
+    run_for(std::atof(hold));
+    std::fprintf(stderr, "held\n");
+    std::fflush(stderr);
   }
 
   nodes[0]->link->publish_stop(

@@ -17,6 +17,7 @@ TreeRoom::TreeRoom(AgentTree& tree, StoreLink& link, StoreConnection::Duration b
   m_tree.also_on_lost([this](const std::string&) {
     if (m_through_tree && m_tree.place().parent > 0) {
       m_link.watch_store();  // node 0's store has the verdict too
+      m_link.beat_on(nullptr);
     }
   });
 }
@@ -28,11 +29,27 @@ void TreeRoom::on_joined(const Topology& topology, int node_rank, const RoundSta
   m_through_tree = tree_has_interior_nodes(nnodes, fanout);
   m_round = round.round;
   const int generation = ++*m_generation;
-  if (!m_through_tree || m_tree.place().parent <= 0) {
+  if (!m_through_tree) {
+    return;
+  }
+  const TreePlace& place = m_tree.place();
+  if (!place.children.empty()) {
+    // Node 0 watches its children's heartbeats on its store and counts the
+    // others' starts; an interior node watches its children's on its own
+    // store (on the job's where it could open none: they beat there).
+    const int counted = place.parent < 0 ? nnodes - 1 - static_cast<int>(place.children.size()) : 0;
+    m_link.watch_beats(place.parent < 0 ? nullptr : m_tree.down(), place.children, counted);
+  }
+  if (place.parent <= 0) {
     return;  // node 0 and its children read the verdict on the job's store
   }
+  m_link.beat_up_the_tree();
   m_tree.up([this, generation, r = round.round](StoreConnection* up, const std::string&) {
-    if (generation != *m_generation || up == nullptr) {
+    if (generation != *m_generation) {
+      return;
+    }
+    m_link.beat_on(up);
+    if (up == nullptr) {
       return;  // no parent's store: the job's, as in a small job
     }
     watch_parent(*up, r, generation);

@@ -8,8 +8,10 @@
 // verdict on the job's store again; its read on the parent's store is made
 // again each heartbeat interval, so that a frozen parent (whose last word
 // never comes) fails the link within the heartbeat timeout, as it fails its
-// heartbeats to node 0. Not thread-safe: the agent's loop
-// drives it.
+// heartbeats. Heartbeats go up the same tree (docs/PROTOCOL.md,
+// "Heartbeats up the tree"): a node below node 0's children beats on its
+// parent's store, and each parent watches its children's (node 0 only its
+// own children's). Not thread-safe: the agent's loop drives it.
 #pragma once
 
 #include <memory>

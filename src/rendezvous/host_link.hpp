@@ -2,7 +2,7 @@
 // store. It reads every join record as it arrives and checks it
 // (RendezvousPlanner), answers each agent on its own rdzv/plan/<arrival>,
 // publishes the plan; while the job runs it reads newcomers (a wait, a
-// refusal, or an elastic regroup), watches every node's heartbeat, and at
+// refusal, or an elastic regroup), watches the nodes' heartbeats, and at
 // the end collects every node's results; between rounds it forms each next
 // round. Worker ports come from `pick_port` (a free port; tests give their
 // own). Not thread-safe: the agent's thread drives it.
@@ -36,7 +36,7 @@ class HostLink : public StoreLink {
   void results_sent() override;
   void report_progress(long long waited_s) override;
   void round_starting(const Topology& topology, TimePoint now) override;
-  void on_tick(TimePoint now) override;
+  void all_started() override;
   void preflight_reported() override;
 
  private:
@@ -55,7 +55,6 @@ class HostLink : public StoreLink {
   void take_arrival(int arrival, const std::optional<std::string>& text);
   void maybe_regroup();
   // heartbeats, results and rounds (host_rounds.cpp)
-  void check_heartbeats(const std::vector<std::optional<std::string>>& values, TimePoint now);
   void collect_results();
   void missing_at_restart(int ended, const std::vector<std::optional<std::string>>& results);
   void form_next_round();
@@ -78,9 +77,6 @@ class HostLink : public StoreLink {
   // Every node's first heartbeat of the round was seen: each has started
   // it, so a regroup reaches none still joining it.
   int m_all_started = -1;
-  std::vector<std::string> m_hosts;  // by node rank
-  std::vector<std::pair<long long, TimePoint>> m_last_beat;
-  bool m_check_outstanding = false;
   TimePoint m_preflight_started{};
   bool m_clear_stop = false;  // the next round's stop key holds a left-out node's last word
 };

@@ -1,10 +1,8 @@
-// HostLink while rounds run and end: every node's heartbeat, every node's
+// HostLink while rounds run and end: the nodes' heartbeats, every node's
 // results at the end, and the step from one round to the next (a restart, or
 // an elastic job's regroup: the nodes that remain and those that waited).
 #include <algorithm>
-#include <charconv>
 
-#include "config/integer.hpp"
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
 #include "rendezvous/host_link.hpp"
@@ -19,71 +17,21 @@ using Ms = std::chrono::milliseconds;
 
 }  // namespace
 
-// Node 0 watches every node, and it knows them all.
-void HostLink::round_starting(const Topology& topology, TimePoint t) {
-  m_hosts.assign(static_cast<size_t>(m_nnodes), "");
-  for (const auto& n : topology.nodes) {
-    m_hosts.at(static_cast<size_t>(n.node_rank)) = n.host;
+// Node 0 watches every node's heartbeats (in a round whose heartbeats go
+// up the tree, the agents' TreeRoom narrows it to its children's).
+void HostLink::round_starting(const Topology&, TimePoint) {
+  std::vector<int> every(static_cast<size_t>(m_nnodes));
+  for (int n = 0; n < m_nnodes; ++n) {
+    every[static_cast<size_t>(n)] = n;
   }
-  m_last_beat.assign(static_cast<size_t>(m_nnodes), {-1, t});
-  m_check_outstanding = false;
+  watch_beats(nullptr, std::move(every));
   maybe_regroup();  // nodes that came while this round formed
 }
 
-void HostLink::on_tick(TimePoint) {
-  if (m_check_outstanding) {
-    return;
-  }
-  std::vector<std::string> ks;
-  for (int n = 0; n < m_nnodes; ++n) {
-    ks.push_back(keys::heartbeat(m_round.round, n));
-    ks.push_back(keys::result(m_round.round, n));
-  }
-  m_check_outstanding = true;
-  m_store.multi_get(ks, [this, round = m_round.round](std::vector<std::optional<std::string>> v) {
-    m_check_outstanding = false;
-    if (round == m_round.round && m_phase == Phase::k_running) {
-      check_heartbeats(v, now());
-    }
-  });
-}
-
-// Nodes whose heartbeat counter stopped moving are lost.
-void HostLink::check_heartbeats(const std::vector<std::optional<std::string>>& values,
-                                TimePoint t) {
-  if (m_verdict_delivered) {
-    return;
-  }
-  const auto limit = millis(m_config.heartbeat_timeout_s);
-  bool all_started = true;
-  for (int n = 0; n < m_nnodes; ++n) {
-    const auto& beat = values.at(static_cast<size_t>(2 * n));
-    const bool reported = values.at(static_cast<size_t>(2 * n + 1)).has_value();
-    all_started = all_started && (beat || reported);
-    if (reported) {
-      continue;  // it finished and reported
-    }
-    // A beat that is not a count (a store client's doing) counts as none.
-    const long long count = beat ? parse_integer(*beat).value_or(0) : 0;
-    auto& [last, when] = m_last_beat[static_cast<size_t>(n)];
-    if (count != last) {
-      last = count;
-      when = t;
-    } else if (t - when >= limit) {
-      m_lost.insert(n);  // its results will not come, whichever verdict wins
-      publish_stop(
-          JobVerdict{k_exit_node_lost,
-                     "node " + std::to_string(n) + " (" + m_hosts.at(static_cast<size_t>(n)) +
-                         ") was lost: no heartbeat for " +
-                         std::to_string(static_cast<int>(m_config.heartbeat_timeout_s)) + " s",
-                     std::nullopt, m_node_rank, n});
-      return;
-    }
-  }
-  if (all_started && m_all_started != m_round.round) {
-    m_all_started = m_round.round;
-    maybe_regroup();
-  }
+// Every node started the round: a regroup now reaches each.
+void HostLink::all_started() {
+  m_all_started = m_round.round;
+  maybe_regroup();
 }
 
 void HostLink::results_sent() {
@@ -205,8 +153,8 @@ void HostLink::missing_at_restart(int ended,
   std::string missing;
   for (int n = 0; n < m_nnodes; ++n) {
     if (!m_gone.contains(n) && !results.at(static_cast<size_t>(n))) {
-      missing += (missing.empty() ? "node " : ", node ") + std::to_string(n) + " (" +
-                 m_hosts.at(static_cast<size_t>(n)) + ")";
+      missing +=
+          (missing.empty() ? "node " : ", node ") + std::to_string(n) + " (" + host_of(n) + ")";
       if (m_config.elastic()) {
         m_gone.insert(n);
       }

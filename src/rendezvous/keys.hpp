@@ -59,8 +59,15 @@ inline std::string round_plan(int round) {
 inline std::string round_rank(int round, int arrival) {
   return round_prefix(round) + "rank/" + std::to_string(arrival);
 }
+// Node `node`'s heartbeat counter in round `round`: on the job's store, or,
+// in a round whose heartbeats go up the tree of agents, on its parent's.
 inline std::string heartbeat(int round, int node) {
   return round_prefix(round) + "heartbeat/" + std::to_string(node);
+}
+// In a round whose heartbeats go up the tree: how many nodes below node
+// 0's children have started it (a counter each adds 1 to, once).
+inline std::string started(int round) {
+  return round_prefix(round) + "started";
 }
 inline std::string result(int round, int node) {
   return round_prefix(round) + "result/" + std::to_string(node);

@@ -3,8 +3,11 @@
 // (joining's first steps are in store_link_join.cpp).
 #include "rendezvous/store_link.hpp"
 
+#include <algorithm>
 #include <utility>
 
+#include "cluster/nodelist.hpp"
+#include "config/integer.hpp"
 #include "ddplaunch/error.hpp"
 #include "log.hpp"
 #include "rendezvous/keys.hpp"
@@ -37,6 +40,22 @@ void StoreLink::begin_round(const Topology& topology, int node_rank) {
   m_node_rank = node_rank;
   m_nnodes = topology.nnodes();
   m_next_tick = now();
+  // As many as the plan had (a member's: often its own alone, so that
+  // 16,384 nodes simulated in one process cost no 16,384 names each).
+  m_hosts.clear();
+  for (const auto& n : topology.nodes) {
+    m_hosts.emplace_back(n.node_rank, n.host);
+  }
+  std::sort(m_hosts.begin(), m_hosts.end());
+  m_host_list = topology.host_list;
+  m_beat_to = nullptr;
+  m_beats_held = false;
+  m_count_start = false;
+  m_beat_outstanding = false;
+  ++m_beat_generation;
+  m_watched.clear();
+  m_check_outstanding = false;
+  ++m_watch_generation;
   round_starting(topology, m_next_tick);
   m_listener->on_joined(topology, node_rank, m_round);
   if (auto verdict = std::exchange(m_deferred, std::nullopt)) {
@@ -49,12 +68,152 @@ void StoreLink::tick(TimePoint t) {
   if (m_verdict_delivered) {
     return;
   }
-  if (!m_beat_outstanding) {
-    m_beat_outstanding = true;
-    m_store.add(keys::heartbeat(m_round.round, m_node_rank), 1,
-                [this](int64_t) { m_beat_outstanding = false; });
+  beat();
+  check_beats(t);
+}
+
+// The host as the plan said (a member's plan may carry only its own entry
+// and the host list); empty if it said none.
+std::string StoreLink::host_of(int n) const {
+  const auto it = std::lower_bound(m_hosts.begin(), m_hosts.end(), n,
+                                   [](const auto& entry, int rank) { return entry.first < rank; });
+  std::string host = it != m_hosts.end() && it->first == n ? it->second : "";
+  if (host.empty() && !m_host_list.empty()) {
+    try {
+      const auto hosts = expand_nodelist(m_host_list);
+      if (n >= 0 && n < static_cast<int>(hosts.size())) {
+        host = hosts[static_cast<size_t>(n)];
+      }
+    } catch (const std::exception&) {
+      // not said: the plan was checked when read
+    }
   }
-  on_tick(t);
+  return host;
+}
+
+std::string StoreLink::node_text(int n) const {
+  const std::string host = host_of(n);
+  return "node " + std::to_string(n) + (host.empty() ? "" : " (" + host + ")");
+}
+
+void StoreLink::beat() {
+  if (std::exchange(m_count_start, false)) {
+    m_store.add(keys::started(m_round.round), 1, [](int64_t) {});
+  }
+  if (m_beats_held || m_beat_outstanding) {
+    return;
+  }
+  m_beat_outstanding = true;
+  StoreConnection& to = m_beat_to != nullptr ? *m_beat_to : m_store;
+  to.add(keys::heartbeat(m_round.round, m_node_rank), 1, [this, g = m_beat_generation](int64_t) {
+    if (g == m_beat_generation) {
+      m_beat_outstanding = false;
+    }
+  });
+}
+
+void StoreLink::beat_up_the_tree() {
+  if (m_phase != Phase::k_running) {
+    return;
+  }
+  m_beats_held = true;
+  m_count_start = true;
+}
+
+void StoreLink::beat_on(StoreConnection* to) {
+  if (m_phase != Phase::k_running) {
+    return;
+  }
+  m_beat_to = to;
+  m_beats_held = false;
+  m_beat_outstanding = false;
+  ++m_beat_generation;
+}
+
+void StoreLink::watch_beats(StoreConnection* on, std::vector<int> nodes, int counted) {
+  m_watch_on = on;
+  m_watched = std::move(nodes);
+  m_counted = counted;
+  m_last_beat.assign(m_watched.size(), {-1, now()});
+  m_check_outstanding = false;
+  ++m_watch_generation;
+}
+
+// The watched nodes' heartbeat counters (on the job's store, their results
+// too, and the count of the nodes started below node 0's children).
+void StoreLink::check_beats(TimePoint) {
+  if (m_watched.empty() || m_check_outstanding) {
+    return;
+  }
+  const bool on_job_store = m_watch_on == nullptr;
+  std::vector<std::string> ks;
+  for (const int n : m_watched) {
+    ks.push_back(keys::heartbeat(m_round.round, n));
+    if (on_job_store) {
+      ks.push_back(keys::result(m_round.round, n));
+    }
+  }
+  if (m_counted > 0) {
+    ks.push_back(keys::started(m_round.round));
+  }
+  m_check_outstanding = true;
+  StoreConnection& on = on_job_store ? m_store : *m_watch_on;
+  on.multi_get(ks, [this, g = m_watch_generation](std::vector<std::optional<std::string>> v) {
+    if (g != m_watch_generation) {
+      return;
+    }
+    m_check_outstanding = false;
+    if (m_phase == Phase::k_running) {
+      beats_read(v, now());
+    }
+  });
+}
+
+// Nodes whose heartbeat counter stopped moving are lost.
+void StoreLink::beats_read(const std::vector<std::optional<std::string>>& values, TimePoint t) {
+  if (m_verdict_delivered) {
+    return;
+  }
+  const bool with_results = m_watch_on == nullptr;
+  const size_t stride = with_results ? 2 : 1;
+  const auto limit = millis(m_config.heartbeat_timeout_s);
+  bool every = true;  // every watched node has started the round
+  for (size_t i = 0; i < m_watched.size(); ++i) {
+    const int n = m_watched[i];
+    const auto& beat = values.at(stride * i);
+    const bool reported = with_results && values.at(stride * i + 1).has_value();
+    every = every && (beat || reported);
+    if (reported) {
+      continue;  // it finished and reported
+    }
+    // A beat that is not a count (a store client's doing) counts as none.
+    const long long count = beat ? parse_integer(*beat).value_or(0) : 0;
+    auto& [last, when] = m_last_beat[i];
+    if (count != last) {
+      last = count;
+      when = t;
+    } else if (t - when >= limit) {
+      m_lost.insert(n);  // its results will not come, whichever verdict wins
+      // A parent in the tree other than node 0 says it was the one.
+      const bool parent = m_node_rank != 0;
+      publish_stop(JobVerdict{
+          k_exit_node_lost,
+          node_text(n) + " was lost: no heartbeat for " +
+              std::to_string(static_cast<int>(m_config.heartbeat_timeout_s)) + " s" +
+              (parent ? " reached node " + std::to_string(m_node_rank) + ", its parent in the tree"
+                      : std::string()),
+          std::nullopt, m_node_rank, n});
+      return;
+    }
+  }
+  if (m_counted > 0) {
+    const auto& counter = values.back();
+    every = every && counter && parse_integer(*counter).value_or(0) >= m_counted;
+  }
+  if (every && m_started_told != m_round.round) {
+    m_started_told = m_round.round;
+    all_started();
+  }
 }
 
 void StoreLink::deliver(const JobVerdict& verdict) {

@@ -17,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config.hpp"
@@ -75,6 +76,25 @@ class StoreLink : public JobLink {
   void watch_elsewhere(std::function<void()> done = [] {});
   void watch_store();
 
+  // --- heartbeats up the tree (docs/PROTOCOL.md, "Heartbeats up the tree") ----
+  // Reset at each round's start: this node beats on the job's store, and
+  // node 0 watches every node's beats there.
+  // This node's heartbeats go up the tree for the rest of the round: none
+  // until beat_on() says where (its parent's store), and it counts itself
+  // once on the job's store (keys::started), for node 0's count of the
+  // nodes that started the round.
+  void beat_up_the_tree();
+  // Its heartbeats go to `to` from now on (nullptr: the job's store: its
+  // parent published no store, or its link to it broke). `to` must last the
+  // round.
+  void beat_on(StoreConnection* to);
+  // This node watches the heartbeats of `nodes` in `on` (nullptr: the
+  // job's store, where their results are read too) and publishes the loss
+  // of one whose count stops moving for --heartbeat-timeout; `counted`:
+  // the nodes whose start only the job's store's keys::started counts.
+  // `on` must last the round.
+  void watch_beats(StoreConnection* on, std::vector<int> nodes, int counted = 0);
+
   // The store answered this node's publish_stop() (whichever verdict won).
   bool stop_confirmed() const { return m_stop_confirmed; }
   // This node leaves mid-run without its ranks' outcomes (an internal error):
@@ -111,8 +131,9 @@ class StoreLink : public JobLink {
   virtual void round_starting_soon() {}
   // The running round's verdict arrived (on_verdict() follows).
   virtual void verdict_arrived() {}
-  // A heartbeat tick while the round runs.
-  virtual void on_tick(TimePoint) {}
+  // Every node this one watches, and those keys::started counts, have
+  // started the running round (told once a round).
+  virtual void all_started() {}
 
   // --- shared steps -------------------------------------------------------------
   void watch_verdict();  // parks GET job/<round>/stop
@@ -132,6 +153,9 @@ class StoreLink : public JobLink {
   void store_lost(const StoreConnection::Error& error);
   TimePoint now() const { return m_clock.now(); }
   static std::string seconds_text(double s);
+  // Node `n`'s host in the running round ("" if unknown), and "node N (host)".
+  std::string host_of(int n) const;
+  std::string node_text(int n) const;
 
   const Config& m_config;
   const StoreAddress m_address;
@@ -156,6 +180,9 @@ class StoreLink : public JobLink {
   TimePoint m_round_deadline{};  // by when the next round must start
   int m_node_rank = -1;
   int m_nnodes = 0;
+  // The running round's hosts the plan named, by node rank, sorted.
+  std::vector<std::pair<int, std::string>> m_hosts;
+  std::string m_host_list;  // the running round's plan's, where it had one
   std::vector<RankOutcome> m_local;
   NetworkProbe* m_probe = nullptr;
   // The topology of the round that waits for the network preflight.
@@ -182,8 +209,28 @@ class StoreLink : public JobLink {
   void probe_peers(std::vector<std::optional<std::string>> endpoints, std::vector<int> peers);
   void probed(const std::vector<ProbeFailure>& failures);
 
+  // Heartbeats: where this node's go (nullptr: the job's store), whether
+  // they wait for beat_on(), whether its start is still to be counted;
+  // each switch a new generation, so that an ADD lost with its connection
+  // does not hold the next back.
+  void beat();
+  void check_beats(TimePoint now);
+  void beats_read(const std::vector<std::optional<std::string>>& values, TimePoint now);
   TimePoint m_next_tick{};
+  StoreConnection* m_beat_to = nullptr;
+  bool m_beats_held = false;
+  bool m_count_start = false;
   bool m_beat_outstanding = false;
+  int m_beat_generation = 0;
+  // The heartbeats this node watches: where, whose, each one's last count
+  // and when it moved; results read beside them on the job's store.
+  StoreConnection* m_watch_on = nullptr;
+  std::vector<int> m_watched;
+  std::vector<std::pair<long long, TimePoint>> m_last_beat;
+  int m_counted = 0;
+  int m_watch_generation = 0;
+  bool m_check_outstanding = false;
+  int m_started_told = -1;                     // the round all_started() was told of
   std::optional<TimePoint> m_finish_deadline;  // a member waits this long for its ack
   std::optional<TimePoint> m_rejoin_at;        // when a closed connection is made anew
   std::chrono::milliseconds m_rejoin_backoff{50};

@@ -152,6 +152,54 @@ def test_a_frozen_interior_node_is_lost_and_its_children_still_hear_the_verdict(
         procs[4].communicate()
 
 
+def test_a_frozen_leaf_below_node_0s_children_is_found_lost_by_its_parent(jobs):
+    """Seven nodes of fan-out 2, a heartbeat timeout of 3 s: nodes 5 and 6
+    beat on node 4's store, not node 0's, and node 4 watches them. Node 5's
+    agent is frozen with SIGSTOP: node 4 finds it lost and says so, and
+    every other node ends with exit 4 naming node 5."""
+    port = free_port()
+    procs = [jobs.start(["--nnodes", 7, "--node-rank", n, "--master-port", port,
+                         "--tree-fanout", 2, "--heartbeat-timeout", 3, "--log-level", "debug",
+                         "--", "sleep", "600"]) for n in range(7)]
+    lines = read_until(procs[5].stderr, "reads the verdict of round 0 on its parent")
+    assert lines and "on its parent" in lines[-1], lines
+    procs[5].send_signal(signal.SIGSTOP)
+    try:
+        for n in (0, 1, 2, 3, 4, 6):
+            out, err = procs[n].communicate(timeout=60)
+            assert procs[n].returncode == 4, (n, err)
+            assert re.search(r"job failed: node 5 \(.*\) was lost: no heartbeat for 3 s reached "
+                             r"node 4, its parent in the tree", err), (n, err)
+    finally:
+        procs[5].send_signal(signal.SIGKILL)
+        procs[5].communicate()
+
+
+def test_a_frozen_node_0_ends_every_node_down_the_tree(jobs):
+    """Seven nodes of fan-out 2, a heartbeat timeout of 3 s: node 0's agent
+    (the job's store) is frozen with SIGSTOP. Nodes 2, 3, 5 and 6 send node
+    0 nothing while the round runs (their heartbeats go to their parents):
+    node 0's children find its store silent within the heartbeat timeout
+    and hand that verdict down, and every node ends with exit 4 saying it
+    lost the store; none waits for ever."""
+    port = free_port()
+    procs = [jobs.start(["--nnodes", 7, "--node-rank", n, "--master-port", port,
+                         "--tree-fanout", 2, "--heartbeat-timeout", 3, "--log-level", "debug",
+                         "--", "sleep", "600"]) for n in range(7)]
+    for n in (2, 3, 5, 6):
+        lines = read_until(procs[n].stderr, "reads the verdict of round 0 on its parent")
+        assert lines and "on its parent" in lines[-1], (n, lines)
+    procs[0].send_signal(signal.SIGSTOP)
+    try:
+        for n in range(1, 7):
+            out, err = procs[n].communicate(timeout=60)
+            assert procs[n].returncode == 4, (n, err)
+            assert "lost contact with the store" in err, (n, err)
+    finally:
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].communicate()
+
+
 def _mpi4py():
     return subprocess.run([TORCH_PYTHON, "-c", "import mpi4py"], capture_output=True).returncode == 0
 

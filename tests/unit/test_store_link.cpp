@@ -148,16 +148,25 @@ class StoreLinkTest : public ::testing::Test {
           any = true;
         }
       }
+      for (FakeConnection* c : extra) {
+        while (c->deliver_one()) {
+          any = true;
+        }
+      }
     }
   }
-  // Moves the clock: parked requests time out, the links' timers run.
-  void advance(std::chrono::milliseconds d, bool tick_members = true) {
+  // Connections to other stores (an interior node's in the tree of agents)
+  // that settle() delivers too.
+  std::vector<FakeConnection*> extra;
+  // Moves the clock: parked requests time out, the links' timers run (but
+  // the members', without `tick_members`, and agent `silent`'s).
+  void advance(std::chrono::milliseconds d, bool tick_members = true, size_t silent = SIZE_MAX) {
     const auto end = clock.t + d;
     while (clock.t < end) {
       clock.t = std::min(end, clock.t + 250ms);
       store.route(store.core.expire(clock.t));
       for (size_t i = 0; i < agents.size(); ++i) {
-        if (i == 0 || tick_members) {
+        if ((i == 0 || tick_members) && i != silent) {
           agents[i]->link->on_time(clock.t);
         }
       }
@@ -670,6 +679,105 @@ TEST_F(StoreLinkTest, NodeZeroFindsASilentNodeLostAfterTheHeartbeatTimeout) {
   ASSERT_EQ(host().heard.verdicts.size(), 1u);
   EXPECT_EQ(host().heard.verdicts[0].lost, 1);
   EXPECT_NE(host().heard.verdicts[0].message.find("no heartbeat for 10 s"), std::string::npos);
+}
+
+// Heartbeats up the tree of agents, as TreeRoom arranges them for three
+// nodes of fan-out 1: node 0 watches node 1 on the job's store and counts
+// node 2's start there; node 2 beats on node 1's own store, where node 1
+// watches it.
+class BeatsUpTheTree : public StoreLinkTest {
+ protected:
+  FakeStore tree_store{clock};  // node 1's, for its child
+  FakeConnection down{tree_store};
+  FakeConnection up{tree_store};
+
+  void SetUp() override {
+    config.nnodes = 3;
+    add(true);
+    add(false);
+    add(false);
+    for (auto& a : agents) {
+      a->join();
+    }
+    settle();
+    ASSERT_TRUE(host().heard.joined() && member(2).heard.joined());
+    ASSERT_EQ(member(2).heard.node_rank, 2);
+    extra = {&down, &up};
+    host().link->watch_beats(nullptr, {1}, 1);
+    member(1).link->watch_beats(&down, {2});
+    member(2).link->beat_up_the_tree();
+    member(2).link->beat_on(&up);
+  }
+};
+
+TEST_F(BeatsUpTheTree, NodeZeroReadsItsChildrensBeatsAndTheirParentsTheRest) {
+  advance(5s);
+  EXPECT_TRUE(host().heard.verdicts.empty());
+  EXPECT_FALSE(store.value(keys::heartbeat(0, 2))) << "node 2's beats do not reach node 0's store";
+  EXPECT_TRUE(tree_store.value(keys::heartbeat(0, 2)));
+  EXPECT_EQ(store.value(keys::started(0)), "1") << "counted once, not each beat";
+  const int read = host().conn.values_read;
+  advance(5s);
+  // Each second: node 1's beat, its result and the started count.
+  EXPECT_LE(host().conn.values_read - read, 5 * 3 + 3);
+}
+
+TEST_F(BeatsUpTheTree, AParentFindsItsSilentChildLostAndEveryNodeHearsIt) {
+  advance(3s);
+  advance(12s, true, /*silent=*/2);
+  ASSERT_EQ(host().heard.verdicts.size(), 1u);
+  const JobVerdict& v = host().heard.verdicts[0];
+  EXPECT_EQ(v.lost, 2);
+  EXPECT_EQ(v.node, 1) << "its parent published it";
+  EXPECT_EQ(v.exit_code, k_exit_node_lost);
+  EXPECT_NE(v.message.find("node 2 (h2) was lost: no heartbeat for 10 s reached node 1, its "
+                           "parent in the tree"),
+            std::string::npos)
+      << v.message;
+  EXPECT_EQ(member(1).heard.verdicts.size(), 1u);
+}
+
+TEST_F(BeatsUpTheTree, ANodeWhoseLinkToItsParentBrokeBeatsOnTheJobsStore) {
+  advance(2s);
+  up.fail(StoreConnection::Failure::k_lost, "gone");
+  member(2).link->beat_on(nullptr);
+  advance(2s);
+  EXPECT_TRUE(store.value(keys::heartbeat(0, 2)));
+}
+
+// An elastic 3:4 job regroups to admit a fourth node only once every node
+// started the round: node 2's start is known to node 0 by the count alone.
+TEST_F(StoreLinkTest, NodeZeroRegroupsOnlyOnceTheNodesBelowItsChildrenAreCounted) {
+  config.nnodes_min = 3;
+  config.nnodes = 4;
+  config.max_restarts = 1;
+  config.rdzv_last_call_s = 1;
+  for (int i = 0; i < 3; ++i) {
+    add(i == 0).join();
+  }
+  settle();
+  while (!host().heard.joined()) {
+    advance(250ms);
+  }
+  ASSERT_EQ(host().heard.topology->nnodes(), 3);
+  FakeStore tree_store{clock};
+  FakeConnection down{tree_store};
+  FakeConnection up{tree_store};
+  extra = {&down, &up};
+  const size_t deep = member(1).heard.node_rank == 2 ? 1 : 2;
+  const size_t child = 3 - deep;
+  host().link->watch_beats(nullptr, {1}, 1);
+  member(child).link->watch_beats(&down, {2});
+  member(deep).link->beat_up_the_tree();
+  member(deep).link->beat_on(&up);
+  add(false).join();
+  settle();
+  EXPECT_FALSE(agents.back()->link->admitted()) << "it waits";
+  advance(3s, true, /*silent=*/deep);
+  EXPECT_TRUE(host().heard.verdicts.empty()) << "node 2 has not started, as far as node 0 knows";
+  advance(2s);
+  ASSERT_EQ(host().heard.verdicts.size(), 1u);
+  EXPECT_TRUE(host().heard.verdicts[0].regroup);
 }
 
 TEST_F(StoreLinkTest, NodeZeroGathersEveryNodesResults) {
