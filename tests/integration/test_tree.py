@@ -200,6 +200,45 @@ def test_a_frozen_node_0_ends_every_node_down_the_tree(jobs):
         procs[0].communicate()
 
 
+def test_a_restarted_round_beats_up_its_own_tree(jobs):
+    """Seven nodes of fan-out 2, a heartbeat timeout of 3 s, one restart:
+    rank 6 fails in round 0; in round 1 every node runs for 5 s, longer
+    than the timeout, with its heartbeats going up round 1's tree (new
+    links to the parents' stores): no node is taken for lost, and the job
+    ends 0."""
+    program = ('[ "$TORCHELASTIC_RESTART_COUNT" = 1 ] && { sleep 5; exit 0; }; '
+               '[ "$GROUP_RANK" = 6 ] && exit 3; exec sleep 600')
+    r = jobs.run([*SEVEN, "--tree-fanout", 2, "--heartbeat-timeout", 3, "--max-restarts", 1,
+                  "--log-level", "debug", "--", "sh", "-c", program], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "was lost" not in r.stderr, r.stderr
+    reading = set(re.findall(r"tree: node (\d) reads the verdict of round 1 on its parent", r.stderr))
+    assert reading == {"2", "3", "5", "6"}, r.stderr
+
+
+def test_an_elastic_tree_job_admits_a_late_node_once_every_node_has_started(jobs):
+    """An elastic 7:8 job of fan-out 2: node 0 hears its children's
+    heartbeats and counts the four nodes below them as they start; once all
+    have, it regroups for an eighth node that came, and round 1 runs on
+    eight nodes."""
+    port = free_port()
+    program = ["sh", "-c", 'echo "start ws=$WORLD_SIZE group=$GROUP_RANK"; '
+                           '[ "$WORLD_SIZE" != 7 ] || exec sleep 600']
+    line = ["--nnodes", "7:8", "--master-port", port, "--tree-fanout", 2, "--max-restarts", 1,
+            "--rdzv-last-call", 0, "--rdzv-timeout", 60, "--", *program]
+    first = [jobs.start(line) for _ in range(7)]
+    for p in first:
+        read_until(p.stdout, "ws=7")
+    late = jobs.start(line)
+    outs = []
+    for p in first + [late]:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert "start ws=8" in out, (out, err)
+        outs.append(out)
+    assert "group=7" in outs[-1], "the newcomer is the last node"
+
+
 def _mpi4py():
     return subprocess.run([TORCH_PYTHON, "-c", "import mpi4py"], capture_output=True).returncode == 0
 
