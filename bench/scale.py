@@ -12,8 +12,10 @@ listener, its connects to its peers, its report). Per N, twice: as started
 by default, then with --no-preflight; the difference is the preflight's own
 cost. Columns: rendezvous time (the first join to the last node's start,
 the preflight included), node 0's peak RSS (VmHWM: the store and the
-agent), CPU time (user + system, the whole run but the --hold seconds) and the
-fds it held at the end of rendezvous (/proc/PID/fd), and failure propagation (node 1 publishes
+agent), CPU time (user + system: until every node runs, as /proc says once
+the simulator has seen the last node's plan, and the whole run but the
+--hold seconds) and the fds it held at the end of rendezvous
+(/proc/PID/fd), and failure propagation (node 1 publishes
 a stop with exit 7: until every node reading node 0's store has the
 verdict, which past 9 nodes is node 0's children, each then handing it to
 its subtree in memory as the tree of agents does (bench/sim_nodes.cpp);
@@ -63,7 +65,7 @@ def one(build, nnodes, nproc, preflight=True, hold=5.0, sim_path=None):
     label = f"{nnodes} x {nproc} ({nnodes * nproc:,} ranks){'' if preflight else ', --no-preflight'}"
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if nnodes + 1024 > limit:
-        return f"| {label} | not run: node 0 and the simulator need about {nnodes + 1024} fds each, the hard limit is {limit} | | | | | | | |"
+        return f"| {label} | not run: node 0 and the simulator need about {nnodes + 1024} fds each, the hard limit is {limit} | | | | | | | | |"
     port = free_port()
     # A loopback address of the run's own: the last run's connections wait
     # in TIME_WAIT, and 16,384 new ones from one address to one port find
@@ -102,7 +104,7 @@ def one(build, nnodes, nproc, preflight=True, hold=5.0, sim_path=None):
         watcher = threading.Thread(target=watch_node0, daemon=True)
         watcher.start()
         # node 0's fds once every node has joined: sim_nodes says so on stderr.
-        fds, probes, steady, held_cpu = None, "?", None, 0.0
+        fds, probes, steady, held_cpu, cpu_running = None, "?", None, 0.0, None
         held_from = None
         for line in sim.stderr:
             if line.startswith("progress: "):  # SIM_PROGRESS=1: each second, as it comes
@@ -111,6 +113,7 @@ def one(build, nnodes, nproc, preflight=True, hold=5.0, sim_path=None):
                 probes = line.split(": ")[1].strip()
             if line.startswith("joined"):
                 fds = len(os.listdir(f"/proc/{node0.pid}/fd"))
+                cpu_running = cpu_seconds(node0.pid)
                 if hold <= 0:
                     break
             if line.startswith("steady"):
@@ -130,7 +133,7 @@ def one(build, nnodes, nproc, preflight=True, hold=5.0, sim_path=None):
             why = node0_err.strip() if node0_gone.is_set() and node0.returncode != -9 else err.strip()
             # Node 0's own words, not its report of each worker it stopped.
             why = " ".join(l for l in why.splitlines() if "killed by signal" not in l)
-            return f"| {label} | failed: {why[-300:]} | | | | | | | |"
+            return f"| {label} | failed: {why[-300:]} | | | | | | | | |"
         r = json.loads(out)
         # Node 0's peak from its rusage (its workers are `sleep`): the line
         # runs as a user types it, with no --summary-json (which at 131,072
@@ -146,7 +149,7 @@ def one(build, nnodes, nproc, preflight=True, hold=5.0, sim_path=None):
                    else f"{r['verdict_s'] * 1000:.1f} ms")
         steady_text = f"{steady * 100:.1f}%" if steady is not None else "not held"
         return (f"| {label} | {r['joined_s']:.2f} s | {rss:.1f} MiB "
-                f"| {cpu:.2f} s | {steady_text} | {fds:,} "
+                f"| {cpu_running:.2f} s | {cpu:.2f} s | {steady_text} | {fds:,} "
                 f"| {r['verdict_s'] * 1000:.1f} ms (exit {r['verdict_code']}) "
                 f"| {handled} | {node0.returncode} |")
 
@@ -162,10 +165,10 @@ def main():
                     help="seconds the job runs before the stop (node 0's steady-state CPU)")
     ap.add_argument("--sim", help="the simulator to use (default: the build's bench/sim_nodes)")
     args = ap.parse_args()
-    print("| nodes x workers | rendezvous | node 0 peak RSS | node 0 CPU | node 0 CPU while "
-          "running | node 0 fds | stop reaches every node "
+    print("| nodes x workers | rendezvous | node 0 peak RSS | node 0 CPU until running "
+          "| node 0 CPU | node 0 CPU while running | node 0 fds | stop reaches every node "
           "| the simulator has handled it for every node | node 0 exit |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n in args.nodes:
         print(one(args.build, n, args.nproc, hold=args.hold, sim_path=args.sim), flush=True)
         if not args.defaults_only:
