@@ -21,7 +21,10 @@
 // what the fd limit allows (beside one connection per node and room for the
 // connects in flight) have no probe, as an agent short of descriptors, and
 // report that they probed nothing; the others then do not probe them. The
-// count is printed ("probes: K of N").
+// count is printed ("probes: K of N"). Past the plan's fan-out + 1 nodes the
+// reports go up the tree of agents as agents send them: node 0's children
+// report on node 0's store for their subtrees, the nodes below them to
+// their parents, in memory here.
 //
 // COMMAND is node 0's program and arguments joined by spaces, as the agents
 // compare them. Node 1 publishes a stop with exit code 7 once every node has
@@ -31,10 +34,10 @@
 // children (real connections) hand it to their subtrees in memory: the
 // links below them are not simulated. Their heartbeats go up the tree too:
 // each counts its start once on node 0's store and beats on its parent's,
-// in memory here (SIM_VERDICT_TREE=0: every node reads the verdict, and
-// beats, on node 0's store; SIM_BEAT_TREE=0: the verdict down the tree, the
-// heartbeats to node 0's store, as agents before heartbeats went up the
-// tree). Prints one line of JSON when done:
+// in memory here (SIM_VERDICT_TREE=0: every node reads the verdict, beats
+// and reports its preflight on node 0's store; SIM_BEAT_TREE=0: the
+// verdict down the tree, the heartbeats to node 0's store, as agents
+// before heartbeats went up the tree). Prints one line of JSON when done:
 //   {"joined_s": ..., "verdict_s": ..., "verdict_handled_s": ...,
 //    "verdict_code": ..., "finished_s": ...}
 // joined_s: from the first join to the last node's plan; verdict_s: from node
@@ -122,6 +125,25 @@ struct State {
   std::string error;
 };
 
+// A parent's store in the tree of agents below node 0's children, in
+// memory: every request is answered at once (the preflight report a node
+// sends its parent). Never fails.
+class ParentInMemory : public StoreConnection {
+ public:
+  void set_failure_handler(FailureHandler) override {}
+  bool failed() const override { return false; }
+  const Error& last_error() const override { return m_error; }
+  bool connecting() const override { return false; }
+  int attempts() const override { return 1; }
+  bool idle() const override { return true; }
+  void reconnect(Duration) override {}
+  void request(std::string, Duration, Callback callback) override { callback(protocol::Reply{}); }
+
+ private:
+  Error m_error;
+};
+ParentInMemory g_parent_in_memory;
+
 // One simulated agent: its connection and its link, as launch.cpp builds them.
 struct AgentNode : JobLink::Listener {
   Config config;
@@ -179,6 +201,25 @@ struct AgentNode : JobLink::Listener {
     link->on_time(now);
   }
 
+  // The preflight's reports up the tree (agent/tree_room.hpp), past the
+  // plan's fan-out + 1 nodes: node 0's children report on node 0's store,
+  // each for its subtree, whose reports it has in memory; a node below them
+  // reports to its parent in memory (SIM_VERDICT_TREE=0: every node on
+  // node 0's store, as agents before the tree).
+  void on_preflight_start(const Topology& topology, int node_rank, const RoundStart&) override {
+    const int nnodes = topology.nnodes();
+    const int fanout = topology.tree_fanout;
+    const char* tree = std::getenv("SIM_VERDICT_TREE");
+    if ((tree != nullptr && std::string(tree) == "0") || !tree_has_interior_nodes(nnodes, fanout)) {
+      return;
+    }
+    TreePlace place = tree_place(node_rank, nnodes, fanout);
+    place.children.clear();  // in memory
+    link->preflight_through_tree(place, tree_height(nnodes, fanout), nullptr);
+    if (place.parent > 0) {
+      link->report_to(&g_parent_in_memory);
+    }
+  }
   void on_joined(const Topology& topology, int, const RoundStart&) override {
     state.joined = true;
     state.tree_fanout = topology.tree_fanout;

@@ -146,6 +146,8 @@ class Agent : public JobLink::Listener, public RoundView {
   void on_not_needed(int exit_code, const std::string& message) override;
   void on_verdict(const JobVerdict& verdict) override;
   void on_finished(std::vector<RankOutcome> ranks) override;
+  void on_preflight_start(const Topology& topology, int node_rank,
+                          const RoundStart& round) override;
   void on_preflight(int node_rank, double seconds,
                     const std::vector<std::string>& blocked) override;
 

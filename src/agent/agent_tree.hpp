@@ -1,7 +1,9 @@
 // AgentTree: this agent's links in the tree of agents (topology/tree.hpp),
 // which the PMIx fences across every node of a round, its verdict and
-// `ddplaunch status` travel. Each round's tree is begun when its nodes meet
-// (TreeRoom); a fence finds it begun. An interior node keeps a store of its
+// `ddplaunch status` travel, and its heartbeats and the first round's
+// network preflight reports go up. Each round's tree is begun when its
+// nodes meet, or when the preflight starts (TreeRoom); a fence finds it
+// begun. An interior node keeps a store of its
 // own for its children: a StoreServer with the job's token, so that its
 // links are authenticated, sealed and bounded exactly as the job's store's
 // connections are, bound to every address as the network preflight's

@@ -40,6 +40,10 @@ RoundView::Rank Agent::rank(size_t i) const {
   return r;
 }
 
+void Agent::on_preflight_start(const Topology& topology, int node_rank, const RoundStart& round) {
+  tell(&RoundObserver::on_preflight_start, topology, node_rank, round);
+}
+
 void Agent::on_preflight(int node_rank, double seconds, const std::vector<std::string>& blocked) {
   tell(&RoundObserver::on_preflight, node_rank, seconds, blocked);
 }

@@ -75,6 +75,14 @@ class RoundObserver {
     (void)node_rank;
     (void)round;
   }
+  // The nodes met and this node's network preflight starts (before
+  // on_joined(), which follows if it passes).
+  virtual void on_preflight_start(const Topology& topology, int node_rank,
+                                  const RoundStart& round) {
+    (void)topology;
+    (void)node_rank;
+    (void)round;
+  }
   // This node's workers of the view's round started (the view has them).
   virtual void on_round_start() {}
   // Local rank `local_rank` ended (the view has its end).

@@ -22,6 +22,30 @@ TreeRoom::TreeRoom(AgentTree& tree, StoreLink& link, StoreConnection::Duration b
   });
 }
 
+// The preflight's reports up the tree: the round's tree begun now, not
+// once the preflight passed (on_joined() finds it begun).
+void TreeRoom::on_preflight_start(const Topology& topology, int node_rank,
+                                  const RoundStart& round) {
+  const int nnodes = topology.nnodes();
+  const int fanout = topology.tree_fanout;
+  if (!tree_has_interior_nodes(nnodes, fanout)) {
+    return;
+  }
+  m_tree.begin_round(tree_round_name(round), node_rank, nnodes, fanout);
+  const TreePlace& place = m_tree.place();
+  m_link.preflight_through_tree(place, tree_height(nnodes, fanout),
+                                place.parent < 0 ? nullptr : m_tree.down());
+  if (place.parent <= 0) {
+    return;  // node 0's children report on the job's store
+  }
+  const int generation = ++*m_generation;
+  m_tree.up([this, generation](StoreConnection* up, const std::string&) {
+    if (generation == *m_generation) {
+      m_link.report_to(up);
+    }
+  });
+}
+
 void TreeRoom::on_joined(const Topology& topology, int node_rank, const RoundStart& round) {
   const int nnodes = topology.nnodes();
   const int fanout = topology.tree_fanout;

@@ -11,7 +11,9 @@
 // heartbeats. Heartbeats go up the same tree (docs/PROTOCOL.md,
 // "Heartbeats up the tree"): a node below node 0's children beats on its
 // parent's store, and each parent watches its children's (node 0 only its
-// own children's). Not thread-safe: the agent's loop drives it.
+// own children's). So do the network preflight's reports, the tree begun
+// when the preflight starts: each interior node gathers its children's and
+// reports them with its own. Not thread-safe: the agent's loop drives it.
 #pragma once
 
 #include <memory>
@@ -34,6 +36,8 @@ class TreeRoom : public RoundObserver {
   TreeRoom(AgentTree& tree, StoreLink& link, StoreConnection::Duration beat);
 
   // RoundObserver
+  void on_preflight_start(const Topology& topology, int node_rank,
+                          const RoundStart& round) override;
   void on_joined(const Topology& topology, int node_rank, const RoundStart& round) override;
   void on_verdict(const JobVerdict& verdict) override;
 

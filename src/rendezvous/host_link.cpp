@@ -197,49 +197,27 @@ void HostLink::publish_probe_endpoints(const Topology& topology) {
 
 // Every node's report, until the preflight's deadline: go when no path is
 // blocked, else the job ends on every node with the blocked paths (exit 3).
-void HostLink::preflight_reported() {
-  std::vector<std::string> reports;
-  for (int n = 0; n < m_nnodes; ++n) {
-    reports.push_back(keys::probed(n));
-  }
-  const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(m_preflight_deadline - now()));
-  m_store.wait(reports, wait, [this, reports](bool) {
-    m_store.multi_get(reports, [this](std::vector<std::optional<std::string>> values) {
-      gather_preflight(values);
-    });
-  });
-}
-
-void HostLink::gather_preflight(const std::vector<std::optional<std::string>>& values) {
+// Every node's report is in node 0's (through the tree, its children's
+// for their subtrees), or its time to gather is up.
+void HostLink::preflight_gathered(ProbeReport report) {
   if (m_phase != Phase::k_joining || m_verdict_delivered) {
     return;
   }
-  std::vector<std::string> blocked;
-  for (int n = 0; n < m_nnodes; ++n) {
-    const auto& v = values.at(static_cast<size_t>(n));
-    const std::string who = "node " + std::to_string(n) + " (" + m_planner->member(n).host + ")";
-    if (!v) {
-      blocked.push_back(who + " did not finish its network preflight within " +
-                        seconds_text(2 * m_config.preflight_timeout_s + 5) + " s");
-      continue;
-    }
-    try {
-      const auto lines = decode_probe_report(*v);
-      blocked.insert(blocked.end(), lines.begin(), lines.end());
-    } catch (const RecordError& e) {
-      blocked.push_back(who + " reported a malformed network preflight: " + e.what());
-    }
-  }
-  if (blocked.empty()) {
+  if (report.blocked.empty() && report.more == 0) {
     log::debug("network preflight: every path is open ({} nodes, {} ms)", m_nnodes,
                std::chrono::duration_cast<Ms>(now() - m_preflight_started).count());
     m_store.set(keys::k_preflight, "ok", [this] { preflight_passed(); });
     return;
   }
-  std::string message = "network preflight: " + blocked.front();
-  if (blocked.size() > 1) {
-    message += " (and " + std::to_string(blocked.size() - 1) + " more path" +
-               (blocked.size() == 2 ? "" : "s") + ": each node's log names its own)";
+  if (report.blocked.empty()) {  // a count alone (a malformed report's)
+    report.blocked.push_back(std::to_string(report.more) + " blocked paths");
+    report.more = 0;
+  }
+  const long long others = static_cast<long long>(report.blocked.size()) - 1 + report.more;
+  std::string message = "network preflight: " + report.blocked.front();
+  if (others > 0) {
+    message += " (and " + std::to_string(others) + " more path" + (others == 1 ? "" : "s") +
+               ": each node's log names its own)";
   }
   message +=
       "; open the path (a firewall, a security group, the interface gloo and NCCL use: "
@@ -270,17 +248,24 @@ void HostLink::report_progress(long long waited) {
     return;
   }
   if (m_preflight_topology) {
-    // Every node has joined: what is awaited is their preflight reports.
+    if (m_verdict_delivered) {
+      return;  // it ended
+    }
+    // Every node has joined: what is awaited is their preflight reports
+    // (past --tree-fanout + 1 nodes, node 0's children's, each for its
+    // subtree).
     std::vector<std::string> reports;
-    for (int n = 0; n < m_nnodes; ++n) {
+    for (const int n : m_pf_children) {
       reports.push_back(keys::probed(n));
     }
     m_store.multi_get(reports, [this, waited](std::vector<std::optional<std::string>> values) {
       std::vector<std::string> missing;
-      for (size_t n = 0; n < values.size(); ++n) {
-        if (!values[n]) {
-          missing.push_back("node " + std::to_string(n) + " (" +
-                            m_planner->member(static_cast<int>(n)).host + ")");
+      if (!m_pf_probed) {
+        missing.push_back(node_text(m_node_rank));  // its own probes still run
+      }
+      for (size_t i = 0; i < values.size() && i < m_pf_children.size(); ++i) {
+        if (!values[i]) {
+          missing.push_back(node_text(m_pf_children[i]));
         }
       }
       std::string named;
@@ -290,8 +275,12 @@ void HostLink::report_progress(long long waited) {
       if (missing.size() > 4) {
         named += " and " + std::to_string(missing.size() - 4) + " more";
       }
-      log::info("network preflight: waiting for the nodes' reports: {} of {} in{} ({} s)",
-                m_nnodes - static_cast<int>(missing.size()), m_nnodes,
+      const size_t awaited = m_pf_children.size() + 1;  // node 0's own too
+      const bool tree = static_cast<int>(awaited) < m_nnodes;
+      log::info("network preflight: waiting for the {}: {} of {} in{} ({} s)",
+                tree ? "reports of node 0 and its children in the tree, each for its subtree"
+                     : "nodes' reports",
+                awaited - missing.size(), awaited,
                 missing.empty() ? "" : " (missing: " + named + ")", waited);
     });
     return;

@@ -37,7 +37,7 @@ class HostLink : public StoreLink {
   void report_progress(long long waited_s) override;
   void round_starting(const Topology& topology, TimePoint now) override;
   void all_started() override;
-  void preflight_reported() override;
+  void preflight_gathered(ProbeReport report) override;
 
  private:
   // joining (host_link.cpp)
@@ -48,7 +48,6 @@ class HostLink : public StoreLink {
   void refuse(int arrival, const std::string& why);  // that node alone
   void publish_plan(RoundAssignment plan);
   void publish_probe_endpoints(const Topology& topology);
-  void gather_preflight(const std::vector<std::optional<std::string>>& reports);
   int worker_port();
   // while the job runs (host_link.cpp)
   void watch_arrivals();  // the next node to join the running job

@@ -49,6 +49,15 @@ class JobLink {
     // finish() is done: the ranks known here, by rank (node 0: every node's
     // that reported; other nodes: their own).
     virtual void on_finished(std::vector<RankOutcome> ranks) = 0;
+    // The round's nodes met and this node's network preflight starts (the
+    // first round, with node 0's --preflight): on_joined() follows if it
+    // passes.
+    virtual void on_preflight_start(const Topology& topology, int node_rank,
+                                    const RoundStart& round) {
+      (void)topology;
+      (void)node_rank;
+      (void)round;
+    }
     // This node's (`node_rank`'s) network preflight probes ended after `seconds`: the paths
     // from here found blocked (empty: every one is open). The job's go or
     // stop comes after, from node 0.

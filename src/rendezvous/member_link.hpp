@@ -30,6 +30,7 @@ class MemberLink : public StoreLink {
   void round_starting(const Topology& topology, TimePoint now) override;
   void round_starting_soon() override;
   void verdict_arrived() override;
+  void preflight_gathered(ProbeReport report) override { send_report(std::move(report)); }
   void preflight_reported() override;
 
  private:

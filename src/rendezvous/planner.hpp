@@ -23,7 +23,7 @@ namespace ddplaunch {
 // the plan's preflight, rdzv/probe*). 8: the plan's job id (the PMIx
 // namespace), an admission's job exit code. 9: join records stored by
 // compare-and-set; an arrival given up ("vacant") is passed over.
-inline constexpr int k_rendezvous_version = 9;
+inline constexpr int k_rendezvous_version = 10;
 
 // What one agent says about itself when it joins (docs/PROTOCOL.md).
 struct JoinRecord {

@@ -299,14 +299,40 @@ ProbeEndpoint decode_probe_endpoint(std::string_view text) {
   });
 }
 
-std::string encode_probe_report(const std::vector<std::string>& blocked) {
-  return json_text({{"blocked", blocked}});
+std::string encode_probe_report(const ProbeReport& report) {
+  if (report.more > 0) {
+    return json_text({{"blocked", report.blocked}, {"more", report.more}});
+  }
+  return json_text({{"blocked", report.blocked}});
 }
 
-std::vector<std::string> decode_probe_report(std::string_view text) {
+ProbeReport decode_probe_report(std::string_view text) {
   return parse_record(text, "probe report", [](const json& j) {
-    return j.at("blocked").get<std::vector<std::string>>();
+    ProbeReport r;
+    r.blocked = j.at("blocked").get<std::vector<std::string>>();
+    if (j.contains("more")) {
+      r.more = json_int(j.at("more"));
+      if (r.more < 0) {
+        throw RecordError("malformed probe report: a negative count of more paths");
+      }
+    }
+    if (r.blocked.size() > ProbeReport::k_report_lines) {
+      throw RecordError("malformed probe report: more than " +
+                        std::to_string(ProbeReport::k_report_lines) + " lines");
+    }
+    return r;
   });
+}
+
+void add_to_report(ProbeReport& into, const std::vector<std::string>& lines, long long more) {
+  for (const auto& line : lines) {
+    if (into.blocked.size() < ProbeReport::k_report_lines) {
+      into.blocked.push_back(line);
+    } else {
+      ++into.more;
+    }
+  }
+  into.more += more;
 }
 
 std::string encode_admission(const Admission& a) {

@@ -52,10 +52,21 @@ TopologyRecord decode_plan(std::string_view text);
 // rdzv/probe/<node rank>: a node's probe listener (the network preflight).
 std::string encode_probe_endpoint(const ProbeEndpoint& endpoint);
 ProbeEndpoint decode_probe_endpoint(std::string_view text);
-// rdzv/probed/<node rank>: what that node's probes found: one line per
-// blocked path (describe_blocked()); none when every path was open.
-std::string encode_probe_report(const std::vector<std::string>& blocked);
-std::vector<std::string> decode_probe_report(std::string_view text);
+// rdzv/probed/<node rank>: what that node's probes found, and, past
+// --tree-fanout + 1 nodes, its subtree's (docs/PROTOCOL.md, "Preflight
+// reports up the tree"): one line per blocked path (describe_blocked()) or
+// per node that did not report, at most k_report_lines of them, and how
+// many more there were; none when every path was open.
+struct ProbeReport {
+  static constexpr size_t k_report_lines = 64;
+  std::vector<std::string> blocked;
+  long long more = 0;
+  bool operator==(const ProbeReport&) const = default;
+};
+std::string encode_probe_report(const ProbeReport& report);
+ProbeReport decode_probe_report(std::string_view text);
+// Adds `lines` (and `more` past them) to `into`, within k_report_lines.
+void add_to_report(ProbeReport& into, const std::vector<std::string>& lines, long long more = 0);
 
 // rdzv/plan/<arrival>: node 0's answer to the agent that joined `arrival`th,
 // the one key that agent waits for: its node rank in the first round, or why

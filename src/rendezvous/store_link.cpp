@@ -40,14 +40,7 @@ void StoreLink::begin_round(const Topology& topology, int node_rank) {
   m_node_rank = node_rank;
   m_nnodes = topology.nnodes();
   m_next_tick = now();
-  // As many as the plan had (a member's: often its own alone, so that
-  // 16,384 nodes simulated in one process cost no 16,384 names each).
-  m_hosts.clear();
-  for (const auto& n : topology.nodes) {
-    m_hosts.emplace_back(n.node_rank, n.host);
-  }
-  std::sort(m_hosts.begin(), m_hosts.end());
-  m_host_list = topology.host_list;
+  take_hosts(topology);
   m_beat_to = nullptr;
   m_beats_held = false;
   m_count_start = false;
@@ -70,6 +63,17 @@ void StoreLink::tick(TimePoint t) {
   }
   beat();
   check_beats(t);
+}
+
+// As many as the plan had (a member's: often its own alone, so that
+// 16,384 nodes simulated in one process cost no 16,384 names each).
+void StoreLink::take_hosts(const Topology& topology) {
+  m_hosts.clear();
+  for (const auto& n : topology.nodes) {
+    m_hosts.emplace_back(n.node_rank, n.host);
+  }
+  std::sort(m_hosts.begin(), m_hosts.end());
+  m_host_list = topology.host_list;
 }
 
 // The host as the plan said (a member's plan may carry only its own entry

@@ -24,7 +24,9 @@
 #include "posix/clock.hpp"
 #include "rendezvous/job_link.hpp"
 #include "rendezvous/preflight.hpp"
+#include "rendezvous/records.hpp"
 #include "store/connection.hpp"
+#include "topology/tree.hpp"
 
 namespace ddplaunch {
 
@@ -95,6 +97,20 @@ class StoreLink : public JobLink {
   // `on` must last the round.
   void watch_beats(StoreConnection* on, std::vector<int> nodes, int counted = 0);
 
+  // --- the network preflight's reports up the tree (docs/PROTOCOL.md,
+  // "Preflight reports up the tree") ------------------------------------------
+  // Until this is called when the preflight starts (the listener's
+  // on_preflight_start()), node 0 gathers every node's report on the job's
+  // store and a member reports there. This node gathers the reports of
+  // `place`'s children (each for its subtree) on `on` (nullptr: the job's
+  // store) before it reports its own with theirs; below node 0's children,
+  // its report waits for report_to(). `height`: the tree's levels (each
+  // level up gathers a little longer). `on` must last the preflight.
+  void preflight_through_tree(const TreePlace& place, int height, StoreConnection* on);
+  // Where this node's report goes (its parent's store; nullptr: the job's).
+  // `to` must last the preflight.
+  void report_to(StoreConnection* to);
+
   // The store answered this node's publish_stop() (whichever verdict won).
   bool stop_confirmed() const { return m_stop_confirmed; }
   // This node leaves mid-run without its ranks' outcomes (an internal error):
@@ -142,10 +158,14 @@ class StoreLink : public JobLink {
   // The round starts here; with `preflight` (the first round, node 0's
   // --preflight), the network preflight runs first.
   void start_job(const Topology& topology, int node_rank, bool preflight = false);
-  // This node's preflight report is in the store: node 0 gathers every
-  // node's and says go (preflight_passed()) or publishes the blocked paths
-  // as the job's verdict; another node waits for node 0's go.
-  virtual void preflight_reported() = 0;
+  // This node's report, with its children's (each for its subtree): node 0
+  // says go (preflight_passed()) or publishes the blocked paths as the
+  // job's verdict; a member reports it (send_report()).
+  virtual void preflight_gathered(ProbeReport report) = 0;
+  // A member's report is in its parent's store: it waits for node 0's go.
+  virtual void preflight_reported() {}
+  // Reports `report` where report_to() said, once it has.
+  void send_report(ProbeReport report);
   void preflight_passed();
   void deliver(const JobVerdict& verdict);
   void join_failed(int exit_code, const std::string& message);
@@ -190,6 +210,10 @@ class StoreLink : public JobLink {
   TimePoint m_preflight_deadline{};  // by when every node's report is in
   TimePoint m_preflight_began{};     // this node's probes' start
   JoinStep m_join_step = JoinStep::k_adding;
+  // The nodes whose preflight reports this node gathers (node 0: every
+  // other node, or its children in the tree, each for its subtree).
+  std::vector<int> m_pf_children;
+  bool m_pf_probed = false;  // this node's own probes have ended
 
  private:
   void tick(TimePoint now);
@@ -208,6 +232,21 @@ class StoreLink : public JobLink {
   void confirm_arrival();
   void probe_peers(std::vector<std::optional<std::string>> endpoints, std::vector<int> peers);
   void probed(const std::vector<ProbeFailure>& failures);
+  void gather_reports(ProbeReport own);
+  void take_reports(ProbeReport report, const std::vector<std::optional<std::string>>& values);
+  void flush_report();
+  // The hosts the plan named (m_hosts, m_host_list).
+  void take_hosts(const Topology& topology);
+
+  // The preflight's reports: where, until when (the children are
+  // protected); where its own goes (nullptr: the job's store), whether it
+  // waits for report_to(), and the report that waits.
+  std::vector<int> m_pf_subtree;  // each child's subtree's size
+  StoreConnection* m_pf_on = nullptr;
+  TimePoint m_pf_until{};
+  StoreConnection* m_pf_to = nullptr;
+  bool m_pf_held = false;
+  std::optional<ProbeReport> m_pf_pending;
 
   // Heartbeats: where this node's go (nullptr: the job's store), whether
   // they wait for beat_on(), whether its start is still to be counted;

@@ -10,6 +10,7 @@
 #include "log.hpp"
 #include "rendezvous/keys.hpp"
 #include "rendezvous/records.hpp"
+#include "rendezvous/status_relay.hpp"
 #include "rendezvous/store_link.hpp"
 
 namespace ddplaunch {
@@ -214,10 +215,32 @@ void StoreLink::start_job(const Topology& topology, int node_rank, bool prefligh
   m_node_rank = node_rank;
   m_nnodes = topology.nnodes();
   m_preflight_topology = topology;
+  take_hosts(topology);
   round_starting_soon();  // a member's last word: if it goes now, node 0 hears at once
   const auto timeout = millis(m_config.preflight_timeout_s);
   m_preflight_began = now();
   m_preflight_deadline = m_preflight_began + timeout + timeout + std::chrono::seconds(5);
+  // Node 0 gathers every node's report, a member reports on the job's
+  // store, unless the tree says otherwise (preflight_through_tree()).
+  m_pf_children.clear();
+  m_pf_subtree.clear();
+  if (hosts_store()) {
+    for (int n = 0; n < m_nnodes; ++n) {
+      if (n != node_rank) {
+        m_pf_children.push_back(n);
+        m_pf_subtree.push_back(1);
+      }
+    }
+  }
+  m_pf_probed = false;
+  m_pf_on = nullptr;
+  m_pf_until = m_preflight_deadline;
+  m_pf_to = nullptr;
+  m_pf_held = false;
+  m_pf_pending.reset();
+  if (m_listener != nullptr) {
+    m_listener->on_preflight_start(topology, node_rank, m_round);
+  }
   std::vector<int> peers =
       m_probe != nullptr ? preflight_peers(node_rank, m_nnodes) : std::vector<int>{};
   if (m_probe != nullptr && probes_master_port(node_rank, m_nnodes)) {
@@ -285,8 +308,104 @@ void StoreLink::probed(const std::vector<ProbeFailure>& failures) {
     m_listener->on_preflight(
         m_node_rank, std::chrono::duration<double>(now() - m_preflight_began).count(), blocked);
   }
-  m_store.set(keys::probed(m_node_rank), encode_probe_report(blocked),
-              [this] { preflight_reported(); });
+  m_pf_probed = true;
+  ProbeReport own;
+  add_to_report(own, blocked);
+  gather_reports(std::move(own));
+}
+
+void StoreLink::preflight_through_tree(const TreePlace& place, int height, StoreConnection* on) {
+  if (!m_preflight_topology) {
+    return;
+  }
+  m_pf_children = place.children;
+  m_pf_subtree.clear();
+  for (const int child : place.children) {
+    m_pf_subtree.push_back(tree_place(child, m_nnodes, m_preflight_topology->tree_fanout).subtree);
+  }
+  m_pf_on = on;
+  // Each level up gathers a little longer, so that a report reaches its
+  // parent while the parent still gathers; node 0 until the deadline.
+  if (place.parent >= 0) {
+    const double total =
+        std::chrono::duration<double>(m_preflight_deadline - m_preflight_began).count();
+    m_pf_until = m_preflight_began + gather_time(total, place.depth, height);
+  }
+  m_pf_held = place.parent > 0;
+}
+
+void StoreLink::report_to(StoreConnection* to) {
+  if (!m_preflight_topology) {
+    return;
+  }
+  m_pf_to = to;
+  m_pf_held = false;
+  flush_report();
+}
+
+// This node's children's reports, each for its subtree, until all are in
+// or this node's time to gather is up.
+void StoreLink::gather_reports(ProbeReport own) {
+  if (m_pf_children.empty()) {
+    preflight_gathered(std::move(own));
+    return;
+  }
+  std::vector<std::string> ks;
+  for (const int child : m_pf_children) {
+    ks.push_back(keys::probed(child));
+  }
+  StoreConnection& on = m_pf_on != nullptr ? *m_pf_on : m_store;
+  const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(m_pf_until - now()));
+  on.wait(ks, wait, [this, &on, ks, own = std::move(own)](bool) mutable {
+    on.multi_get(ks, [this, own = std::move(own)](std::vector<std::optional<std::string>> v) {
+      take_reports(std::move(own), v);
+    });
+  });
+}
+
+void StoreLink::take_reports(ProbeReport report,
+                             const std::vector<std::optional<std::string>>& values) {
+  if (m_phase != Phase::k_joining || m_verdict_delivered || !m_preflight_topology) {
+    return;
+  }
+  const std::string waited = seconds_text(2 * m_config.preflight_timeout_s + 5);
+  for (size_t i = 0; i < m_pf_children.size(); ++i) {
+    const int child = m_pf_children[i];
+    const auto& v = values.at(i);
+    if (!v) {
+      const int below = m_pf_subtree.at(i) - 1;
+      add_to_report(report, {node_text(child) + " did not finish its network preflight within " +
+                             waited + " s" +
+                             (below > 0 ? " (nor did the " + std::to_string(below) + " node" +
+                                              (below == 1 ? "" : "s") +
+                                              " below it in the tree, which report through it)"
+                                        : std::string())});
+      continue;
+    }
+    try {
+      const ProbeReport theirs = decode_probe_report(*v);
+      add_to_report(report, theirs.blocked, theirs.more);
+    } catch (const RecordError& e) {
+      add_to_report(report,
+                    {node_text(child) + " reported a malformed network preflight: " + e.what()});
+    }
+  }
+  preflight_gathered(std::move(report));
+}
+
+void StoreLink::send_report(ProbeReport report) {
+  m_pf_pending = std::move(report);
+  flush_report();
+}
+
+void StoreLink::flush_report() {
+  if (!m_pf_pending || m_pf_held) {
+    return;
+  }
+  const std::string text = encode_probe_report(*m_pf_pending);
+  m_pf_pending.reset();
+  StoreConnection& to = m_pf_to != nullptr ? *m_pf_to : m_store;
+  to.set(keys::probed(m_node_rank), text, [this] { preflight_reported(); });
 }
 
 // Every node's paths are open: the round begins (node 0's rank 0 may bind

@@ -1,5 +1,5 @@
 // libFuzzer: every record an agent reads from the store (join, plan,
-// verdict, outcomes), a node's answer to `ddplaunch status` (its own, and a
+// verdict, outcomes, a preflight report), a node's answer to `ddplaunch status` (its own, and a
 // subtree's through the tree of agents) and a status document, and a
 // worker's error file. A peer or a stray program
 // may have written anything: only RecordError (or nullopt for an error file
@@ -42,6 +42,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   });
   each([](std::string_view t) { (void)decode_verdict(t); });
   each([](std::string_view t) { (void)decode_outcomes(t); });
+  each([](std::string_view t) {
+    // A subtree's preflight report, as a parent adds it to its own: bounded.
+    const ProbeReport r = decode_probe_report(t);
+    ProbeReport into;
+    add_to_report(into, r.blocked, r.more);
+    if (into.blocked.size() > ProbeReport::k_report_lines || into.more < 0) {
+      __builtin_trap();
+    }
+  });
   each([](std::string_view t) {
     if (auto e = decode_error_file(t)) {
       (void)encode_error_file(*e, 1);  // what is written back must encode

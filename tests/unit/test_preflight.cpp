@@ -71,10 +71,31 @@ TEST(Preflight, ItsRecordsRoundTripAndAreChecked) {
   EXPECT_THROW(decode_probe_endpoint(R"({"host":"h","addr":"a","port":70000,"master_port":0})"),
                RecordError);
   EXPECT_THROW(decode_probe_endpoint("{}"), RecordError);
-  const std::vector<std::string> lines{"one", "two \xff"};
-  EXPECT_EQ(decode_probe_report(encode_probe_report(lines)).at(0), "one");
-  EXPECT_TRUE(decode_probe_report(encode_probe_report({})).empty());
+  const ProbeReport lines{{"one", "two \xff"}, 3};
+  const ProbeReport read = decode_probe_report(encode_probe_report(lines));
+  EXPECT_EQ(read.blocked.at(0), "one");
+  EXPECT_EQ(read.more, 3);
+  EXPECT_EQ(decode_probe_report(encode_probe_report({})), ProbeReport{});
   EXPECT_THROW(decode_probe_report(R"({"blocked":[1]})"), RecordError);
+  EXPECT_THROW(decode_probe_report(R"({"blocked":[],"more":-1})"), RecordError);
+  EXPECT_THROW(decode_probe_report(R"({"blocked":[],"more":"x"})"), RecordError);
+  ProbeReport many;
+  for (int i = 0; i < 70; ++i) {
+    many.blocked.push_back("x");
+  }
+  EXPECT_THROW(decode_probe_report(encode_probe_report(many)), RecordError) << "over the bound";
+}
+
+// A subtree's report keeps its first lines and counts the rest: a firewall
+// that blocks every path of 16,384 nodes costs node 0 one bounded record
+// from each of its children.
+TEST(Preflight, AReportKeepsItsFirstLinesAndCountsTheRest) {
+  ProbeReport r;
+  add_to_report(r, std::vector<std::string>(60, "a"));
+  add_to_report(r, std::vector<std::string>(10, "b"), 100);
+  EXPECT_EQ(r.blocked.size(), ProbeReport::k_report_lines);
+  EXPECT_EQ(r.blocked.back(), "b");
+  EXPECT_EQ(r.more, 106);
 }
 
 // --- ReachProbe, on loopback ---------------------------------------------------

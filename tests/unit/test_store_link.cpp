@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -16,6 +17,7 @@
 #include "rendezvous/preflight.hpp"
 #include "rendezvous/records.hpp"
 #include "store/kv_core.hpp"
+#include "topology/tree.hpp"
 
 namespace ddplaunch {
 namespace {
@@ -45,6 +47,15 @@ struct Heard : JobLink::Listener {
   std::optional<std::pair<int, std::string>> not_needed;
   void on_verdict(const JobVerdict& v) override { verdicts.push_back(v); }
   void on_finished(std::vector<RankOutcome> ranks) override { finished = std::move(ranks); }
+  // The preflight starts here as node `node_rank` (the test's hook then).
+  std::function<void(int)> preflight_start;
+  int preflight_rank = -1;
+  void on_preflight_start(const Topology&, int rank, const RoundStart&) override {
+    preflight_rank = rank;
+    if (preflight_start) {
+      preflight_start(rank);
+    }
+  }
   bool joined() const { return topology.has_value(); }
 };
 
@@ -156,8 +167,10 @@ class StoreLinkTest : public ::testing::Test {
     }
   }
   // Connections to other stores (an interior node's in the tree of agents)
-  // that settle() delivers too.
+  // that settle() delivers too, and those stores, whose parked requests
+  // advance() times out.
   std::vector<FakeConnection*> extra;
+  std::vector<FakeStore*> extra_stores;
   // Moves the clock: parked requests time out, the links' timers run (but
   // the members', without `tick_members`, and agent `silent`'s).
   void advance(std::chrono::milliseconds d, bool tick_members = true, size_t silent = SIZE_MAX) {
@@ -165,6 +178,9 @@ class StoreLinkTest : public ::testing::Test {
     while (clock.t < end) {
       clock.t = std::min(end, clock.t + 250ms);
       store.route(store.core.expire(clock.t));
+      for (FakeStore* other : extra_stores) {
+        other->route(other->core.expire(clock.t));
+      }
       for (size_t i = 0; i < agents.size(); ++i) {
         if ((i == 0 || tick_members) && i != silent) {
           agents[i]->link->on_time(clock.t);
@@ -1076,6 +1092,102 @@ TEST_F(StoreLinkTest, AMemberLostDuringThePreflightEndsItAtOnce) {
   ASSERT_EQ(host().heard.verdicts.size(), 1u) << "no time passed: its last word";
   EXPECT_EQ(host().heard.verdicts[0].lost, 1);
   EXPECT_FALSE(host().heard.joined());
+}
+
+// The network preflight's reports up the tree of agents, as TreeRoom
+// arranges them for four nodes of fan-out 2: node 2, below node 1, reports
+// on node 1's own store; node 1 gathers it with its own and reports on the
+// job's store, where node 0 reads its children's reports alone.
+class PreflightUpTheTree : public StoreLinkTest {
+ protected:
+  FakeStore tree_store{clock};  // node 1's, for its child
+  FakeConnection down{tree_store};
+  FakeConnection up{tree_store};
+  bool give_up_link = true;  // node 2 learns where to report at once
+
+  void SetUp() override {
+    config.nnodes = 4;
+    config.tree_fanout = 2;
+    ASSERT_EQ(tree_place(1, 4, 2).children, std::vector<int>{2});
+    ASSERT_EQ(tree_place(0, 4, 2).children, (std::vector<int>{1, 3}));
+    extra = {&down, &up};
+    extra_stores = {&tree_store};
+    for (int i = 0; i < 4; ++i) {
+      Agent& a = add(i == 0);
+      a.heard.preflight_start = [this, &a](int node_rank) {
+        const TreePlace place = tree_place(node_rank, 4, 2);
+        a.link->preflight_through_tree(place, tree_height(4, 2), node_rank == 1 ? &down : nullptr);
+        if (place.parent > 0 && give_up_link) {
+          a.link->report_to(&up);
+        }
+      };
+    }
+  }
+  Agent& node(int rank) {
+    for (auto& a : agents) {
+      if (a->heard.preflight_rank == rank) {
+        return *a;
+      }
+    }
+    throw std::runtime_error("no such node");
+  }
+  void join_all() {
+    for (auto& a : agents) {
+      a->join();
+    }
+    settle();
+  }
+};
+
+TEST_F(PreflightUpTheTree, EveryPathOpenEveryNodeRunsAndNodeZeroReadsItsChildrenAlone) {
+  join_all();
+  for (auto& a : agents) {
+    ASSERT_TRUE(a->heard.joined()) << a->heard.preflight_rank;
+  }
+  EXPECT_FALSE(store.value(keys::probed(2))) << "node 2's report went to its parent's store";
+  EXPECT_TRUE(tree_store.value(keys::probed(2)));
+  EXPECT_TRUE(store.value(keys::probed(1))) << "node 1's, for its subtree";
+  EXPECT_TRUE(store.value(keys::probed(3)));
+}
+
+TEST_F(PreflightUpTheTree, ABlockedPathBelowNodeZerosChildrenEndsTheJobNamingIt) {
+  for (auto& a : agents) {
+    a->probe.answer_at_once = false;
+  }
+  join_all();
+  for (auto& a : agents) {
+    if (a->heard.preflight_rank == 2) {
+      ASSERT_FALSE(a->probe.targets.empty());
+      a->probe.answer({ProbeFailure{a->probe.targets[0], "connection refused"}});
+    } else {
+      a->probe.answer({});
+    }
+  }
+  settle();
+  for (auto& a : agents) {
+    EXPECT_FALSE(a->heard.joined());
+    ASSERT_EQ(a->heard.verdicts.size(), 1u);
+    const JobVerdict& v = a->heard.verdicts[0];
+    EXPECT_EQ(v.exit_code, k_exit_rendezvous);
+    EXPECT_NE(v.message.find("network preflight: node 2 ("), std::string::npos) << v.message;
+    EXPECT_NE(v.message.find("connection refused"), std::string::npos) << v.message;
+  }
+}
+
+TEST_F(PreflightUpTheTree, ANodeThatNeverReportsIsNamedByItsParentAtItsTime) {
+  give_up_link = false;  // node 2's report waits for a link that never comes
+  join_all();
+  for (auto& a : agents) {
+    EXPECT_FALSE(a->heard.joined());
+  }
+  advance(16s);
+  ASSERT_EQ(host().heard.verdicts.size(), 1u);
+  const JobVerdict& v = host().heard.verdicts[0];
+  EXPECT_EQ(v.exit_code, k_exit_rendezvous);
+  EXPECT_NE(v.message.find("network preflight: node 2 (h"), std::string::npos) << v.message;
+  EXPECT_NE(v.message.find("did not finish its network preflight within 15 s"), std::string::npos)
+      << v.message;
+  EXPECT_EQ(v.message.find("more path"), std::string::npos) << "one line: node 1's report names it";
 }
 
 TEST_F(StoreLinkTest, NodeZerosNoPreflightSkipsItForTheJob) {
