@@ -748,15 +748,17 @@ const OptionSpec k_options[] = {
    [](const Config& c) { return std::to_string(c.rdzv_max_clients); }},
   {"tree_fanout", "--tree-fanout,--tree_fanout", k_nodes,
    "Children of each node in the tree of agents that PMIx fences among every node, the "
-   "round's verdict and `ddplaunch status` travel past N + 1 nodes, node 0 at its root (node "
-   "0's decides for the job)",
+   "round's verdict, heartbeats, the network preflight's reports and `ddplaunch status` "
+   "travel past N + 1 nodes, node 0 at its root (node 0's decides for the job)",
    false, nullptr, nullptr,
    [](Config& c, const std::string& v, const std::string& f) {
      c.tree_fanout = parse_int_in(v, f, Config::k_min_tree_fanout, Config::k_max_tree_fanout, "a number from 2 to 64");
    },
    [](const Config& c) { return std::to_string(c.tree_fanout); }},
   {"heartbeat_interval", "--heartbeat-interval", k_nodes,
-   "Seconds between liveness reports to the store", false, nullptr, nullptr,
+   "Seconds between liveness reports to the store (past --tree-fanout + 1 nodes, below "
+   "node 0's children: to the node's parent in the tree)",
+   false, nullptr, nullptr,
    DDPLAUNCH_SECONDS(heartbeat_interval_s, false)},
   {"heartbeat_timeout", "--heartbeat-timeout", k_nodes,
    "Seconds of silence after which a node is declared lost", false, nullptr, nullptr,
