@@ -200,6 +200,33 @@ def test_a_frozen_node_0_ends_every_node_down_the_tree(jobs):
         procs[0].communicate()
 
 
+def test_a_tree_job_whose_every_process_is_sigkilled_at_once_leaves_nothing_running(jobs):
+    """Seven nodes of fan-out 2 on one host (the interior nodes' stores, the
+    links to them, every worker) SIGKILLed at once, as a cgroup kill does:
+    nothing of the job runs after, and the same line then runs to its end."""
+    line = [*SEVEN, "--tree-fanout", 2, "--log-level", "debug", "--", "sleep", "600"]
+    p = jobs.start(line)
+    reading = set()
+    while len(reading) < 4:
+        lines = read_until(p.stderr, re.compile(r"tree: node \d reads the verdict"))
+        assert lines, "the job ended first"
+        reading |= set(re.findall(r"tree: node (\d) reads the verdict", lines[-1]))
+    everyone = processes_with_marker(jobs.marker)
+    assert len(everyone) >= 14, everyone  # seven agents, seven workers (and the guards)
+    for sig in (signal.SIGSTOP, signal.SIGKILL):  # none of them acts in between
+        for pid in everyone:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+    p.communicate(timeout=60)
+    assert wait_until(lambda: not processes_with_marker(jobs.marker), timeout=10), \
+        processes_with_marker(jobs.marker)
+    r = jobs.run([*SEVEN, "--tree-fanout", 2, "--", MPI_HELLO])
+    assert r.returncode == 0, r.stderr
+    assert len(results(r.stdout)) == 7, r.stdout
+
+
 def test_a_restarted_round_beats_up_its_own_tree(jobs):
     """Seven nodes of fan-out 2, a heartbeat timeout of 3 s, one restart:
     rank 6 fails in round 0; in round 1 every node runs for 5 s, longer
