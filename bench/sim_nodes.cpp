@@ -78,6 +78,7 @@
 #include <vector>
 
 #include "agent/reach_probe.hpp"
+#include "agent/stack_capture.hpp"
 #include "config/config.hpp"
 #include "log.hpp"
 #include "mpi/tree_fence.hpp"
@@ -87,6 +88,7 @@
 #include "rendezvous/status_responder.hpp"
 #include "rendezvous/store_host.hpp"
 #include "rendezvous/store_link.hpp"
+#include "status/stacks_codec.hpp"
 #include "store/async_client.hpp"
 #include "store/client_on_loop.hpp"
 #include "store/server.hpp"
@@ -586,6 +588,40 @@ int main(int argc, char** argv) {
   // makes in memory (the links below node 0's children are not simulated);
   // SIM_STATUS_TREE=0: every node answers on node 0's store, as agents
   // before the tree did.
+  // `EXE WHAT --master-addr A --master-port P --json --timeout 120` run
+  // `runs` times while the simulated nodes answer; the median of all but
+  // the first (which warms the page cache), in seconds; -1 if one failed.
+  const auto run_command = [&](const char* exe, const char* what, int runs) -> double {
+    std::vector<double> took;
+    const std::string addr = nodes[0]->config.master_addr;
+    const std::string port_text = std::to_string(port);
+    for (int k = 0; k < runs; ++k) {
+      const char* args[] = {
+          exe,      what,        "--master-addr", addr.c_str(), "--master-port", port_text.c_str(),
+          "--json", "--timeout", "120",           nullptr};
+      posix_spawn_file_actions_t fa;
+      posix_spawn_file_actions_init(&fa);
+      posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+      pid_t pid = 0;
+      const auto t0 = Steady::now();
+      posix_spawn(&pid, exe, &fa, nullptr, const_cast<char* const*>(args), environ);
+      posix_spawn_file_actions_destroy(&fa);
+      int wstatus = 0;
+      while (waitpid(pid, &wstatus, WNOHANG) == 0) {
+        turn([](size_t) {});
+      }
+      if (k > 0) {
+        took.push_back(seconds(t0, Steady::now()));
+      }
+      if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+        std::fprintf(stderr, "sim_nodes: ddplaunch %s failed (status %d)\n", what, wstatus);
+        return -1;
+      }
+    }
+    std::sort(took.begin(), took.end());
+    return took[took.size() / 2];
+  };
+
   std::string status_result;
   if (const char* exe = std::getenv("SIM_STATUS"); exe != nullptr) {
     const char* fanout_text = std::getenv("SIM_TREE_FANOUT");
@@ -632,35 +668,48 @@ int main(int argc, char** argv) {
       responders.back()->start(node);
       sync(static_cast<size_t>(node - 1));
     }
-    std::vector<double> took;
-    const std::string addr = nodes[0]->config.master_addr;
-    for (int k = 0; k < 6; ++k) {
-      const std::string port_text = std::to_string(port);
-      const char* args[] = {exe,          "status",        "--master-addr",
-                            addr.c_str(), "--master-port", port_text.c_str(),
-                            "--json",     "--timeout",     "60",
-                            nullptr};
-      posix_spawn_file_actions_t fa;
-      posix_spawn_file_actions_init(&fa);
-      posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-      pid_t pid = 0;
-      const auto t0 = Steady::now();
-      posix_spawn(&pid, exe, &fa, nullptr, const_cast<char* const*>(args), environ);
-      posix_spawn_file_actions_destroy(&fa);
-      int wstatus = 0;
-      while (waitpid(pid, &wstatus, WNOHANG) == 0) {
-        turn([](size_t) {});
-      }
-      if (k > 0) {  // the first warms the page cache
-        took.push_back(seconds(t0, Steady::now()));
-      }
-      if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-        std::fprintf(stderr, "sim_nodes: ddplaunch status failed (status %d)\n", wstatus);
-        return 1;
-      }
+    const auto took = run_command(exe, "status", 6);
+    if (took < 0) {
+      return 1;
     }
-    std::sort(took.begin(), took.end());
-    status_result = ", \"status_s\": " + std::to_string(took[took.size() / 2]);
+    status_result = ", \"status_s\": " + std::to_string(took);
+  }
+
+  // SIM_STACKS=DDPLAUNCH: every simulated node answers `ddplaunch stacks` as
+  // agents do, on node 0's store (stacks do not travel the tree of agents):
+  // NPROC ranks, each one process whose stacks are SIM_STACK_BYTES of text
+  // (default 4,096, a Python rank's py-bt of a few frames), cut as agents
+  // cut them (the nodes asked share StackCapture::k_bytes_per_job);
+  // `DDPLAUNCH stacks --json` runs 3 times against the job while they do.
+  std::string stacks_result;
+  if (const char* exe = std::getenv("SIM_STACKS"); exe != nullptr) {
+    const char* bytes_text = std::getenv("SIM_STACK_BYTES");
+    const size_t asked = bytes_text != nullptr ? static_cast<size_t>(std::atol(bytes_text)) : 4096;
+    // As an agent cuts them: the nodes asked share StackCapture::k_bytes_per_job.
+    const size_t bytes = std::min(asked, StackCapture::bytes_for_node(static_cast<size_t>(nnodes)) /
+                                             static_cast<size_t>(std::max(1, nproc)));
+    std::vector<std::unique_ptr<StatusResponder>> responders;
+    for (int node = 1; node < nnodes; ++node) {
+      responders.push_back(std::make_unique<StatusResponder>(
+          *nodes[static_cast<size_t>(node - 1)]->store, k_stacks_keys,
+          [node, nproc, bytes](const std::string&, const StatusResponder::Reply& reply) {
+            NodeStacks answer{node, "sim" + std::to_string(node), 0, std::nullopt, {}};
+            for (int r = 0; r < nproc; ++r) {
+              RankStacks rank{node * nproc + r, r, -1, 4242, "", {}};
+              rank.processes.push_back(
+                  ProcessStacks{4242, "/usr/bin/python3", "gdb", std::string(bytes, 'x'), ""});
+              answer.ranks.push_back(std::move(rank));
+            }
+            reply(encode_node_stacks(answer));
+          }));
+      responders.back()->start(node);
+      sync(static_cast<size_t>(node - 1));
+    }
+    const auto took = run_command(exe, "stacks", 3);
+    if (took < 0) {
+      return 1;
+    }
+    stacks_result = ", \"stacks_s\": " + std::to_string(took);
   }
 
   std::string fence_result;
@@ -739,9 +788,9 @@ int main(int argc, char** argv) {
   const auto finished = Steady::now();
   std::printf(
       "{\"joined_s\": %.4f, \"verdict_s\": %.4f, \"verdict_handled_s\": %.4f, "
-      "\"verdict_code\": %d, \"finished_s\": %.4f%s%s}\n",
+      "\"verdict_code\": %d, \"finished_s\": %.4f%s%s%s}\n",
       seconds(start, joined), seconds(stop_sent, verdict), seconds(stop_sent, handled),
       nodes.back()->state.verdict_code, seconds(handled, finished), fence_result.c_str(),
-      status_result.c_str());
+      status_result.c_str(), stacks_result.c_str());
   return 0;
 }

@@ -2,6 +2,7 @@
 """`ddplaunch status` and --metrics-port, measured.
 
     /usr/bin/python3 bench/status.py [--build build] [--only stacks] [--simulated NODES...]
+                                     [--simulated-stacks NODES...]
 
 Rows: the time `ddplaunch status --json` takes (median of 10) for a real
 job of 1 node x 64 ranks (asked as typed on its host: the job is found
@@ -21,7 +22,9 @@ python3-dbg are installed; median of 3). With --simulated NODES..., only
 0's peak memory (VmHWM) once every node joined and after the requests;
 past 9 nodes the answers travel the tree of agents as agents send them
 (node 0's children answer for their subtrees; --build DIR runs DIR's own
-bench/sim_nodes, which plays that build's agents)."""
+bench/sim_nodes, which plays that build's agents). With --simulated-stacks
+NODES..., only `ddplaunch stacks --json` of simulated jobs (each node's
+answer on node 0's store: 8 ranks of 4 KiB of stacks each; median of 2)."""
 import argparse
 import os
 import statistics
@@ -73,7 +76,7 @@ def ranks_64(exe, nnodes):
             f"{(status - floor) * 1000:+.1f} ms |")
 
 
-def simulated(build, exe, nnodes=256, nproc=8):
+def simulated(build, exe, nnodes=256, nproc=8, what="status"):
     port = free_port()
     addr = "127.0.3.7"
     node0 = subprocess.Popen([exe, "--nnodes", str(nnodes), "--node-rank", "0", "--nproc-per-node",
@@ -84,7 +87,8 @@ def simulated(build, exe, nnodes=256, nproc=8):
     sim = subprocess.Popen([os.path.join(build, "bench", "sim_nodes"), str(port), str(nnodes),
                             str(nproc), "sleep", "600"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True,
-                           env={**os.environ, "SIM_STORE_ADDR": addr, "SIM_STATUS": exe},
+                           env={**os.environ, "SIM_STORE_ADDR": addr,
+                                "SIM_STACKS" if what == "stacks" else "SIM_STATUS": exe},
                            preexec_fn=raise_fds)
     # Node 0's peak memory once every node has joined, and after the
     # status requests.
@@ -118,7 +122,7 @@ def simulated(build, exe, nnodes=256, nproc=8):
     import json
     r = json.loads(out)
     return (f"| {nnodes} nodes x {nproc} ranks ({nnodes * nproc:,}), simulated | "
-            f"{r['status_s'] * 1000:.1f} ms; node 0's peak {after:.1f} MiB "
+            f"{r[what + '_s'] * 1000:.1f} ms; node 0's peak {after:.1f} MiB "
             f"({joined:.1f} MiB once every node joined) | | |")
 
 
@@ -213,13 +217,16 @@ def main():
     ap.add_argument("--only", choices=["stacks"], help="only the stacks table")
     ap.add_argument("--simulated", type=int, nargs="+", metavar="NODES",
                     help="only `ddplaunch status` of simulated jobs of these many nodes x 8 ranks")
+    ap.add_argument("--simulated-stacks", type=int, nargs="+", metavar="NODES",
+                    help="only `ddplaunch stacks` of simulated jobs of these many nodes x 8 ranks")
     args = ap.parse_args()
     exe = os.path.abspath(os.path.join(args.build, "ddplaunch"))
-    if args.simulated:
-        print("| job | `ddplaunch status --json` | floor | ratio, overhead |")
+    if args.simulated or args.simulated_stacks:
+        what = "stacks" if args.simulated_stacks else "status"
+        print(f"| job | `ddplaunch {what} --json` | floor | ratio, overhead |")
         print("|---|---|---|---|")
-        for nnodes in args.simulated:
-            print(simulated(args.build, exe, nnodes), flush=True)
+        for nnodes in args.simulated or args.simulated_stacks:
+            print(simulated(args.build, exe, nnodes, what=what), flush=True)
         return
     if args.only != "stacks":
         status_tables(args, exe)

@@ -135,8 +135,12 @@ void StackCapture::use_python_signal(int signal, std::string dump_dir) {
   m_dump_dir = std::move(dump_dir);
 }
 
+size_t StackCapture::bytes_for_node(size_t nodes) {
+  return std::min(k_bytes_per_node, k_bytes_per_job / std::max<size_t>(1, nodes));
+}
+
 void StackCapture::capture(NodeStacks head, std::vector<Target> targets, TimePoint deadline,
-                           Done done) {
+                           Done done, size_t bytes) {
   if (m_python_signal != 0 && m_requests.empty()) {
     // The files of processes gone (a DataLoader's workers come and go).
     std::error_code ec;
@@ -148,7 +152,7 @@ void StackCapture::capture(NodeStacks head, std::vector<Target> targets, TimePoi
       }
     }
   }
-  Request r{head, std::move(targets), {}, deadline, std::move(done)};
+  Request r{head, std::move(targets), {}, deadline, std::move(done), bytes};
   for (const Target& t : r.targets) {
     std::vector<Process> ps;
     for (size_t i = 0; t.ended.empty() && i < t.pids.size() && i < k_processes; ++i) {
@@ -408,12 +412,21 @@ NodeStacks StackCapture::answer(const Request& r) const {
     count += ps.size();
   }
   const size_t per_process =
+      std::min(k_max_bytes_per_process, r.bytes / std::max<size_t>(1, count));
+  // What a node of a smaller job would have shown of the same process.
+  const size_t alone =
       std::min(k_max_bytes_per_process, k_bytes_per_node / std::max<size_t>(1, count));
   for (size_t t = 0; t < r.targets.size(); ++t) {
     const Target& target = r.targets[t];
     RankStacks rank{target.rank, target.local_rank, -1, target.pid, target.ended, {}};
     for (const Process& p : r.processes[t]) {
       ProcessStacks one{p.pid, p.exe, p.tool, bounded(p.stacks, per_process), p.note};
+      if (p.stacks.size() > per_process && per_process < alone) {
+        one.note += fmt::format(
+            "{}cut to {} bytes: the nodes asked share {} MiB of stacks; ask fewer with --nodes "
+            "or --ranks for more of them",
+            one.note.empty() ? "" : "; ", per_process, k_bytes_per_job / (1024 * 1024));
+      }
       if (p.timed_out) {
         one.note = fmt::format("{} did not finish in time; stopped{}",
                                p.tool.empty() ? "the debugger" : p.tool,

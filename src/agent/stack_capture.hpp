@@ -63,6 +63,13 @@ class StackCapture {
   static constexpr size_t k_processes = 4;
   static constexpr auto k_debugger_limit = std::chrono::seconds(20);
   static constexpr size_t k_bytes_per_node = 900 * 1024;
+  // Every node's answer waits in node 0's store (which holds 512 MiB in
+  // all) until the command reads it: the nodes asked share this much, so
+  // that asking a job of 16,384 nodes for its stacks never fills the store
+  // the job itself runs on (docs/STATUS.md, "Stacks on demand").
+  static constexpr size_t k_bytes_per_job = 160 * 1024 * 1024;
+  // One node's share when `nodes` are asked: at most k_bytes_per_node.
+  static size_t bytes_for_node(size_t nodes);
 
   // `spawner` and `clock` must outlive it.
   StackCapture(Spawner& spawner, const Clock& clock);
@@ -71,8 +78,10 @@ class StackCapture {
   StackCapture& operator=(const StackCapture&) = delete;
 
   // Takes the stacks of `targets` and gives `done` the answer: `head` (the
-  // node's fields) with its ranks added, by `deadline` at the latest.
-  void capture(NodeStacks head, std::vector<Target> targets, TimePoint deadline, Done done);
+  // node's fields) with its ranks added, by `deadline` at the latest, with
+  // at most `bytes` of stacks (bytes_for_node()).
+  void capture(NodeStacks head, std::vector<Target> targets, TimePoint deadline, Done done,
+               size_t bytes = k_bytes_per_node);
   // Python processes armed by arm_python_stacks() give their own stacks:
   // `signal` asks, and `dump_dir`/<pid> holds the answer.
   void use_python_signal(int signal, std::string dump_dir);
@@ -111,6 +120,7 @@ class StackCapture {
     std::vector<std::vector<Process>> processes;  // per target
     TimePoint deadline;
     Done done;
+    size_t bytes = k_bytes_per_node;  // of stacks in the answer
   };
 
   void start_more();

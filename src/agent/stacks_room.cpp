@@ -64,9 +64,19 @@ void StacksRoom::answer(const std::string& text, StatusResponder::Reply reply) {
                    std::chrono::duration<double>(std::clamp(request->timeout_s, 0.1, 86400.0))) -
                    margin,
                std::chrono::milliseconds(100));
+  // The nodes asked share node 0's store: those named, or those holding
+  // the ranks named, or every node of the round.
+  size_t asked = static_cast<size_t>(std::max(1, round.nnodes));
+  if (request->nodes) {
+    asked = std::min(asked, request->nodes->size());
+  }
+  if (request->ranks) {
+    asked = std::min(asked, request->ranks->size());
+  }
   m_capture.capture(
       std::move(head), std::move(targets), m_clock.now() + wait,
-      [reply = std::move(reply)](const NodeStacks& record) { reply(encode_node_stacks(record)); });
+      [reply = std::move(reply)](const NodeStacks& record) { reply(encode_node_stacks(record)); },
+      StackCapture::bytes_for_node(asked));
 }
 
 }  // namespace ddplaunch

@@ -144,7 +144,12 @@ void MemberLink::take_assignment(Topology topology, int node_rank, const std::st
 // Node 0 says go once every node's report is in and no path is blocked;
 // else its verdict (watch_verdict) names them.
 void MemberLink::preflight_reported() {
-  const auto wait = std::max(Ms(1), std::chrono::ceil<Ms>(m_preflight_deadline - now()));
+  // Node 0 began before this node (it published the plan) and decides by
+  // its own deadline at the latest: a few seconds more here, so that its
+  // verdict, not this node's impatience, ends a preflight that a node
+  // deep in the tree never finished.
+  const auto wait = std::max(
+      Ms(1), std::chrono::ceil<Ms>(m_preflight_deadline + std::chrono::seconds(5) - now()));
   m_store.get(keys::k_preflight, wait, [this](std::optional<std::string> go) {
     if (m_phase != Phase::k_joining || m_verdict_delivered) {
       return;

@@ -325,10 +325,12 @@ void StoreLink::preflight_through_tree(const TreePlace& place, int height, Store
   }
   m_pf_on = on;
   // Each level up gathers a little longer, so that a report reaches its
-  // parent while the parent still gathers; node 0 until the deadline.
+  // parent while the parent still gathers; node 0 until the deadline, the
+  // others 2 s less at least (they began after node 0, once they read the
+  // plan).
   if (place.parent >= 0) {
     const double total =
-        std::chrono::duration<double>(m_preflight_deadline - m_preflight_began).count();
+        std::chrono::duration<double>(m_preflight_deadline - m_preflight_began).count() - 2;
     m_pf_until = m_preflight_began + gather_time(total, place.depth, height);
   }
   m_pf_held = place.parent > 0;

@@ -326,46 +326,79 @@ def test_an_interior_hosts_agent_killed_mid_job_is_replaced_by_a_spare(jobs):
         h.remove()
 
 
-def _on_every_host(jobs, h, line, timeout, **kwargs):
-    """`line` typed on every host of `h` at once: each launcher's (exit code,
-    stdout, stderr), in host order."""
-    procs = [subprocess.Popen(h.command(n, line), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, **kwargs) for n in h.names]
+def _on_every_host(jobs, h, line_of, timeout, **kwargs):
+    """On every host of `h` at once, the line `line_of(n)` gives the n-th:
+    each launcher's (exit code, stdout, stderr), in host order."""
+    procs = [subprocess.Popen(h.command(name, line_of(n)), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+             for n, name in enumerate(h.names)]
     jobs.procs.extend(procs)
     return finish(procs, timeout=timeout)
 
 
-@needs_netns
-@pytest.mark.skipif(shutil.which("nft") is None, reason="needs nftables (nft)")
-def test_a_blocked_path_below_node_0s_children_is_reported_up_the_tree(jobs, tmp_path):
-    """Seven hosts of fan-out 2, each typing the same line: host node5's
-    firewall drops every new connection to its ephemeral ports (its probe
-    port's). Every other node's probes of it fail; the reports of the nodes
-    below node 0's children reach node 0 through their parents, each
-    interior node reporting for its subtree: every node exits 3 before any
-    worker starts, and node 0 names one blocked path and counts the other
-    five, none of them a node that did not report."""
+def _preflight_with_a_firewall(jobs, tmp_path, firewalled):
+    """Seven hosts of fan-out 2, host `firewalled` dropping every new
+    connection to its ephemeral ports (its probe port's, and an interior
+    node's store for its children): each host's node rank is its number, so
+    that the tree is known. Every launcher's (exit code, stdout, stderr)."""
     h = netns.Hosts(7)
     try:
-        subprocess.run(["ip", "netns", "exec", h.namespaces["node5"], "nft", "-f", "-"],
+        subprocess.run(["ip", "netns", "exec", h.namespaces[firewalled], "nft", "-f", "-"],
                        input="table inet ddpl {\n chain input {\n type filter hook input "
                              "priority 0; policy accept;\n tcp dport 32768-60999 ct state new "
                              "drop\n }\n}\n", text=True, check=True)
-        line = [BIN, "--nnodes", 7, "--nproc-per-node", 1, "--master-addr", "node0",
-                "--tree-fanout", 2, "--preflight-timeout", 3, "--log-level", "debug",
-                "--", "sh", "-c", f"touch {tmp_path / 'started'}"]
-        done = _on_every_host(jobs, h, line, timeout=120)
-        for rc, out, err in done:
-            assert rc == 3, err
-        assert not (tmp_path / "started").exists(), "a worker started"
-        err0 = done[0][2]
-        assert re.search(r"job failed: network preflight: node \d \(node\d\) cannot reach node "
-                         r"\d \(node5\) at ", err0), err0
-        assert "(and 5 more paths: each node's log names its own)" in err0, err0
-        assert "did not finish its network preflight" not in err0, err0
-        assert "tree: node 1 serves its 2 children" in "".join(e for _, _, e in done)
+        done = _on_every_host(
+            jobs, h, lambda n: [BIN, "--nnodes", 7, "--node-rank", n, "--nproc-per-node", 1,
+                                "--master-addr", "node0", "--tree-fanout", 2,
+                                "--preflight-timeout", 3, "--log-level", "debug", "--", "sh",
+                                "-c", f"touch {tmp_path / 'started'}"], timeout=120)
     finally:
         h.remove()
+    for rc, out, err in done:
+        assert rc == 3, err
+    assert not (tmp_path / "started").exists(), "a worker started"
+    return done
+
+
+needs_nft = pytest.mark.skipif(shutil.which("nft") is None, reason="needs nftables (nft)")
+
+
+@needs_netns
+@needs_nft
+def test_a_blocked_path_below_node_0s_children_is_reported_up_the_tree(jobs, tmp_path):
+    """Node 5 (a leaf below node 4) drops connections to its probe port:
+    every other node's probe of it fails; the reports of nodes 2, 3 and 6
+    reach node 0 through their parents, each interior node reporting for
+    its subtree: every node exits 3 before any worker starts, and node 0
+    names one blocked path and counts the other five, none of them a node
+    that did not report."""
+    done = _preflight_with_a_firewall(jobs, tmp_path, "node5")
+    err0 = done[0][2]
+    assert "job failed: network preflight: node 0 (node0) cannot reach node 5 (node5) at " in err0, \
+        err0
+    assert "(and 5 more paths: each node's log names its own)" in err0, err0
+    assert "did not finish its network preflight" not in err0, err0
+    assert "tree: node 1 serves its 2 children" in done[1][2], done[1][2]
+
+
+@needs_netns
+@needs_nft
+def test_an_interior_node_its_children_cannot_reach_fails_the_preflight_on_every_node(
+        jobs, tmp_path):
+    """Node 4's host (an interior node: nodes 5 and 6 report through it)
+    drops connections to its ephemeral ports, its store for its children
+    among them: its children's reports never reach it. Node 4 names them
+    once its time to gather is up, node 0 ends the job with exit 3 on every
+    node, naming the blocked path first; no node gives up waiting for node
+    0 before its verdict comes."""
+    done = _preflight_with_a_firewall(jobs, tmp_path, "node4")
+    err0 = done[0][2]
+    assert "job failed: network preflight: node 0 (node0) cannot reach node 4 (node4) at " in err0, \
+        err0
+    assert "node 5 (node5) did not finish its network preflight" in err0 or "more path" in err0, \
+        err0
+    for rc, out, err in done:
+        assert "did not end the network preflight in time" not in err, err
 
 
 IN_MELT = "/usr/share/lammps/examples/melt/in.melt"
@@ -396,7 +429,7 @@ def test_lammps_in_melt_across_seven_hosts_through_the_tree_gives_mpiruns_result
     try:
         line = [BIN, "--nnodes", 7, "--nproc-per-node", 1, "--master-addr", "node0",
                 "--tree-fanout", 2, "--", "lmp", "-in", IN_MELT, "-log", "none"]
-        done = _on_every_host(jobs, h, line, timeout=300, cwd=tmp_path)
+        done = _on_every_host(jobs, h, lambda n: line, timeout=300, cwd=tmp_path)
         for rc, _, err in done:
             assert rc == 0, err
         out = done[0][1]  # node0's: rank 0 writes the table

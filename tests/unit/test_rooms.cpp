@@ -14,12 +14,14 @@
 
 #include "agent/job_events.hpp"
 #include "agent/mpi_round.hpp"
+#include "agent/stack_capture.hpp"
 #include "agent/stacks_room.hpp"
 #include "agent/status_room.hpp"
 #include "ddplaunch/error.hpp"
 #include "output/router.hpp"
 #include "scratch_dir.hpp"
 #include "status/status_codec.hpp"
+#include "store/protocol.hpp"
 
 namespace ddplaunch {
 namespace {
@@ -246,6 +248,20 @@ TEST_F(RoomTest, StacksOfRanksThatEndedAreAnsweredAtOnceWithoutADebugger) {
   room.answer(encode_status_request(elsewhere),
               [&](const std::string& r) { replies.push_back(r); });
   EXPECT_EQ(replies.size(), 1u) << "a node the filter leaves out (not node 0) does not answer";
+}
+
+// Every node's stacks answer waits in node 0's store until the command
+// reads it: however many nodes are asked, their answers together stay far
+// below the store's bound (a store that refuses an agent's write fails its
+// connection, and the job with it); a small job's nodes keep the whole.
+TEST(StackCapture, TheNodesAskedShareABoundedPartOfNodeZerosStore) {
+  EXPECT_EQ(StackCapture::bytes_for_node(1), StackCapture::k_bytes_per_node);
+  EXPECT_EQ(StackCapture::bytes_for_node(0), StackCapture::k_bytes_per_node);
+  EXPECT_EQ(StackCapture::bytes_for_node(128), StackCapture::k_bytes_per_node);
+  for (const size_t nodes : {182, 1024, 4096, 16384, 131072}) {
+    EXPECT_LE(nodes * StackCapture::bytes_for_node(nodes), StackCapture::k_bytes_per_job) << nodes;
+  }
+  EXPECT_LE(StackCapture::k_bytes_per_job, protocol::k_max_store_bytes / 3);
 }
 
 // A PMIx server that gives every round its variables, or refuses.
