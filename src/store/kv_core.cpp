@@ -32,16 +32,28 @@ std::optional<KvCore::TimePoint> KvCore::next_deadline() const {
   return m_deadlines.begin()->first;
 }
 
+bool KvCore::launcher_key(const std::string& key) {
+  for (const char* prefix : {"rdzv/", "job/", "tree/", "mpi/", "status/", "stacks/"}) {
+    if (key.starts_with(prefix)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void KvCore::check_room(const std::string& key, size_t value_size) const {
+  const bool launcher = launcher_key(key);
+  const char* kept = launcher ? "" : ": its last part is kept for the launcher's own keys";
+  const size_t max_keys = launcher ? m_max_keys : m_max_keys - m_max_keys / 5;
+  const size_t max_bytes = launcher ? m_max_bytes : m_max_bytes - m_max_bytes / 8;
   auto it = m_data.find(key);
-  if (it == m_data.end() && m_data.size() >= protocol::k_max_store_keys) {
-    throw ProtocolError("the store is full (" + std::to_string(protocol::k_max_store_keys) +
-                        " keys)");
+  if (it == m_data.end() && m_data.size() >= max_keys) {
+    throw ProtocolError("the store is full (" + std::to_string(m_data.size()) + " keys" + kept +
+                        ")");
   }
   const size_t old = it == m_data.end() ? 0 : key.size() + it->second.size();
-  if (m_bytes - old + key.size() + value_size > protocol::k_max_store_bytes) {
-    throw ProtocolError("the store is full (" + std::to_string(protocol::k_max_store_bytes) +
-                        " bytes)");
+  if (m_bytes - old + key.size() + value_size > max_bytes) {
+    throw ProtocolError("the store is full (" + std::to_string(m_bytes) + " bytes" + kept + ")");
   }
 }
 

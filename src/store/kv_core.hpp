@@ -25,6 +25,16 @@ class KvCore {
  public:
   using Client = int;  // any number that names one connection
   using TimePoint = std::chrono::steady_clock::time_point;
+
+  // The bounds on what it holds (tests give smaller ones). The last eighth
+  // of the bytes and the last fifth of the keys are kept for the launcher's
+  // own keys (launcher_key()): a worker that fills the store is refused
+  // before the agents' writes are, whose refusal would end the job.
+  explicit KvCore(size_t max_bytes = protocol::k_max_store_bytes,
+                  size_t max_keys = protocol::k_max_store_keys)
+      : m_max_bytes(max_bytes), m_max_keys(max_keys) {}
+  // Under the launcher's own prefixes: rdzv/, job/, tree/, mpi/, status/, stacks/.
+  static bool launcher_key(const std::string& key);
   struct Out {
     Client client;
     std::string frame;  // a reply frame (protocol::reply::*)
@@ -83,6 +93,8 @@ class KvCore {
 
   std::unordered_map<std::string, std::string> m_data;
   size_t m_bytes = 0;  // keys and values held
+  size_t m_max_bytes;
+  size_t m_max_keys;
   std::map<uint64_t, Parked> m_parked;
   uint64_t m_next_seq = 0;
   std::unordered_map<std::string, std::set<uint64_t>> m_watchers;  // key -> parked requests

@@ -1,6 +1,7 @@
 """`ddplaunch store`: the job's store from a worker's shell. Every subcommand
 against a live job, binary values, timeouts, the job-scoped prefix, a wrong
 credential and no store at all, each with its documented exit status."""
+import json
 import os
 import shutil
 import subprocess
@@ -145,3 +146,43 @@ def test_workers_get_the_launchers_own_path(jobs):
     assert r.returncode == 0, r.stderr
     assert f"exe={os.path.realpath(BIN)}" in r.stdout, r.stdout
     assert "stored" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_a_worker_that_fills_the_store_is_refused_and_the_job_ends_as_it_would(jobs, tmp_path):
+    """Two nodes: rank 1 writes values until node 0's store refuses it,
+    which keeps its last eighth for the launcher's own keys; then rank 0
+    asks `ddplaunch status` (every node's answer is written in that store)
+    and both ranks end 0, and so does the job (a refused agent's write
+    would fail its connection, and end the job)."""
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"x" * 1_000_000)
+    crumb = tmp_path / "crumb"
+    crumb.write_bytes(b"x" * 1_000)
+    # Values of 1 MB until refused, then of 1 KB to the last kilobyte.
+    script = f"""
+        if [ "$RANK" = 1 ]; then
+          i=0; while {STORE} set k$i - < {blob} 2>{tmp_path}/refusal; do i=$((i+1)); done
+          echo "refused after $i: $(cat {tmp_path}/refusal)"
+          j=0; while {STORE} set c$j - < {crumb} 2>/dev/null; do j=$((j+1)); done
+          touch {tmp_path}/done
+        else
+          while [ ! -e {tmp_path}/done ]; do sleep 0.05; done
+          {BIN} status --json > {tmp_path}/status.json; echo "status=$?"
+        fi"""
+    port = free_port()
+    procs = [jobs.start(["--nnodes", 2, "--node-rank", n, "--master-port", port, "--no-prefix",
+                         "--", "sh", "-c", script]) for n in range(2)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+        outs.append(out)
+    refused = [l for l in outs[1].splitlines() if l.startswith("refused after")]
+    assert refused and "the store is full" in refused[0], outs
+    assert "kept for the launcher's own keys" in refused[0], refused
+    count = int(refused[0].split()[2].rstrip(":"))
+    assert 440 <= count <= 470, refused  # 448 MiB of 512
+    # `ddplaunch status` from a worker's shell: every node's answer fits.
+    assert "status=0" in outs[0], outs[0]
+    assert len(json.loads((tmp_path / "status.json").read_text())["ranks"]) == 2
+

@@ -202,6 +202,33 @@ TEST(KvCore, LimitsAreErrorsForThatRequestOnly) {
   EXPECT_THROW(kv.apply(1, many, t0), protocol::ProtocolError);
 }
 
+// A worker that fills the store (its own keys, or torch's) is refused while
+// the launcher's agents still have room: a refused agent's write fails its
+// connection to the store, which would end the job.
+TEST(KvCore, TheLastOfItsRoomIsKeptForTheLaunchersOwnKeys) {
+  KvCore kv(8000, 100);
+  kv.apply(1, req(Op::k_set, 1, "user/a", std::string(6900, 'x')), t0);
+  EXPECT_THROW(kv.apply(1, req(Op::k_set, 2, "user/b", std::string(100, 'x')), t0),
+               protocol::ProtocolError)
+      << "past seven eighths of the bytes";
+  EXPECT_THROW(kv.apply(1, req(Op::k_set, 3, "rank_0", std::string(100, 'x')), t0),
+               protocol::ProtocolError)
+      << "torch's keys are the workers' too";
+  EXPECT_NO_THROW(kv.apply(2, req(Op::k_set, 4, "job/0/result/3", std::string(500, 'x')), t0));
+  EXPECT_NO_THROW(kv.apply(2, req(Op::k_set, 5, "stacks/1/3", std::string(400, 'x')), t0));
+  EXPECT_THROW(kv.apply(2, req(Op::k_set, 6, "job/0/result/4", std::string(400, 'x')), t0),
+               protocol::ProtocolError)
+      << "the launcher's keys have the whole, not more";
+  KvCore keys(100000, 10);
+  for (uint32_t i = 0; i < 8; ++i) {
+    keys.apply(1, req(Op::k_set, i, "w" + std::to_string(i), "1"), t0);
+  }
+  EXPECT_THROW(keys.apply(1, req(Op::k_set, 9, "w9", "1"), t0), protocol::ProtocolError)
+      << "past four fifths of the keys";
+  EXPECT_NO_THROW(keys.apply(2, req(Op::k_set, 10, "rdzv/node/0", "{}"), t0));
+  EXPECT_NO_THROW(keys.apply(2, req(Op::k_set, 11, "tree/round0.0/addr/1", "a 1"), t0));
+}
+
 TEST(KvCore, KeysAreListedSortedByPrefix) {
   KvCore kv;
   for (const char* k : {"user/b", "rdzv/x", "user/a"}) {
